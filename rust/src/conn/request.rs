@@ -1,0 +1,193 @@
+//! One operation on one connection, and its result.
+
+use crate::error::Error;
+use crate::memory::RawBuf;
+use crate::net::handshake::Step;
+use crate::resp::{Command, TRAILER};
+use std::time::Instant;
+
+/// The data operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Op {
+    Get = 1,
+    Set = 2,
+    Exists = 3,
+    Del = 4,
+    Ping = 5,
+}
+
+impl Op {
+    pub fn from_code(code: u8) -> Option<Op> {
+        [Op::Get, Op::Set, Op::Exists, Op::Del, Op::Ping].into_iter().find(|op| *op as u8 == code)
+    }
+
+    /// Safe to send again after a connection broke with the request unanswered: repeating it
+    /// leaves the same state and gives an equally true answer. DEL is not: a repeat would
+    /// report "not deleted" for a key the first attempt deleted.
+    pub fn is_idempotent(self) -> bool {
+        !matches!(self, Op::Del)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Get => "GET",
+            Op::Set => "SET",
+            Op::Exists => "EXISTS",
+            Op::Del => "DEL",
+            Op::Ping => "PING",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    User(Op),
+    Handshake(Step),
+}
+
+/// How an operation ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// SET stored, PING answered.
+    Done,
+    /// GET: this many bytes were received into the destination.
+    Hit(usize),
+    /// GET: no such key; the destination is untouched.
+    Miss,
+    /// EXISTS: the key exists; DEL: the key was deleted.
+    Bool(bool),
+    Failed(Error),
+}
+
+impl Outcome {
+    pub fn is_success(&self) -> bool {
+        !matches!(self, Outcome::Failed(_))
+    }
+}
+
+/// A finished operation, named by the tag its submitter gave it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub tag: u64,
+    pub outcome: Outcome,
+}
+
+/// The most attempts an idempotent request gets when connections break under it.
+pub const MAX_ATTEMPTS: u8 = 2;
+
+pub struct Request {
+    pub kind: Kind,
+    pub tag: u64,
+    /// The encoded command up to and including the value's length line.
+    pub header: Vec<u8>,
+    /// SET: the value sent after the header. GET: where the payload is received.
+    pub data: Option<RawBuf>,
+    pub deadline: Instant,
+    /// How many times sending has started.
+    pub attempts: u8,
+}
+
+impl Request {
+    /// A data operation. `data` is the value for SET and the destination for GET.
+    pub fn new(op: Op, key: &[u8], data: Option<RawBuf>, tag: u64, deadline: Instant) -> Request {
+        let command = match op {
+            Op::Get => Command::Get { key },
+            Op::Set => Command::Set { key, value_len: data.map_or(0, |d| d.len()) },
+            Op::Exists => Command::Exists { key },
+            Op::Del => Command::Del { key },
+            Op::Ping => Command::Ping,
+        };
+        let data = match op {
+            Op::Get | Op::Set => Some(data.expect("GET and SET need a buffer")),
+            _ => None,
+        };
+        Request { kind: Kind::User(op), tag, header: command.header(), data, deadline, attempts: 0 }
+    }
+
+    pub fn handshake(step: Step, header: Vec<u8>, deadline: Instant) -> Request {
+        Request { kind: Kind::Handshake(step), tag: 0, header, data: None, deadline, attempts: 0 }
+    }
+
+    pub fn op(&self) -> Option<Op> {
+        match self.kind {
+            Kind::User(op) => Some(op),
+            Kind::Handshake(_) => None,
+        }
+    }
+
+    /// Bytes the request puts on the wire.
+    pub fn frame_len(&self) -> usize {
+        self.header.len() + self.value().map_or(0, |value| value.len() + TRAILER.len())
+    }
+
+    /// The value that follows the header (SET only).
+    pub fn value(&self) -> Option<RawBuf> {
+        match self.kind {
+            Kind::User(Op::Set) => self.data,
+            _ => None,
+        }
+    }
+
+    /// Where a bulk reply's payload goes (GET only).
+    pub fn destination(&self) -> Option<RawBuf> {
+        match self.kind {
+            Kind::User(Op::Get) => self.data,
+            _ => None,
+        }
+    }
+
+    /// Bytes this request keeps in flight: what it sends plus what its reply may bring.
+    pub fn pipeline_cost(&self) -> usize {
+        self.frame_len() + self.destination().map_or(16, |d| d.len() + 32)
+    }
+
+    pub fn may_retry(&self, now: Instant) -> bool {
+        matches!(self.kind, Kind::User(op) if op.is_idempotent()) && self.attempts < MAX_ATTEMPTS && now < self.deadline
+    }
+
+    pub fn completion(&self, outcome: Outcome) -> Completion {
+        Completion { tag: self.tag, outcome }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ops_round_trip_through_their_codes() {
+        for op in [Op::Get, Op::Set, Op::Exists, Op::Del, Op::Ping] {
+            assert_eq!(Op::from_code(op as u8), Some(op));
+        }
+        assert_eq!(Op::from_code(0), None);
+        assert_eq!(Op::from_code(6), None);
+    }
+
+    #[test]
+    fn set_frame_counts_value_and_trailer() {
+        let mut value = vec![0u8; 10];
+        // SAFETY: `value` outlives the request, which is never sent.
+        let buf = unsafe { RawBuf::new(value.as_mut_ptr(), value.len()) };
+        let set = Request::new(Op::Set, b"k", Some(buf), 7, Instant::now());
+        assert_eq!(set.frame_len(), set.header.len() + 10 + 2);
+        assert_eq!(set.value(), Some(buf));
+        assert_eq!(set.destination(), None);
+        let get = Request::new(Op::Get, b"k", Some(buf), 7, Instant::now());
+        assert_eq!(get.frame_len(), get.header.len());
+        assert_eq!(get.destination(), Some(buf));
+    }
+
+    #[test]
+    fn only_idempotent_ops_are_retried_and_only_twice() {
+        let far = Instant::now() + std::time::Duration::from_secs(60);
+        let mut del = Request::new(Op::Del, b"k", None, 0, far);
+        assert!(!del.may_retry(Instant::now()));
+        del.kind = Kind::User(Op::Exists);
+        assert!(del.may_retry(Instant::now()));
+        del.attempts = MAX_ATTEMPTS;
+        assert!(!del.may_retry(Instant::now()));
+        let expired = Request::new(Op::Exists, b"k", None, 0, Instant::now());
+        assert!(!expired.may_retry(Instant::now() + std::time::Duration::from_millis(1)));
+    }
+}

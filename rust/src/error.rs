@@ -1,0 +1,135 @@
+//! The one error type of the core. Cheap to clone: a failure of one connection is reported to
+//! every operation it affects, and it crosses the completion rings as a kind plus a message.
+
+use std::fmt;
+use std::time::Duration;
+
+/// What went wrong, as a caller would branch on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ErrorKind {
+    /// The server could not be reached, or the connection broke. Transient: retried.
+    Connection = 1,
+    /// The server refused the credentials. Permanent: never retried.
+    Authentication = 2,
+    /// The operation did not complete before its deadline.
+    Timeout = 3,
+    /// The server answered with an error reply (`-ERR ...`, `-WRONGTYPE ...`).
+    Server = 4,
+    /// The stored value is larger than the buffer or page it was to be read into.
+    ValueTooLarge = 5,
+    /// The server sent bytes that are not valid RESP.
+    Protocol = 6,
+    /// The client or store was closed before or while the operation ran.
+    Closed = 7,
+    /// The caller passed something unusable (key too long, read-only buffer, ...).
+    InvalidInput = 8,
+}
+
+impl ErrorKind {
+    pub fn from_code(code: u8) -> Option<ErrorKind> {
+        use ErrorKind::*;
+        [Connection, Authentication, Timeout, Server, ValueTooLarge, Protocol, Closed, InvalidInput]
+            .into_iter()
+            .find(|kind| *kind as u8 == code)
+    }
+
+    /// Permanent errors are not retried: repeating the operation cannot help.
+    pub fn is_permanent(self) -> bool {
+        matches!(self, ErrorKind::Authentication | ErrorKind::InvalidInput | ErrorKind::Closed)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error { kind, message: message.into() }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub fn connect_failed(endpoint: &impl fmt::Display, cause: &std::io::Error) -> Self {
+        Error::new(ErrorKind::Connection, format!("cannot connect to {endpoint}: {cause}"))
+    }
+
+    pub fn connection_lost(endpoint: &impl fmt::Display, cause: impl fmt::Display) -> Self {
+        Error::new(ErrorKind::Connection, format!("connection to {endpoint} lost: {cause}"))
+    }
+
+    pub fn timeout(endpoint: &impl fmt::Display, after: Duration, waiting_for: &str) -> Self {
+        Error::new(
+            ErrorKind::Timeout,
+            format!("timed out after {:.3} s waiting for {waiting_for} from {endpoint}", after.as_secs_f64()),
+        )
+    }
+
+    /// An error reply. The message is the server's own text, which never contains secrets:
+    /// Redis does not echo AUTH arguments.
+    pub fn server(reply: &[u8]) -> Self {
+        Error::new(ErrorKind::Server, String::from_utf8_lossy(reply).into_owned())
+    }
+
+    pub fn value_too_large(stored: u64, capacity: u64) -> Self {
+        Error::new(
+            ErrorKind::ValueTooLarge,
+            format!("stored value of {stored} bytes does not fit the {capacity}-byte buffer"),
+        )
+    }
+
+    pub fn closed(what: &str) -> Self {
+        Error::new(ErrorKind::Closed, format!("{what} is closed"))
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidInput, message)
+    }
+
+    /// The same error with context in front of its message.
+    pub fn context(mut self, context: impl fmt::Display) -> Self {
+        self.message = format!("{context}: {}", self.message);
+        self
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<crate::resp::ProtocolError> for Error {
+    fn from(err: crate::resp::ProtocolError) -> Self {
+        Error::new(ErrorKind::Protocol, err.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_round_trip_through_their_codes() {
+        for code in 0..=u8::MAX {
+            if let Some(kind) = ErrorKind::from_code(code) {
+                assert_eq!(kind as u8, code);
+            }
+        }
+        assert_eq!(ErrorKind::from_code(ErrorKind::ValueTooLarge as u8), Some(ErrorKind::ValueTooLarge));
+        assert_eq!(ErrorKind::from_code(0), None);
+    }
+}

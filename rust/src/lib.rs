@@ -1,0 +1,19 @@
+//! lmcache-resp core: moves LLM KV-cache pages between host memory and Redis/Valkey over RESP,
+//! zero-copy and pipelined.
+//!
+//! - [`resp`]: the RESP2 codec (pure, no I/O).
+//! - [`net`]: endpoints, sockets, the connection handshake.
+//! - [`conn`]: one pipelined connection as a non-blocking state machine.
+//! - [`client`]: a blocking single-connection client on top of it.
+
+pub mod client;
+pub mod conn;
+pub mod error;
+pub mod memory;
+pub mod net;
+pub mod resp;
+pub mod secret;
+
+pub use error::{Error, ErrorKind, Result};
+pub use memory::RawBuf;
+pub use secret::Secret;

@@ -1,0 +1,126 @@
+//! What is said on every new connection before any data moves: AUTH, SELECT, PING. Shared by
+//! every connection type, and judged here: which failures are permanent (never retried) and
+//! which are worth a reconnect.
+
+use super::options::ConnectOptions;
+use crate::error::{Error, ErrorKind};
+use crate::resp::{Command, Reply};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Auth,
+    Select,
+    Ping,
+}
+
+/// The handshake commands for these options, in order, each as its encoded frame.
+pub fn commands(options: &ConnectOptions) -> Vec<(Step, Vec<u8>)> {
+    let mut steps = Vec::with_capacity(3);
+    if let Some(password) = &options.password {
+        let username = options.username.as_deref().map(str::as_bytes);
+        let auth = Command::Auth { username, password: password.expose().as_bytes() };
+        steps.push((Step::Auth, auth.header()));
+    }
+    if options.db != 0 {
+        steps.push((Step::Select, Command::Select { db: options.db }.header()));
+    }
+    steps.push((Step::Ping, Command::Ping.header()));
+    steps
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Proceed,
+    /// Reconnecting will not help (bad credentials, no such database).
+    Permanent(Error),
+    /// The server is not ready yet (loading its dataset, busy script): reconnect later.
+    Transient(Error),
+}
+
+/// Judges one handshake reply. Error texts are the server's, which never echo credentials.
+pub fn judge(step: Step, reply: &Reply, options: &ConnectOptions) -> Verdict {
+    let endpoint = &options.endpoint;
+    match (step, reply) {
+        (Step::Auth | Step::Select, Reply::Simple(ok)) if ok == b"OK" => Verdict::Proceed,
+        (Step::Ping, Reply::Simple(pong)) if pong == b"PONG" => Verdict::Proceed,
+        (_, Reply::Error(text)) if is_transient(text) => {
+            Verdict::Transient(Error::server(text).context(format!("{endpoint} is not ready")))
+        }
+        (Step::Auth, Reply::Error(text)) => Verdict::Permanent(Error::new(
+            ErrorKind::Authentication,
+            format!(
+                "authentication failed at {endpoint} (user {:?}): {}",
+                options.username.as_deref().unwrap_or("default"),
+                String::from_utf8_lossy(text)
+            ),
+        )),
+        (_, Reply::Error(text)) if text.starts_with(b"NOAUTH") => Verdict::Permanent(Error::new(
+            ErrorKind::Authentication,
+            format!("{endpoint} requires authentication and no password was given: {}", String::from_utf8_lossy(text)),
+        )),
+        (Step::Select, Reply::Error(text)) => Verdict::Permanent(Error::new(
+            ErrorKind::InvalidInput,
+            format!("cannot select database {} at {endpoint}: {}", options.db, String::from_utf8_lossy(text)),
+        )),
+        (_, Reply::Error(text)) => {
+            Verdict::Permanent(Error::server(text).context(format!("{endpoint} refused {step:?}")))
+        }
+        (_, other) => Verdict::Transient(Error::new(
+            ErrorKind::Protocol,
+            format!("unexpected reply to {step:?} from {endpoint}: {other:?}"),
+        )),
+    }
+}
+
+fn is_transient(text: &[u8]) -> bool {
+    ["LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN"].iter().any(|code| text.starts_with(code.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::Endpoint;
+    use crate::secret::Secret;
+
+    fn options(password: Option<&str>, username: Option<&str>, db: u32) -> ConnectOptions {
+        let mut options = ConnectOptions::new(Endpoint::Tcp { host: "h".into(), port: 1 });
+        options.password = password.map(Secret::new);
+        options.username = username.map(String::from);
+        options.db = db;
+        options
+    }
+
+    #[test]
+    fn commands_follow_the_options() {
+        let steps: Vec<Step> = commands(&options(None, None, 0)).into_iter().map(|s| s.0).collect();
+        assert_eq!(steps, [Step::Ping]);
+        let all = commands(&options(Some("pw"), Some("u"), 3));
+        assert_eq!(all.iter().map(|s| s.0).collect::<Vec<_>>(), [Step::Auth, Step::Select, Step::Ping]);
+        assert_eq!(all[0].1, b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$2\r\npw\r\n");
+        assert_eq!(all[1].1, b"*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n");
+    }
+
+    #[test]
+    fn verdicts() {
+        let opts = options(Some("hunter2"), None, 0);
+        let wrongpass = Reply::Error(b"WRONGPASS invalid username-password pair or user is disabled.".to_vec());
+        let Verdict::Permanent(err) = judge(Step::Auth, &wrongpass, &opts) else { panic!() };
+        assert_eq!(err.kind(), ErrorKind::Authentication);
+        assert!(err.message().contains("authentication failed at h:1"), "{err}");
+        assert!(!err.message().contains("hunter2"));
+
+        let noauth = Reply::Error(b"NOAUTH Authentication required.".to_vec());
+        let Verdict::Permanent(err) = judge(Step::Ping, &noauth, &opts) else { panic!() };
+        assert_eq!(err.kind(), ErrorKind::Authentication);
+
+        let loading = Reply::Error(b"LOADING Redis is loading the dataset in memory".to_vec());
+        assert!(matches!(judge(Step::Ping, &loading, &opts), Verdict::Transient(_)));
+
+        let range = Reply::Error(b"ERR DB index is out of range".to_vec());
+        let Verdict::Permanent(err) = judge(Step::Select, &range, &opts) else { panic!() };
+        assert!(err.message().contains("cannot select database 0"), "{err}");
+
+        assert_eq!(judge(Step::Ping, &Reply::Simple(b"PONG".to_vec()), &opts), Verdict::Proceed);
+        assert!(matches!(judge(Step::Ping, &Reply::Integer(1), &opts), Verdict::Transient(_)));
+    }
+}

@@ -1,0 +1,205 @@
+//! RESP2 command encoding.
+//!
+//! A command goes on the wire as three parts: a header (array length, command name, key and,
+//! for SET, the value's bulk-length line), the value itself, and a CRLF trailer. Only the
+//! header is produced here; the value is never copied: callers hand the value's memory to
+//! `writev`/`sendmsg` as its own iovec between the header and [`TRAILER`].
+
+/// Bytes that follow a SET value on the wire.
+pub const TRAILER: &[u8] = b"\r\n";
+
+/// The commands this client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command<'a> {
+    /// `SET key <value>`; the value (of `value_len` bytes) travels as a separate iovec.
+    Set {
+        key: &'a [u8],
+        value_len: usize,
+    },
+    Get {
+        key: &'a [u8],
+    },
+    Exists {
+        key: &'a [u8],
+    },
+    Del {
+        key: &'a [u8],
+    },
+    /// `AUTH password` or, with a username (Redis 6 ACL), `AUTH username password`.
+    Auth {
+        username: Option<&'a [u8]>,
+        password: &'a [u8],
+    },
+    Ping,
+    Select {
+        db: u32,
+    },
+}
+
+impl Command<'_> {
+    /// Length of the value iovec that follows the header, if the command carries one.
+    pub fn value_len(&self) -> Option<usize> {
+        match *self {
+            Command::Set { value_len, .. } => Some(value_len),
+            _ => None,
+        }
+    }
+
+    /// Bytes of the whole frame: header, value and trailer.
+    pub fn frame_len(&self) -> usize {
+        self.header_len() + self.value_len().map_or(0, |len| len + TRAILER.len())
+    }
+
+    /// Bytes of the header alone, computed without encoding anything.
+    pub fn header_len(&self) -> usize {
+        let mut len = 0;
+        self.for_each_part(|part| {
+            len += match part {
+                Part::ArrayLen(n) => array_len_line(n),
+                Part::Arg(arg) => bulk_len_line(arg.len()) + arg.len() + 2,
+                Part::ValueLen(n) => bulk_len_line(n),
+            }
+        });
+        len
+    }
+
+    /// Appends the header to `out`; exactly [`Command::header_len`] bytes.
+    pub fn encode_header(&self, out: &mut Vec<u8>) {
+        out.reserve(self.header_len());
+        self.for_each_part(|part| match part {
+            Part::ArrayLen(n) => push_len_line(out, b'*', n),
+            Part::Arg(arg) => {
+                push_len_line(out, b'$', arg.len());
+                out.extend_from_slice(arg);
+                out.extend_from_slice(b"\r\n");
+            }
+            Part::ValueLen(n) => push_len_line(out, b'$', n),
+        });
+    }
+
+    /// The header as a new vector.
+    pub fn header(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode_header(&mut out);
+        out
+    }
+
+    // One description of each command's shape serves both the length computation and the
+    // encoder, so the two cannot disagree.
+    fn for_each_part(&self, mut emit: impl FnMut(Part<'_>)) {
+        let mut db_digits = itoa::Buffer::new();
+        let mut args = |name: &'static [u8], rest: &[&[u8]], value: Option<usize>| {
+            emit(Part::ArrayLen(1 + rest.len() + usize::from(value.is_some())));
+            emit(Part::Arg(name));
+            for arg in rest {
+                emit(Part::Arg(arg));
+            }
+            if let Some(n) = value {
+                emit(Part::ValueLen(n));
+            }
+        };
+        match *self {
+            Command::Set { key, value_len } => args(b"SET", &[key], Some(value_len)),
+            Command::Get { key } => args(b"GET", &[key], None),
+            Command::Exists { key } => args(b"EXISTS", &[key], None),
+            Command::Del { key } => args(b"DEL", &[key], None),
+            Command::Auth { username: Some(user), password } => args(b"AUTH", &[user, password], None),
+            Command::Auth { username: None, password } => args(b"AUTH", &[password], None),
+            Command::Ping => args(b"PING", &[], None),
+            Command::Select { db } => args(b"SELECT", &[db_digits.format(db).as_bytes()], None),
+        }
+    }
+}
+
+enum Part<'a> {
+    ArrayLen(usize),
+    Arg(&'a [u8]),
+    ValueLen(usize),
+}
+
+fn decimal_digits(mut n: usize) -> usize {
+    let mut digits = 1;
+    while n >= 10 {
+        n /= 10;
+        digits += 1;
+    }
+    digits
+}
+
+/// `*<n>\r\n`
+fn array_len_line(n: usize) -> usize {
+    1 + decimal_digits(n) + 2
+}
+
+/// `$<n>\r\n`
+fn bulk_len_line(n: usize) -> usize {
+    1 + decimal_digits(n) + 2
+}
+
+fn push_len_line(out: &mut Vec<u8>, kind: u8, n: usize) {
+    out.push(kind);
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn whole_frame(cmd: &Command<'_>, value: &[u8]) -> Vec<u8> {
+        let mut out = cmd.header();
+        if cmd.value_len().is_some() {
+            out.extend_from_slice(value);
+            out.extend_from_slice(TRAILER);
+        }
+        out
+    }
+
+    #[test]
+    fn set_frame_is_header_value_trailer() {
+        let cmd = Command::Set { key: b"k1", value_len: 5 };
+        assert_eq!(cmd.header(), b"*3\r\n$3\r\nSET\r\n$2\r\nk1\r\n$5\r\n");
+        assert_eq!(whole_frame(&cmd, b"hello"), b"*3\r\n$3\r\nSET\r\n$2\r\nk1\r\n$5\r\nhello\r\n");
+        assert_eq!(cmd.frame_len(), whole_frame(&cmd, b"hello").len());
+    }
+
+    #[test]
+    fn every_command_encodes_to_the_exact_wire_bytes() {
+        let cases: &[(Command<'_>, &[u8])] = &[
+            (Command::Get { key: b"a b" }, b"*2\r\n$3\r\nGET\r\n$3\r\na b\r\n"),
+            (Command::Exists { key: b"" }, b"*2\r\n$6\r\nEXISTS\r\n$0\r\n\r\n"),
+            (Command::Del { key: b"\r\n" }, b"*2\r\n$3\r\nDEL\r\n$2\r\n\r\n\r\n"),
+            (Command::Ping, b"*1\r\n$4\r\nPING\r\n"),
+            (Command::Select { db: 15 }, b"*2\r\n$6\r\nSELECT\r\n$2\r\n15\r\n"),
+            (Command::Auth { username: None, password: b"pw" }, b"*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n"),
+            (Command::Auth { username: Some(b"u"), password: b"pw" }, b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$2\r\npw\r\n"),
+        ];
+        for (cmd, wire) in cases {
+            assert_eq!(&cmd.header(), wire, "{cmd:?}");
+            assert_eq!(cmd.header_len(), wire.len(), "{cmd:?}");
+            assert_eq!(cmd.frame_len(), wire.len(), "{cmd:?}");
+        }
+    }
+
+    #[test]
+    fn lengths_are_right_across_digit_boundaries() {
+        for len in [0usize, 9, 10, 99, 100, 4 << 20, 32 << 20, usize::MAX] {
+            let cmd = Command::Set { key: b"key", value_len: len };
+            let header = cmd.header();
+            assert_eq!(header.len(), cmd.header_len());
+            let expected_tail = format!("${len}\r\n");
+            assert!(header.ends_with(expected_tail.as_bytes()));
+        }
+        let long_key = vec![b'x'; 65536];
+        let cmd = Command::Get { key: &long_key };
+        assert_eq!(cmd.header().len(), cmd.header_len());
+        assert_eq!(cmd.header_len(), 4 + 9 + 8 + 65536 + 2);
+    }
+
+    #[test]
+    fn decimal_digits_counts_correctly() {
+        for (n, d) in [(0, 1), (9, 1), (10, 2), (999, 3), (1000, 4), (usize::MAX, 20)] {
+            assert_eq!(decimal_digits(n), d, "{n}");
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! RESP2 reply values.
+
+use std::fmt;
+
+/// One complete RESP2 reply.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// `+OK`
+    Simple(Vec<u8>),
+    /// `-ERR ...`: the server refused the command. Not a transport error.
+    Error(Vec<u8>),
+    /// `:42`
+    Integer(i64),
+    /// `$5\r\nhello`
+    Bulk(Vec<u8>),
+    /// `$-1`: the key does not exist.
+    Nil,
+    Array(Vec<Reply>),
+    /// `*-1`
+    NilArray,
+}
+
+impl Reply {
+    /// Serializes the reply as a server would. Used by tests, fuzzing and the test server.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let line = |kind: u8, body: &[u8], out: &mut Vec<u8>| {
+            out.push(kind);
+            out.extend_from_slice(body);
+            out.extend_from_slice(b"\r\n");
+        };
+        match self {
+            Reply::Simple(s) => line(b'+', s, out),
+            Reply::Error(s) => line(b'-', s, out),
+            Reply::Integer(n) => line(b':', itoa::Buffer::new().format(*n).as_bytes(), out),
+            Reply::Bulk(data) => {
+                line(b'$', itoa::Buffer::new().format(data.len()).as_bytes(), out);
+                out.extend_from_slice(data);
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Nil => line(b'$', b"-1", out),
+            Reply::Array(items) => {
+                line(b'*', itoa::Buffer::new().format(items.len()).as_bytes(), out);
+                for item in items {
+                    item.encode(out);
+                }
+            }
+            Reply::NilArray => line(b'*', b"-1", out),
+        }
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode(&mut out);
+        out
+    }
+}
+
+impl fmt::Debug for Reply {
+    // Bulk payloads can be megabytes: show their size and a short prefix only.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reply::Simple(s) => write!(f, "Simple({:?})", String::from_utf8_lossy(s)),
+            Reply::Error(s) => write!(f, "Error({:?})", String::from_utf8_lossy(s)),
+            Reply::Integer(n) => write!(f, "Integer({n})"),
+            Reply::Bulk(data) if data.len() > 32 => {
+                write!(f, "Bulk({} bytes: {:?}...)", data.len(), String::from_utf8_lossy(&data[..32]))
+            }
+            Reply::Bulk(data) => write!(f, "Bulk({:?})", String::from_utf8_lossy(data)),
+            Reply::Nil => f.write_str("Nil"),
+            Reply::Array(items) => f.debug_list().entries(items).finish(),
+            Reply::NilArray => f.write_str("NilArray"),
+        }
+    }
+}
