@@ -24,19 +24,22 @@ pub enum ErrorKind {
     Closed = 7,
     /// The caller passed something unusable (key too long, read-only buffer, ...).
     InvalidInput = 8,
+    /// A page was misused: double free, a page of another store, a freed page, a page still
+    /// in use by an operation.
+    Page = 9,
 }
 
 impl ErrorKind {
     pub fn from_code(code: u8) -> Option<ErrorKind> {
         use ErrorKind::*;
-        [Connection, Authentication, Timeout, Server, ValueTooLarge, Protocol, Closed, InvalidInput]
+        [Connection, Authentication, Timeout, Server, ValueTooLarge, Protocol, Closed, InvalidInput, Page]
             .into_iter()
             .find(|kind| *kind as u8 == code)
     }
 
     /// Permanent errors are not retried: repeating the operation cannot help.
     pub fn is_permanent(self) -> bool {
-        matches!(self, ErrorKind::Authentication | ErrorKind::InvalidInput | ErrorKind::Closed)
+        matches!(self, ErrorKind::Authentication | ErrorKind::InvalidInput | ErrorKind::Closed | ErrorKind::Page)
     }
 }
 

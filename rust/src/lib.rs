@@ -6,13 +6,19 @@
 //! - [`conn`]: one pipelined connection as a non-blocking state machine.
 //! - [`client`]: a blocking single-connection client on top of it.
 
+pub mod arena;
 pub mod client;
 pub mod conn;
+pub mod engine;
 pub mod error;
 pub mod memory;
 pub mod net;
+#[cfg(feature = "python")]
+mod python;
 pub mod resp;
+pub mod ring;
 pub mod secret;
+pub mod store;
 
 pub use error::{Error, ErrorKind, Result};
 pub use memory::RawBuf;

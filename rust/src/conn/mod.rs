@@ -119,6 +119,8 @@ pub struct Conn {
     inflight_bytes: usize,
     /// Pipeline cost of every user request in the queue; what load balancing looks at.
     outstanding_cost: usize,
+    /// User requests queued or in flight.
+    outstanding_requests: usize,
     /// The last write did not take everything: wait for writability before trying again.
     write_blocked: bool,
     reader: Reader,
@@ -147,6 +149,7 @@ impl Conn {
             write_offset: 0,
             inflight_bytes: 0,
             outstanding_cost: 0,
+            outstanding_requests: 0,
             write_blocked: false,
             reader: Reader::default(),
         }
@@ -156,13 +159,13 @@ impl Conn {
         self.state
     }
 
-    /// Requests queued or in flight.
-    pub fn len(&self) -> usize {
-        self.queue.iter().filter(|r| matches!(r.kind, Kind::User(_))).count()
+    /// User requests queued or in flight.
+    pub fn outstanding_requests(&self) -> usize {
+        self.outstanding_requests
     }
 
     pub fn is_empty(&self) -> bool {
-        self.outstanding_cost == 0 && !self.queue.iter().any(|r| matches!(r.kind, Kind::User(_)))
+        self.outstanding_requests == 0
     }
 
     /// Pipeline cost of all user requests not yet completed.
@@ -181,6 +184,7 @@ impl Conn {
             return;
         }
         self.outstanding_cost += request.pipeline_cost();
+        self.outstanding_requests += 1;
         self.queue.push_back(request);
     }
 
@@ -300,7 +304,7 @@ impl Conn {
     }
 
     fn has_user_work(&self) -> bool {
-        self.queue.iter().any(|r| matches!(r.kind, Kind::User(_)))
+        self.outstanding_requests > 0
     }
 
     fn has_sendable(&self) -> bool {
@@ -427,6 +431,7 @@ impl Conn {
     fn finish(&mut self, request: Request, outcome: Outcome, out: &mut Vec<Completion>) {
         if let Kind::User(_) = request.kind {
             self.outstanding_cost -= request.pipeline_cost();
+            self.outstanding_requests -= 1;
             out.push(request.completion(outcome));
         }
     }

@@ -1,0 +1,343 @@
+//! The I/O engine (rings, workers, pipelined connections) against a real redis-server.
+
+use lmcache_resp_core::conn::{Op, Outcome};
+use lmcache_resp_core::engine::{Engine, EngineConfig, Item, Region};
+use lmcache_resp_core::net::ConnectOptions;
+use lmcache_resp_core::{ErrorKind, Secret};
+use redis_harness::{RedisServer, ServerConfig, dead_port, pattern};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn config(server: &RedisServer) -> EngineConfig {
+    let mut config = EngineConfig::new(server.options());
+    config.num_workers = 4;
+    config.timeout = Duration::from_secs(20);
+    config
+}
+
+/// Items over caller-owned buffers (the "process" region: LMCache's own memory).
+fn items<'a>(keys: &'a [Vec<u8>], buffers: &'a [Vec<u8>]) -> Vec<Item<'a>> {
+    keys.iter()
+        .zip(buffers)
+        .map(|(key, buf)| Item { key, region: Region::Process, offset: buf.as_ptr() as u64, len: buf.len() as u64 })
+        .collect()
+}
+
+fn key_items(keys: &[Vec<u8>]) -> Vec<Item<'_>> {
+    keys.iter().map(|key| Item { key, region: Region::Process, offset: 0, len: 0 }).collect()
+}
+
+fn keys(prefix: &str, n: usize) -> Vec<Vec<u8>> {
+    (0..n).map(|i| format!("{prefix}:{i}").into_bytes()).collect()
+}
+
+fn readable(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    let mut fds = [libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+    // SAFETY: one valid pollfd, zero timeout.
+    unsafe { libc::poll(fds.as_mut_ptr(), 1, 0) == 1 }
+}
+
+#[test]
+fn ten_thousand_keys_of_mixed_sizes_round_trip_byte_exact() {
+    let server = RedisServer::start();
+    let engine = Engine::start(config(&server)).unwrap();
+    let sizes: Vec<usize> = (0..10_000).map(|i| [0, 1, 100, 4096, 65_537, 300_000][i % 6] + i % 7).collect();
+    let keys = keys("mixed", sizes.len());
+    let values: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| pattern(n, i as u64)).collect();
+    let stored = engine.run(Op::Set, &items(&keys, &values)).unwrap();
+    assert_eq!(stored.outcomes.len(), 10_000);
+    assert!(stored.outcomes.iter().all(|o| *o == Outcome::Done), "every SET stored");
+
+    let mut dests: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n + 3]).collect();
+    let got = engine.run(Op::Get, &items(&keys, &dests)).unwrap();
+    for (i, outcome) in got.outcomes.iter().enumerate() {
+        assert_eq!(*outcome, Outcome::Hit(sizes[i]), "key {i}");
+        assert_eq!(&dests[i][..sizes[i]], &values[i][..], "bytes of key {i}");
+        assert_eq!(&dests[i][sizes[i]..], &[0, 0, 0], "nothing written past key {i}'s value");
+    }
+    dests.clear();
+    assert_eq!(server.raw_command(&[b"DBSIZE"]), b":10000\r\n");
+    assert_eq!(server.raw_command(&[b"GET", b"mixed:2"]), [b"$102\r\n".as_slice(), &values[2], b"\r\n"].concat());
+}
+
+#[test]
+fn arena_pages_set_get_exists_delete() {
+    let server = RedisServer::start();
+    let mut config = config(&server);
+    config.page_size = 1 << 20;
+    config.num_pages = 16;
+    let engine = Engine::start(config).unwrap();
+    let arena = engine.arena().clone();
+    let keys = keys("page", 16);
+    let page_items = |lens: &dyn Fn(usize) -> u64| -> Vec<Item<'_>> {
+        (0..16)
+            .map(|i| Item { key: &keys[i], region: Region::Arena, offset: arena.page_offset(i), len: lens(i) })
+            .collect()
+    };
+    for i in 0..16 {
+        let data = pattern(1 << 20, 100 + i as u64);
+        // SAFETY: page i is 1 MiB inside the live arena and nothing else uses it now.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), arena.page_ptr(i), data.len()) };
+    }
+    let stored = engine.run(Op::Set, &page_items(&|i| (1 << 20) - i as u64)).unwrap();
+    assert!(stored.all_succeeded());
+    for i in 0..16 {
+        // SAFETY: as above.
+        unsafe { std::ptr::write_bytes(arena.page_ptr(i), 0, 1 << 20) };
+    }
+    let got = engine.run(Op::Get, &page_items(&|_| 1 << 20)).unwrap();
+    for i in 0..16 {
+        let len = (1 << 20) - i;
+        assert_eq!(got.outcomes[i], Outcome::Hit(len), "a smaller value is a hit with its length");
+        // SAFETY: page i is readable and the batch that wrote it has completed.
+        let page = unsafe { std::slice::from_raw_parts(arena.page_ptr(i), 1 << 20) };
+        assert_eq!(&page[..len], &pattern(1 << 20, 100 + i as u64)[..len], "page {i}");
+    }
+    let exists = engine.run(Op::Exists, &key_items(&keys)).unwrap();
+    assert!(exists.outcomes.iter().all(|o| *o == Outcome::Bool(true)));
+    let deleted = engine.run(Op::Del, &key_items(&keys[..8])).unwrap();
+    assert!(deleted.outcomes.iter().all(|o| *o == Outcome::Bool(true)));
+    let exists = engine.run(Op::Exists, &key_items(&keys)).unwrap();
+    let expected: Vec<Outcome> = (0..16).map(|i| Outcome::Bool(i >= 8)).collect();
+    assert_eq!(exists.outcomes, expected);
+}
+
+#[test]
+fn misses_wrong_sizes_and_odd_keys_in_one_batch() {
+    let server = RedisServer::start();
+    let engine = Engine::start(config(&server)).unwrap();
+    let keys: Vec<Vec<u8>> =
+        vec![b"k".to_vec(), vec![b'm'; 200], pattern(65_536, 3), b"big".to_vec(), b"absent".to_vec()];
+    let values = vec![pattern(10, 1), pattern(20, 2), pattern(30, 3), pattern(5000, 4)];
+    assert!(engine.run(Op::Set, &items(&keys[..4], &values)).unwrap().all_succeeded());
+    let dests = vec![vec![0u8; 64], vec![0u8; 64], vec![0u8; 64], vec![0u8; 4096], vec![9u8; 64]];
+    let got = engine.run(Op::Get, &items(&keys, &dests)).unwrap();
+    assert_eq!(got.outcomes[0], Outcome::Hit(10));
+    assert_eq!(got.outcomes[1], Outcome::Hit(20));
+    assert_eq!(got.outcomes[2], Outcome::Hit(30));
+    let Outcome::Failed(err) = &got.outcomes[3] else { panic!("{:?}", got.outcomes[3]) };
+    assert_eq!(err.kind(), ErrorKind::ValueTooLarge);
+    assert!(err.message().contains("5000 bytes"), "{err}");
+    assert_eq!(got.outcomes[4], Outcome::Miss);
+    assert!(dests[4].iter().all(|&b| b == 9), "a miss leaves its buffer untouched");
+    assert!(dests[3].iter().all(|&b| b == 0), "a too-large value is not written");
+    for i in 0..3 {
+        assert_eq!(&dests[i][..values[i].len()], &values[i][..]);
+    }
+    // The connections stayed in sync after draining the 5000-byte value.
+    let again = engine.run(Op::Get, &items(&keys[..3], &dests[..3])).unwrap();
+    assert_eq!(again.outcomes, vec![Outcome::Hit(10), Outcome::Hit(20), Outcome::Hit(30)]);
+}
+
+#[test]
+fn submitted_batches_complete_through_the_eventfd_and_drain() {
+    let server = RedisServer::start();
+    let engine = Engine::start(config(&server)).unwrap();
+    assert!(!readable(engine.event_fd()));
+    let keys = keys("ev", 50);
+    let values: Vec<Vec<u8>> = (0..50).map(|i| pattern(1000, i)).collect();
+    let first = engine.submit(Op::Set, &items(&keys, &values)).unwrap();
+    let second = engine.submit(Op::Exists, &key_items(&keys)).unwrap();
+    let empty = engine.submit(Op::Get, &[]).unwrap();
+    assert!(first < second && second < empty, "ids are unique and increasing");
+    let mut results = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while results.len() < 3 {
+        assert!(Instant::now() < deadline, "completions did not arrive");
+        if readable(engine.event_fd()) {
+            results.extend(engine.drain());
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    assert!(!readable(engine.event_fd()), "draining clears readiness");
+    results.sort_by_key(|r| r.id);
+    assert_eq!(results[0].id, first);
+    assert!(results[0].outcomes.iter().all(|o| *o == Outcome::Done));
+    assert_eq!(results[1].outcomes.len(), 50);
+    assert!(results[2].outcomes.is_empty());
+}
+
+#[test]
+fn tiny_rings_apply_backpressure_without_losing_anything() {
+    let server = RedisServer::start();
+    let mut config = config(&server);
+    config.num_workers = 2;
+    config.submission_ring_bytes = 4096;
+    config.completion_ring_bytes = 4096;
+    config.batch_slots = 4;
+    let engine = Arc::new(Engine::start(config).unwrap());
+    let keys = keys("bp", 3000);
+    let values: Vec<Vec<u8>> = (0..3000).map(|i| pattern(100, i)).collect();
+    // Async submits from the only thread that drains: must not deadlock on full rings.
+    let id = engine.submit(Op::Set, &items(&keys, &values)).unwrap();
+    let mut done = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while done.is_empty() {
+        assert!(Instant::now() < deadline);
+        done.extend(engine.drain());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(done[0].id, id);
+    assert!(done[0].all_succeeded());
+    let dests: Vec<Vec<u8>> = (0..3000).map(|_| vec![0u8; 100]).collect();
+    let got = engine.run(Op::Get, &items(&keys, &dests)).unwrap();
+    assert!(got.outcomes.iter().all(|o| *o == Outcome::Hit(100)));
+    assert_eq!(dests, values);
+}
+
+#[test]
+fn four_threads_submit_while_a_fifth_drains() {
+    let server = RedisServer::start();
+    let engine = Arc::new(Engine::start(config(&server)).unwrap());
+    let submitters: Vec<_> = (0..4)
+        .map(|t| {
+            let engine = engine.clone();
+            std::thread::spawn(move || {
+                let mut ids = Vec::new();
+                for round in 0..20 {
+                    let keys = keys(&format!("t{t}r{round}"), 25);
+                    let values: Vec<Vec<u8>> =
+                        (0..25).map(|i| pattern(2000, (t * 1000 + round * 25 + i) as u64)).collect();
+                    // Sync batches from these threads, async ones as well.
+                    assert!(engine.run(Op::Set, &items(&keys, &values)).unwrap().all_succeeded());
+                    ids.push(engine.submit(Op::Exists, &key_items(&keys)).unwrap());
+                }
+                ids
+            })
+        })
+        .collect();
+    let drainer = {
+        let engine = engine.clone();
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while seen.len() < 80 && Instant::now() < deadline {
+                for result in engine.drain() {
+                    assert!(result.outcomes.iter().all(|o| *o == Outcome::Bool(true)), "{result:?}");
+                    seen.push(result.id);
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            seen
+        })
+    };
+    let mut submitted: Vec<u64> = submitters.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let mut drained = drainer.join().unwrap();
+    submitted.sort_unstable();
+    drained.sort_unstable();
+    assert_eq!(drained, submitted, "every async batch drained exactly once");
+}
+
+#[test]
+fn server_killed_and_restarted_mid_batch() {
+    let mut server = RedisServer::start();
+    let mut config = config(&server);
+    config.timeout = Duration::from_secs(5);
+    let engine = Arc::new(Engine::start(config).unwrap());
+    let keys = keys("restart", 400);
+    let values: Vec<Vec<u8>> = (0..400).map(|i| pattern(256 * 1024, i)).collect();
+    let started = Instant::now();
+    let id = engine.submit(Op::Set, &items(&keys, &values)).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    server.restart();
+    let mut results = Vec::new();
+    while results.is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(10), "the batch hung");
+        results.extend(engine.drain());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(results[0].id, id);
+    assert_eq!(results[0].outcomes.len(), 400);
+    for outcome in &results[0].outcomes {
+        if let Outcome::Failed(err) = outcome {
+            assert!(matches!(err.kind(), ErrorKind::Connection | ErrorKind::Timeout), "{err}");
+        }
+    }
+    // The next operations reconnect and succeed.
+    let after = engine.run(Op::Set, &items(&keys[..20], &values[..20])).unwrap();
+    assert!(after.all_succeeded(), "{:?}", after.outcomes);
+    let dests: Vec<Vec<u8>> = (0..20).map(|_| vec![0u8; 256 * 1024]).collect();
+    let got = engine.run(Op::Get, &items(&keys[..20], &dests)).unwrap();
+    assert!(got.outcomes.iter().all(|o| *o == Outcome::Hit(256 * 1024)));
+    assert_eq!(&dests[..], &values[..20]);
+}
+
+#[test]
+fn a_stalled_server_fails_the_batch_at_its_deadline() {
+    let server = RedisServer::start();
+    let mut config = config(&server);
+    config.timeout = Duration::from_millis(600);
+    let engine = Engine::start(config).unwrap();
+    let keys = keys("stall", 40);
+    let dests: Vec<Vec<u8>> = (0..40).map(|_| vec![0u8; 1 << 20]).collect();
+    server.pause();
+    let started = Instant::now();
+    let result = engine.run(Op::Get, &items(&keys, &dests));
+    let took = started.elapsed();
+    server.resume();
+    let result = result.unwrap();
+    assert!(took >= Duration::from_millis(600) && took < Duration::from_millis(1500), "took {took:?}");
+    for outcome in &result.outcomes {
+        let Outcome::Failed(err) = outcome else { panic!("{outcome:?}") };
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    }
+    // Recovered once the server answers again.
+    let got = engine.run(Op::Get, &items(&keys, &dests)).unwrap();
+    assert!(got.outcomes.iter().all(|o| *o == Outcome::Miss));
+}
+
+#[test]
+fn close_completes_or_fails_everything_in_flight() {
+    let server = RedisServer::start();
+    let engine = Engine::start(config(&server)).unwrap();
+    let keys = keys("close", 200);
+    let values: Vec<Vec<u8>> = (0..200).map(|i| pattern(512 * 1024, i)).collect();
+    let ids: Vec<u64> = (0..5).map(|_| engine.submit(Op::Set, &items(&keys, &values)).unwrap()).collect();
+    engine.close();
+    let results = engine.drain();
+    let mut drained: Vec<u64> = results.iter().map(|r| r.id).collect();
+    drained.sort_unstable();
+    assert_eq!(drained, ids, "every batch submitted before close completes");
+    for result in &results {
+        for outcome in &result.outcomes {
+            match outcome {
+                Outcome::Done => {}
+                Outcome::Failed(err) => assert_eq!(err.kind(), ErrorKind::Closed, "{err}"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    let err = engine.submit(Op::Exists, &key_items(&keys)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    assert!(engine.drain().is_empty());
+    engine.close();
+}
+
+#[test]
+fn start_fails_clearly_for_a_dead_server_or_wrong_password() {
+    let port = dead_port();
+    let options = ConnectOptions::new(lmcache_resp_core::net::Endpoint::Tcp { host: "127.0.0.1".into(), port });
+    let err = Engine::start(EngineConfig::new(options)).err().unwrap();
+    assert_eq!(err.kind(), ErrorKind::Connection);
+    assert!(err.message().contains(&format!("127.0.0.1:{port}")), "{err}");
+
+    let server = RedisServer::start_with(ServerConfig { password: Some("right-pw".into()), ..Default::default() });
+    let mut options = server.options();
+    options.password = Some(Secret::new("wrong-pw"));
+    let err = Engine::start(EngineConfig::new(options)).err().unwrap();
+    assert_eq!(err.kind(), ErrorKind::Authentication);
+    assert!(!err.message().contains("wrong-pw"));
+    assert!(Engine::start(EngineConfig::new(server.options())).is_ok());
+}
+
+#[test]
+fn keys_over_the_limit_are_refused_before_anything_is_sent() {
+    let server = RedisServer::start();
+    let engine = Engine::start(config(&server)).unwrap();
+    let long = vec![b'k'; 256 * 1024 + 1];
+    let err = engine.run(Op::Exists, &key_items(&[long])).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert!(err.message().contains("longer than the limit"), "{err}");
+}

@@ -1,0 +1,210 @@
+//! The paged store: the engine plus a pool of pages in its arena. Pages are checked on every
+//! use and counted while operations use them, so a page is never freed (and handed to someone
+//! else) while a GET may still write into it.
+
+use crate::arena::{PageHandle, PagePool, PoolError};
+use crate::conn::Op;
+use crate::engine::{BatchResult, Engine, EngineConfig, Item, Region};
+use crate::error::{Error, ErrorKind, Result};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+pub struct PagedStore {
+    engine: Engine,
+    pool: PagePool,
+    /// Operations in flight per page.
+    busy: Vec<AtomicU32>,
+    /// Pages of batches submitted for `drain`, released when drained.
+    pending: Mutex<HashMap<u64, Vec<u32>>>,
+    /// Serializes "check the page, then count it busy" against "check idle, then free".
+    pages_lock: Mutex<()>,
+}
+
+fn page_error(err: PoolError) -> Error {
+    Error::new(ErrorKind::Page, err.to_string())
+}
+
+impl PagedStore {
+    pub fn start(config: EngineConfig) -> Result<PagedStore> {
+        if config.page_size == 0 {
+            return Err(Error::invalid("page_size must be at least 1 byte"));
+        }
+        let num_pages = config.num_pages;
+        let engine = Engine::start(config)?;
+        let pool = PagePool::new(engine.arena().clone()).map_err(page_error)?;
+        Ok(PagedStore {
+            engine,
+            pool,
+            busy: (0..num_pages).map(|_| AtomicU32::new(0)).collect(),
+            pending: Mutex::new(HashMap::new()),
+            pages_lock: Mutex::new(()),
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn pool(&self) -> &PagePool {
+        &self.pool
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.engine.is_closed() { Err(Error::closed("the store")) } else { Ok(()) }
+    }
+
+    pub fn allocate(&self) -> Result<Option<PageHandle>> {
+        self.check_open()?;
+        Ok(self.pool.allocate())
+    }
+
+    pub fn allocate_many(&self, n: usize) -> Result<Vec<PageHandle>> {
+        self.check_open()?;
+        self.pool.allocate_many(n).map_err(page_error)
+    }
+
+    pub fn free(&self, page: &PageHandle) -> Result<()> {
+        self.check_open()?;
+        let _guard = self.lock_pages();
+        // An invalid handle gets the pool's own verdict (double free, stale, foreign) below.
+        if self.pool.check(page).is_ok() && self.busy[page.index as usize].load(Ordering::Acquire) > 0 {
+            return Err(Error::new(
+                ErrorKind::Page,
+                format!(
+                    "page {} is in use by an operation in flight: free it once the operation completes",
+                    page.index
+                ),
+            ));
+        }
+        self.pool.free(page).map_err(page_error)
+    }
+
+    /// Checks that `page` is live here and may be used (and its byte range).
+    pub fn page_ptr(&self, page: &PageHandle) -> Result<*mut u8> {
+        self.pool.page_ptr(page).map_err(page_error)
+    }
+
+    fn lock_pages(&self) -> MutexGuard<'_, ()> {
+        self.pages_lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Builds the batch's items, checking every page and marking it busy.
+    fn claim<'k>(
+        &self,
+        op: Op,
+        keys: &[&'k [u8]],
+        pages: &[PageHandle],
+        lengths: Option<&[u64]>,
+    ) -> Result<Vec<Item<'k>>> {
+        self.check_open()?;
+        if keys.len() != pages.len() {
+            return Err(Error::invalid(format!("{} keys but {} pages", keys.len(), pages.len())));
+        }
+        if let Some(lengths) = lengths {
+            if lengths.len() != keys.len() {
+                return Err(Error::invalid(format!("{} keys but {} lengths", keys.len(), lengths.len())));
+            }
+        }
+        let page_size = self.pool.page_size() as u64;
+        let _guard = self.lock_pages();
+        let mut items = Vec::with_capacity(keys.len());
+        for (i, (key, page)) in keys.iter().zip(pages).enumerate() {
+            self.pool.check(page).map_err(|e| page_error(e).context(format!("key {i}")))?;
+            let len = match lengths {
+                Some(lengths) if lengths[i] > page_size => {
+                    return Err(Error::invalid(format!(
+                        "key {i}: length {} is larger than the page size {page_size}",
+                        lengths[i]
+                    )));
+                }
+                Some(lengths) => lengths[i],
+                None => page_size,
+            };
+            items.push(Item {
+                key,
+                region: Region::Arena,
+                offset: self.pool.page_offset(page).map_err(page_error)?,
+                len,
+            });
+        }
+        if op == Op::Get {
+            let mut seen = std::collections::HashSet::with_capacity(pages.len());
+            if let Some(twice) = pages.iter().find(|p| !seen.insert(p.index)) {
+                return Err(Error::invalid(format!("page {} appears twice in one GET batch", twice.index)));
+            }
+        }
+        for page in pages {
+            self.busy[page.index as usize].fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(items)
+    }
+
+    fn release(&self, pages: impl IntoIterator<Item = u32>) {
+        for index in pages {
+            self.busy[index as usize].fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Runs a batch and waits for it. `lengths` (SET only) sends only the first bytes of each
+    /// page; by default whole pages move.
+    pub fn run(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>) -> Result<BatchResult> {
+        let items = self.claim(op, keys, pages, lengths)?;
+        let result = self.engine.run(op, &items);
+        self.release(pages.iter().map(|p| p.index));
+        result
+    }
+
+    /// Runs a batch of page-less operations (EXISTS, DEL).
+    pub fn run_keys(&self, op: Op, keys: &[&[u8]]) -> Result<BatchResult> {
+        self.check_open()?;
+        self.engine.run(op, &key_items(keys))
+    }
+
+    /// Submits a batch for `drain`; its pages stay busy until then.
+    pub fn submit(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>) -> Result<u64> {
+        let items = self.claim(op, keys, pages, lengths)?;
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        match self.engine.submit(op, &items) {
+            Ok(id) => {
+                pending.insert(id, pages.iter().map(|p| p.index).collect());
+                Ok(id)
+            }
+            Err(err) => {
+                drop(pending);
+                self.release(pages.iter().map(|p| p.index));
+                Err(err)
+            }
+        }
+    }
+
+    pub fn submit_keys(&self, op: Op, keys: &[&[u8]]) -> Result<u64> {
+        self.check_open()?;
+        self.engine.submit(op, &key_items(keys))
+    }
+
+    /// Finished `submit`ted batches; their pages are no longer busy.
+    pub fn drain(&self) -> Vec<BatchResult> {
+        let results = self.engine.drain();
+        if !results.is_empty() {
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            for result in &results {
+                if let Some(pages) = pending.remove(&result.id) {
+                    self.release(pages);
+                }
+            }
+        }
+        results
+    }
+
+    /// Completes or fails everything in flight, then closes the pool; `drain` still hands out
+    /// the last results.
+    pub fn close(&self) {
+        self.engine.close();
+        self.pool.close();
+    }
+}
+
+fn key_items<'k>(keys: &[&'k [u8]]) -> Vec<Item<'k>> {
+    keys.iter().map(|key| Item { key, region: Region::Process, offset: 0, len: 0 }).collect()
+}
