@@ -1,0 +1,49 @@
+"""lmcache-resp: the fastest, most dependable way to move LLM KV-cache pages between host
+memory and Redis/Valkey.
+
+- :class:`PagedRespStore`: a paged pool of KV-cache pages in a shared-memory arena, moved by
+  Rust I/O threads (sync and asyncio).
+- :class:`RespConnector`: the drop-in native connector for LMCache.
+- :class:`RedisClient`: a minimal zero-copy client for any buffer.
+"""
+
+from lmcache_resp._native import __version__
+from lmcache_resp.client import RedisClient
+from lmcache_resp.connector import RespConnector
+from lmcache_resp.store import Page, PagedRespStore
+from lmcache_resp.config import ConnectionSettings, Secret, resolve_connection
+from lmcache_resp.errors import (
+    AuthenticationError,
+    BatchError,
+    ClosedError,
+    InvalidInputError,
+    PageError,
+    ProtocolError,
+    RespConnectionError,
+    RespError,
+    RespTimeoutError,
+    ServerError,
+    ValueTooLargeError,
+)
+
+__all__ = [
+    "AuthenticationError",
+    "BatchError",
+    "ClosedError",
+    "ConnectionSettings",
+    "InvalidInputError",
+    "Page",
+    "PagedRespStore",
+    "PageError",
+    "ProtocolError",
+    "RedisClient",
+    "RespConnector",
+    "RespConnectionError",
+    "RespError",
+    "RespTimeoutError",
+    "Secret",
+    "ServerError",
+    "ValueTooLargeError",
+    "__version__",
+    "resolve_connection",
+]

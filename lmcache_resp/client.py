@@ -1,0 +1,103 @@
+"""``RedisClient``: the minimal zero-copy client for any buffer."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from lmcache_resp import _native
+from lmcache_resp.config import ConnectionSettings, Secret, resolve_connection
+
+if TYPE_CHECKING:
+    from lmcache_resp._typing import Buffer
+
+__all__ = ["RedisClient"]
+
+
+class RedisClient:
+    """One connection to Redis/Valkey. Values move between the server and your buffers
+    (bytes, bytearray, memoryview, numpy arrays of any dtype, mmap) without copies, with the
+    GIL released.
+
+    ``host`` defaults to ``$LMCACHE_RESP_HOST`` or ``localhost``, ``port`` to
+    ``$LMCACHE_RESP_PORT`` or 6379, credentials to ``$LMCACHE_RESP_USERNAME`` /
+    ``$LMCACHE_RESP_PASSWORD``. The constructor connects, authenticates and pings. Every call
+    is bounded by ``timeout`` seconds. Safe to share between threads (calls are serialized).
+    """
+
+    __slots__ = ("_native", "_settings")
+
+    def __init__(
+        self,
+        host: str | None = None,
+        port: int | None = None,
+        *,
+        username: str | None = None,
+        password: str | Secret | None = None,
+        db: int | None = None,
+        timeout: float | None = None,
+        unix_path: str | None = None,
+        url: str | None = None,
+    ) -> None:
+        self._settings = resolve_connection(
+            host, port, url=url, unix_path=unix_path, username=username, password=password, db=db, timeout=timeout
+        )
+        self._native = _native.RedisClient(
+            self._settings.host, self._settings.port, **self._settings.native_kwargs()
+        )
+
+    @classmethod
+    def from_url(cls, url: str, **overrides: object) -> RedisClient:
+        """``resp://host:port``, ``redis://[user:pass@]host:port[/db]`` or
+        ``unix:///path/to/redis.sock``; keyword arguments override the URL."""
+        return cls(url=url, **overrides)  # type: ignore[arg-type]
+
+    @property
+    def settings(self) -> ConnectionSettings:
+        return self._settings
+
+    def set(self, key: str | bytes, buffer: Buffer) -> None:
+        """Stores the bytes of ``buffer`` (its length in bytes, whatever its dtype) under ``key``."""
+        self._native.set(key, buffer)
+
+    def get(self, key: str | bytes, buffer: Buffer) -> int | None:
+        """Receives the value of ``key`` into ``buffer``: the number of bytes written, or None
+        when the key does not exist (``buffer`` untouched). Raises ValueTooLargeError when the
+        value does not fit (``buffer`` untouched, connection still usable)."""
+        return self._native.get(key, buffer)
+
+    def exists(self, key: str | bytes) -> bool:
+        return self._native.exists(key)
+
+    def delete(self, key: str | bytes) -> bool:
+        """Deletes ``key``; True if it existed."""
+        return self._native.delete(key)
+
+    def ping(self) -> None:
+        self._native.ping()
+
+    def close(self) -> None:
+        """Closes the connection; idempotent. Later calls raise ClosedError."""
+        self._native.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._native.closed
+
+    def __enter__(self) -> RedisClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        s = getattr(self, "_settings", None)
+        if s is None:
+            return "RedisClient(<not configured>)"
+        user = f", username={s.username!r}" if s.username else ""
+        secret = ", password=***" if s.password is not None else ""
+        native = getattr(self, "_native", None)
+        state = ", closed" if native is None or native.closed else ""
+        return f"RedisClient({s.endpoint!r}, db={s.db}{user}{secret}, timeout={s.timeout}{state})"

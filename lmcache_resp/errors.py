@@ -1,0 +1,79 @@
+"""Exceptions raised by lmcache_resp.
+
+Every exception derives from :class:`RespError`; where a builtin fits, it derives from that
+too, so ``except ConnectionError`` / ``except TimeoutError`` / ``except ValueError`` work.
+Messages never contain passwords.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthenticationError",
+    "BatchError",
+    "ClosedError",
+    "InvalidInputError",
+    "PageError",
+    "ProtocolError",
+    "RespConnectionError",
+    "RespError",
+    "RespTimeoutError",
+    "ServerError",
+    "ValueTooLargeError",
+]
+
+
+class RespError(Exception):
+    """Base class of every lmcache_resp error."""
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class RespConnectionError(RespError, ConnectionError):
+    """The server could not be reached or the connection broke (transient: retried)."""
+
+
+class AuthenticationError(RespConnectionError):
+    """The server refused the credentials (permanent: never retried)."""
+
+
+class RespTimeoutError(RespError, TimeoutError):
+    """An operation did not complete within its timeout."""
+
+
+class ServerError(RespError):
+    """The server answered with an error reply; ``message`` is the server's text."""
+
+
+class ValueTooLargeError(RespError, ValueError):
+    """A stored value is larger than the buffer or page it was to be read into."""
+
+
+class ProtocolError(RespError):
+    """The server sent bytes that are not valid RESP."""
+
+
+class ClosedError(RespError):
+    """The client or store is closed."""
+
+
+class InvalidInputError(RespError, ValueError):
+    """An argument cannot be used: key too long, read-only or non-contiguous buffer, ..."""
+
+
+class PageError(RespError, ValueError):
+    """A page was misused: double free, a page of another store, a stale page."""
+
+
+class BatchError(RespError):
+    """Some keys of a batch failed.
+
+    ``results`` holds one entry per key: the usual result (bool or int) for keys that
+    succeeded, the exception for keys that failed. ``errors`` maps key index to exception.
+    """
+
+    def __init__(self, message: str, results: list[object]) -> None:
+        super().__init__(message)
+        self.results = results
+        self.errors = {i: r for i, r in enumerate(results) if isinstance(r, BaseException)}

@@ -1,0 +1,246 @@
+"""``PagedRespStore``: a paged pool of KV-cache pages in a shared-memory arena, moved to and
+from Redis/Valkey by Rust I/O threads, sync and asyncio."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from types import TracebackType
+
+from lmcache_resp import _native
+from lmcache_resp._dispatch import CompletionRouter
+from lmcache_resp._native import Page
+from lmcache_resp._results import hits, lmcache_tuple, raise_failures
+from lmcache_resp.config import ConnectionSettings, Secret, resolve_connection
+from lmcache_resp.errors import InvalidInputError
+
+__all__ = ["Page", "PagedRespStore"]
+
+logger = logging.getLogger("lmcache_resp")
+
+Key = str | bytes
+
+
+def _page_count(page_size: int, num_pages: int | None, pool_size: int | None) -> int:
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size <= 0:
+        raise InvalidInputError(f"page_size must be a positive number of bytes, got {page_size!r}")
+    if (num_pages is None) == (pool_size is None):
+        raise InvalidInputError("give exactly one of num_pages and pool_size")
+    if num_pages is not None:
+        if isinstance(num_pages, bool) or not isinstance(num_pages, int) or num_pages < 0:
+            raise InvalidInputError(f"num_pages must be a non-negative integer, got {num_pages!r}")
+        return num_pages
+    if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 0:
+        raise InvalidInputError(f"pool_size must be a non-negative number of bytes, got {pool_size!r}")
+    # As LMCache's pool: whole pages only, an incomplete tail is skipped.
+    return pool_size // page_size
+
+
+class PagedRespStore:
+    """A pool of ``page_size``-byte pages in a shared-memory arena, and batched, pipelined,
+    zero-copy GET/SET/EXISTS/DELETE of whole pages (or page prefixes) against Redis/Valkey.
+
+    Connect with a URL (``resp://``, ``redis://``, ``unix://``) or ``host``/``port``;
+    credentials default to ``$LMCACHE_RESP_USERNAME`` / ``$LMCACHE_RESP_PASSWORD``. Every key
+    of a batch completes, with success or an error, within ``timeout`` seconds of submission.
+    All methods are safe to call from several threads.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        page_size: int,
+        num_pages: int | None = None,
+        pool_size: int | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        unix_path: str | None = None,
+        username: str | None = None,
+        password: str | Secret | None = None,
+        db: int | None = None,
+        timeout: float | None = None,
+        num_workers: int = 8,
+        connections_per_worker: int = 1,
+        max_inflight_bytes: int | None = None,
+    ) -> None:
+        pages = _page_count(page_size, num_pages, pool_size)
+        self._settings = resolve_connection(
+            host, port, url=url, unix_path=unix_path, username=username, password=password, db=db, timeout=timeout
+        )
+        self._native = _native.PagedStore(
+            self._settings.host,
+            self._settings.port,
+            page_size=page_size,
+            num_pages=pages,
+            num_workers=num_workers,
+            connections_per_worker=connections_per_worker,
+            max_inflight_bytes=max_inflight_bytes,
+            **self._settings.native_kwargs(),
+        )
+        self._router = CompletionRouter(self._native.drain, self._native.event_fd())
+        logger.info(
+            "PagedRespStore: %d pages of %d bytes in arena %s, %d I/O workers, server %s",
+            pages, page_size, self._native.arena_name, num_workers, self._settings.endpoint,
+        )
+
+    # -- pages ---------------------------------------------------------------------------
+
+    def allocate(self) -> Page | None:
+        """A free page, or None when every page is in use."""
+        return self._native.allocate()
+
+    def allocate_many(self, n: int) -> list[Page]:
+        """``n`` pages, or PageError (nothing allocated) if fewer are free."""
+        return self._native.allocate_many(n)
+
+    def free(self, page: Page) -> None:
+        """Returns a page to the pool. PageError on a double free, a page of another store or
+        a page an operation in flight still uses."""
+        self._native.free(page)
+
+    # -- blocking batches ----------------------------------------------------------------
+
+    def put(self, keys: Sequence[Key], pages: Sequence[Page], lengths: Sequence[int] | None = None) -> None:
+        """Stores each page (or its first ``lengths[i]`` bytes) under its key."""
+        raise_failures("put", self._native.run("set", keys, pages, _lengths(lengths)))
+
+    def get(self, keys: Sequence[Key], pages: Sequence[Page]) -> list[bool]:
+        """Reads each key into its page: True for a hit, False for a miss (page untouched).
+        A value larger than its page fails that key (BatchError; the rest complete)."""
+        values = self._native.run("get", keys, pages)
+        raise_failures("get", values)
+        return hits(values)
+
+    def get_lengths(self, keys: Sequence[Key], pages: Sequence[Page]) -> list[int | None]:
+        """Like ``get``, with the bytes received per key (None for a miss)."""
+        values = self._native.run("get", keys, pages)
+        raise_failures("get", values)
+        return [v if isinstance(v, int) else None for v in values]
+
+    def exists(self, keys: Sequence[Key]) -> list[bool]:
+        values = self._native.run("exists", keys)
+        raise_failures("exists", values)
+        return [v is True for v in values]
+
+    def delete(self, keys: Sequence[Key]) -> list[bool]:
+        """True for each key that existed and was deleted."""
+        values = self._native.run("delete", keys)
+        raise_failures("delete", values)
+        return [v is True for v in values]
+
+    # -- asyncio ---------------------------------------------------------------------------
+
+    async def aput(self, keys: Sequence[Key], pages: Sequence[Page], lengths: Sequence[int] | None = None) -> None:
+        values = await self._router.watch(lambda: self._native.submit("set", keys, pages, _lengths(lengths)))
+        raise_failures("put", values)
+
+    async def aget(self, keys: Sequence[Key], pages: Sequence[Page]) -> list[bool]:
+        values = await self._router.watch(lambda: self._native.submit("get", keys, pages))
+        raise_failures("get", values)
+        return hits(values)
+
+    async def aexists(self, keys: Sequence[Key]) -> list[bool]:
+        values = await self._router.watch(lambda: self._native.submit("exists", keys))
+        raise_failures("exists", values)
+        return [v is True for v in values]
+
+    async def adelete(self, keys: Sequence[Key]) -> list[bool]:
+        values = await self._router.watch(lambda: self._native.submit("delete", keys))
+        raise_failures("delete", values)
+        return [v is True for v in values]
+
+    # -- for integrators: submit now, collect when event_fd() is readable -------------------
+
+    def submit_put(self, keys: Sequence[Key], pages: Sequence[Page], lengths: Sequence[int] | None = None) -> int:
+        return self._native.submit("set", keys, pages, _lengths(lengths))
+
+    def submit_get(self, keys: Sequence[Key], pages: Sequence[Page]) -> int:
+        return self._native.submit("get", keys, pages)
+
+    def submit_exists(self, keys: Sequence[Key]) -> int:
+        return self._native.submit("exists", keys)
+
+    def submit_delete(self, keys: Sequence[Key]) -> int:
+        return self._native.submit("delete", keys)
+
+    def drain_completions(self) -> list[tuple[int, bool, str, list[bool] | None]]:
+        """Completed ``submit_*`` batches as ``(id, ok, error, per_key)``; clears the eventfd."""
+        return [lmcache_tuple(i, op, values) for i, op, values in self._router.take_unclaimed()]
+
+    def event_fd(self) -> int:
+        """Readable while completed ``submit_*`` batches wait to be drained."""
+        return self._native.event_fd()
+
+    # -- lifecycle and facts -----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Completes or fails everything in flight; later calls raise ClosedError. Idempotent."""
+        self._native.close()
+        self._router.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._native.closed
+
+    @property
+    def page_size(self) -> int:
+        return self._native.page_size
+
+    @property
+    def num_pages(self) -> int:
+        return self._native.num_pages
+
+    @property
+    def free_pages(self) -> int:
+        return self._native.free_pages
+
+    @property
+    def num_workers(self) -> int:
+        return self._native.num_workers
+
+    @property
+    def arena_fd(self) -> int:
+        """The arena's memfd: another process can map the pages through /proc/<pid>/fd/<fd>."""
+        return self._native.arena_fd
+
+    @property
+    def arena_name(self) -> str:
+        return self._native.arena_name
+
+    @property
+    def arena_size(self) -> int:
+        return self._native.arena_size
+
+    @property
+    def settings(self) -> ConnectionSettings:
+        return self._settings
+
+    def __enter__(self) -> PagedRespStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> PagedRespStore:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        s = self._settings
+        state = ", closed" if self._native.closed else ""
+        return (
+            f"PagedRespStore({s.endpoint!r}, page_size={self._native.page_size}, "
+            f"num_pages={self._native.num_pages}, num_workers={self._native.num_workers}{state})"
+        )
+
+
+def _lengths(lengths: Sequence[int] | None) -> list[int] | None:
+    return None if lengths is None else [int(n) for n in lengths]
+

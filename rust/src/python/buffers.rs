@@ -1,0 +1,78 @@
+//! Keys and buffers from Python, without copying.
+
+use super::errors::invalid_input;
+use crate::memory::RawBuf;
+use pyo3::buffer::PyUntypedBuffer;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
+
+/// Longest key accepted. LMCache keys are a few hundred bytes; anything near this is a bug,
+/// and it bounds what a descriptor ring must hold.
+pub const MAX_KEY_LEN: usize = 256 * 1024;
+
+/// A key's bytes: UTF-8 of a `str`, or the bytes of `bytes` (binary-safe).
+pub fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
+    let bytes = if let Ok(text) = key.cast::<PyString>() {
+        text.to_str()?.as_bytes()
+    } else if let Ok(bytes) = key.cast::<PyBytes>() {
+        bytes.as_bytes()
+    } else {
+        let type_name = key.get_type().name()?;
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!("keys must be str or bytes, not {type_name}")));
+    };
+    if bytes.len() > MAX_KEY_LEN {
+        return Err(invalid_input(format!(
+            "key of {} bytes is longer than the limit of {MAX_KEY_LEN} bytes",
+            bytes.len()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// What the buffer will be used for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Sent from (SET): any contiguous buffer.
+    Read,
+    /// Received into (GET): must also be writable.
+    Write,
+}
+
+/// A contiguous buffer held for the duration of an operation. Dropping it releases the
+/// exporter's buffer (and needs the GIL, which `PyUntypedBuffer` re-acquires itself).
+pub struct HeldBuffer {
+    _buffer: PyUntypedBuffer,
+    raw: RawBuf,
+}
+
+impl HeldBuffer {
+    /// Takes any buffer-protocol object (bytes, bytearray, memoryview, numpy arrays of any
+    /// dtype, mmap). Its length is in bytes, whatever the item size.
+    pub fn get(obj: &Bound<'_, PyAny>, access: Access) -> PyResult<HeldBuffer> {
+        let buffer = PyUntypedBuffer::get(obj).map_err(|_| {
+            let type_name = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+            pyo3::exceptions::PyTypeError::new_err(format!(
+                "a buffer (bytes, bytearray, memoryview, numpy array, mmap) is required, not {type_name}"
+            ))
+        })?;
+        if !buffer.is_c_contiguous() {
+            return Err(invalid_input(
+                "the buffer is not C-contiguous: pass a contiguous buffer (e.g. numpy.ascontiguousarray)",
+            ));
+        }
+        if access == Access::Write && buffer.readonly() {
+            return Err(invalid_input(
+                "the buffer is read-only: GET needs a writable buffer (bytearray, numpy array, ...)",
+            ));
+        }
+        // SAFETY: the exporter keeps `buf_ptr..+len_bytes` valid and (being C-contiguous)
+        // in one piece until the buffer is released, which happens when this HeldBuffer is
+        // dropped, after the operation using `raw` has completed.
+        let raw = unsafe { RawBuf::new(buffer.buf_ptr().cast(), buffer.len_bytes()) };
+        Ok(HeldBuffer { _buffer: buffer, raw })
+    }
+
+    pub fn raw(&self) -> RawBuf {
+        self.raw
+    }
+}

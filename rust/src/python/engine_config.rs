@@ -1,0 +1,68 @@
+//! Engine settings from the keyword arguments the Python layer resolved.
+
+use super::client::{connect_options, seconds};
+use super::errors::invalid_input;
+use crate::conn::{PipelineLimits, ReconnectPolicy};
+use crate::engine::EngineConfig;
+use pyo3::prelude::*;
+use std::path::PathBuf;
+
+/// Keyword arguments shared by the store and the connector.
+pub struct EngineArgs {
+    pub host: Option<String>,
+    pub port: u16,
+    pub unix_path: Option<PathBuf>,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub db: u32,
+    pub timeout: f64,
+    pub connect_timeout: Option<f64>,
+    pub num_workers: usize,
+    pub connections_per_worker: usize,
+    pub max_inflight_bytes: Option<usize>,
+    pub max_inflight_requests: Option<usize>,
+    pub worker_cpus: Option<Vec<Option<u32>>>,
+    pub page_size: usize,
+    pub num_pages: usize,
+}
+
+impl EngineArgs {
+    pub fn into_config(self) -> PyResult<EngineConfig> {
+        let timeout = seconds(self.timeout, "timeout")?;
+        let connect_timeout = self
+            .connect_timeout
+            .map_or(Ok(timeout.min(std::time::Duration::from_secs(5))), |t| seconds(t, "connect_timeout"))?;
+        if self.num_workers == 0 || self.num_workers > 1024 {
+            return Err(invalid_input(format!("num_workers must be in 1..1024, got {}", self.num_workers)));
+        }
+        if self.connections_per_worker == 0 || self.connections_per_worker > 64 {
+            return Err(invalid_input(format!(
+                "connections_per_worker must be in 1..64, got {}",
+                self.connections_per_worker
+            )));
+        }
+        let connect = connect_options(
+            self.host,
+            self.port,
+            self.unix_path,
+            self.username,
+            self.password,
+            self.db,
+            connect_timeout,
+        )?;
+        let mut config = EngineConfig::new(connect);
+        config.num_workers = self.num_workers;
+        config.connections_per_worker = self.connections_per_worker;
+        config.timeout = timeout;
+        let defaults = PipelineLimits::default();
+        config.pipeline = PipelineLimits {
+            max_inflight_bytes: self.max_inflight_bytes.unwrap_or(defaults.max_inflight_bytes).max(1),
+            max_inflight_requests: self.max_inflight_requests.unwrap_or(defaults.max_inflight_requests).max(1),
+        };
+        config.reconnect = ReconnectPolicy::default();
+        config.page_size = self.page_size;
+        config.num_pages = self.num_pages;
+        config.worker_cpus = self.worker_cpus.unwrap_or_default();
+        Ok(config)
+    }
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Every test: set everything up, then the Rust tests (unit, property, fuzz-corpus replay, the
+# loom model of the rings, against a real redis-server) and the Python suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+
+echo "==> cargo test (workspace: codec, rings, arena, engine, numa, real-redis tests, fuzz corpus replay)"
+cargo test --workspace --quiet
+
+echo "==> loom model of the SPSC rings"
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p lmcache-resp --release --lib --quiet ring::loom_tests
+
+echo "==> pytest (includes mypy.stubtest of the native module and mypy --strict of the package)"
+.venv/bin/python -m pytest -q py-tests
