@@ -11,7 +11,7 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Connector", "MAX_KEY_LEN", "Page", "PagedStore", "RedisClient", "__version__"]
+__all__ = ["Connector", "MAX_KEY_LEN", "Page", "PagedStore", "RedisClient", "__version__", "loopback_ceiling"]
 
 __version__: str
 
@@ -41,6 +41,8 @@ class RedisClient:
     def tcp_nodelay(self) -> bool | None: ...
 
 MAX_KEY_LEN: int
+
+def loopback_ceiling(pairs: int, block_bytes: int, total_bytes: int, unix: bool = False) -> dict[str, float]: ...
 
 # Per-key values of a batch: GET -> bytes received (int) or None for a miss; SET -> None;
 # EXISTS/DELETE -> bool; a failed key -> its exception.

@@ -11,6 +11,27 @@ mod store;
 
 use pyo3::prelude::*;
 
+/// Raw local stream throughput (no Redis): `{"seconds", "bytes", "gb_per_s", "cpu_seconds"}`.
+#[pyfunction]
+#[pyo3(signature = (pairs, block_bytes, total_bytes, unix=false))]
+fn loopback_ceiling<'py>(
+    py: Python<'py>,
+    pairs: usize,
+    block_bytes: usize,
+    total_bytes: u64,
+    unix: bool,
+) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let result = py
+        .detach(|| crate::ceiling::loopback_ceiling(pairs, block_bytes, total_bytes, unix))
+        .map_err(|e| errors::invalid_input(format!("loopback ceiling probe failed: {e}")))?;
+    let out = pyo3::types::PyDict::new(py);
+    out.set_item("seconds", result.seconds)?;
+    out.set_item("bytes", result.bytes)?;
+    out.set_item("gb_per_s", result.gb_per_s())?;
+    out.set_item("cpu_seconds", result.cpu_seconds)?;
+    Ok(out)
+}
+
 #[pymodule(name = "_native")]
 fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -19,5 +40,6 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::Page>()?;
     m.add_class::<connector::Connector>()?;
     m.add("MAX_KEY_LEN", crate::engine::MAX_KEY_LEN)?;
+    m.add_function(wrap_pyfunction!(loopback_ceiling, m)?)?;
     Ok(())
 }
