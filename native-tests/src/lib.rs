@@ -156,10 +156,16 @@ impl RedisServer {
     /// Sends a command line with redis-cli semantics over a raw socket and returns the raw
     /// reply bytes: an independent path to check what the server holds.
     pub fn raw_command(&self, args: &[&[u8]]) -> Vec<u8> {
+        self.raw_command_as(self.config.password.as_deref(), args)
+    }
+
+    /// As [`RedisServer::raw_command`], authenticating with `password` (after the password
+    /// was changed at runtime, say).
+    pub fn raw_command_as(&self, password: Option<&str>, args: &[&[u8]]) -> Vec<u8> {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
         stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut frame = Vec::new();
-        if let Some(password) = &self.config.password {
+        if let Some(password) = password {
             encode(&mut frame, &[b"AUTH", password.as_bytes()]);
         }
         encode(&mut frame, args);
@@ -167,11 +173,19 @@ impl RedisServer {
         stream.shutdown(std::net::Shutdown::Write).unwrap();
         let mut reply = Vec::new();
         stream.read_to_end(&mut reply).unwrap();
-        if self.config.password.is_some() {
+        if password.is_some() {
             assert!(reply.starts_with(b"+OK\r\n"), "AUTH failed: {:?}", String::from_utf8_lossy(&reply));
             reply.drain(..5);
         }
         reply
+    }
+
+    /// A field of `INFO stats`.
+    pub fn stat_as(&self, password: Option<&str>, field: &str) -> u64 {
+        let reply = self.raw_command_as(password, &[b"INFO", b"stats"]);
+        let text = String::from_utf8_lossy(&reply);
+        let line = text.lines().find(|l| l.starts_with(&format!("{field}:"))).unwrap_or_else(|| panic!("no {field}"));
+        line.split(':').nth(1).unwrap().trim().parse().unwrap()
     }
 }
 

@@ -341,3 +341,34 @@ fn keys_over_the_limit_are_refused_before_anything_is_sent() {
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
     assert!(err.message().contains("longer than the limit"), "{err}");
 }
+
+#[test]
+fn a_password_change_is_a_permanent_failure_that_is_not_retried() {
+    let server = RedisServer::start();
+    let engine = Engine::start(config(&server)).unwrap();
+    let keys = keys("auth", 8);
+    assert!(engine.run(Op::Exists, &key_items(&keys)).unwrap().all_succeeded());
+    // The operator sets a password and drops every client: our reconnects meet NOAUTH.
+    server.raw_command(&[b"CONFIG", b"SET", b"requirepass", b"new-secret"]);
+    server.raw_command_as(Some("new-secret"), &[b"CLIENT", b"KILL", b"TYPE", b"normal"]);
+    let connections = || server.stat_as(Some("new-secret"), "total_connections_received");
+    let first = engine.run(Op::Exists, &key_items(&keys)).unwrap();
+    for outcome in &first.outcomes {
+        let Outcome::Failed(err) = outcome else { panic!("{outcome:?}") };
+        assert!(matches!(err.kind(), ErrorKind::Authentication | ErrorKind::Connection), "{err}");
+    }
+    // Let any reconnect attempts settle, then prove later batches fail at once without
+    // opening new connections: a permanent failure is never retried.
+    let _ = engine.run(Op::Exists, &key_items(&keys));
+    let before = connections();
+    let started = Instant::now();
+    let later = engine.run(Op::Exists, &key_items(&keys)).unwrap();
+    assert!(started.elapsed() < Duration::from_millis(200), "failed at once");
+    for outcome in &later.outcomes {
+        let Outcome::Failed(err) = outcome else { panic!("{outcome:?}") };
+        assert_eq!(err.kind(), ErrorKind::Authentication, "{err}");
+        assert!(!err.message().contains("new-secret"));
+    }
+    // Reading the statistic opened one connection itself.
+    assert_eq!(connections(), before + 1, "no reconnection attempts after the permanent failure");
+}
