@@ -11,7 +11,7 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Connector", "MAX_KEY_LEN", "Page", "PagedStore", "RedisClient", "__version__", "loopback_ceiling"]
+__all__ = ["Connector", "MAX_KEY_LEN", "Page", "PagedStore", "RedisClient", "__version__", "explain_placement", "loopback_ceiling"]
 
 __version__: str
 
@@ -42,6 +42,16 @@ class RedisClient:
 
 MAX_KEY_LEN: int
 
+def explain_placement(
+    host: str | None,
+    port: int,
+    *,
+    unix_path: str | None = None,
+    cpu_affinity: str | None = None,
+    num_workers: int = 8,
+    topology_xml: str | None = None,
+    interface: str | None = None,
+) -> dict[str, Any]: ...
 def loopback_ceiling(pairs: int, block_bytes: int, total_bytes: int, unix: bool = False) -> dict[str, float]: ...
 
 # Per-key values of a batch: GET -> bytes received (int) or None for a miss; SET -> None;
@@ -60,6 +70,8 @@ class Page:
     def data_ptr(self) -> int: ...
     @property
     def size(self) -> int: ...
+    @property
+    def memory_node(self) -> int | None: ...
     @property
     def valid(self) -> bool: ...
     @property
@@ -91,7 +103,7 @@ class PagedStore:
         connections_per_worker: int = 1,
         max_inflight_bytes: int | None = None,
         max_inflight_requests: int | None = None,
-        worker_cpus: Sequence[int | None] | None = None,
+        cpu_affinity: str | None = None,
     ) -> PagedStore: ...
     def allocate(self) -> Page | None: ...
     def allocate_many(self, n: int) -> list[Page]: ...
@@ -132,6 +144,10 @@ class PagedStore:
     def arena_size(self) -> int: ...
     @property
     def endpoint(self) -> str: ...
+    @property
+    def placement(self) -> dict[str, Any]: ...
+    @property
+    def worker_threads(self) -> list[tuple[int, int | None]]: ...
 
 @final
 class Connector:
@@ -150,7 +166,7 @@ class Connector:
         connections_per_worker: int = 1,
         max_inflight_bytes: int | None = None,
         max_inflight_requests: int | None = None,
-        worker_cpus: Sequence[int | None] | None = None,
+        cpu_affinity: str | None = None,
     ) -> Connector: ...
     def submit(self, op: str, keys: Iterable[str | bytes], buffers: Iterable[Buffer] | None = None) -> int: ...
     def drain_completions(self) -> list[tuple[int, bool, str, list[bool] | None]]: ...
@@ -163,3 +179,7 @@ class Connector:
     def num_workers(self) -> int: ...
     @property
     def endpoint(self) -> str: ...
+    @property
+    def placement(self) -> dict[str, Any]: ...
+    @property
+    def worker_threads(self) -> list[tuple[int, int | None]]: ...

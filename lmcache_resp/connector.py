@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lmcache_resp import _native
+from lmcache_resp._placement import log_placement
 from lmcache_resp.config import ConnectionSettings, Secret, resolve_connection
 
 __all__ = ["RespConnector"]
@@ -37,6 +38,7 @@ class RespConnector:
         db: int | None = None,
         timeout: float | None = None,
         connections_per_worker: int = 1,
+        cpu_affinity: str = "auto",
         **unused: Any,
     ) -> None:
         self._settings = resolve_connection(
@@ -50,11 +52,13 @@ class RespConnector:
             self._settings.port,
             num_workers=int(num_workers),
             connections_per_worker=connections_per_worker,
+            cpu_affinity=cpu_affinity,
             **self._settings.native_kwargs(),
         )
         logger.info(
             "RespConnector: %d I/O workers to %s", self._native.num_workers, self._settings.endpoint
         )
+        log_placement("RespConnector", self._native.placement)
 
     def event_fd(self) -> int:
         return self._native.event_fd()
@@ -80,6 +84,16 @@ class RespConnector:
     @property
     def settings(self) -> ConnectionSettings:
         return self._settings
+
+    @property
+    def placement(self) -> dict[str, Any]:
+        return self._native.placement
+
+    def __enter__(self) -> RespConnector:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         state = ", closed" if self._native.closed else ""

@@ -6,11 +6,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from types import TracebackType
+from typing import Any
 
 from lmcache_resp import _native
 from lmcache_resp._dispatch import CompletionRouter
 from lmcache_resp._native import Page
 from lmcache_resp._results import hits, lmcache_tuple, raise_failures
+from lmcache_resp._placement import log_placement
 from lmcache_resp.config import ConnectionSettings, Secret, resolve_connection
 from lmcache_resp.errors import InvalidInputError
 
@@ -40,6 +42,10 @@ class PagedRespStore:
     """A pool of ``page_size``-byte pages in a shared-memory arena, and batched, pipelined,
     zero-copy GET/SET/EXISTS/DELETE of whole pages (or page prefixes) against Redis/Valkey.
 
+    ``cpu_affinity``: ``auto`` (the CPUs and memory of the NUMA node nearest the NIC that
+    reaches the server; no pinning when there is no such device, e.g. loopback), ``none``, a
+    CPU list like ``0-3,8``, or ``numa:N``. The choice and its reasons are logged.
+
     Connect with a URL (``resp://``, ``redis://``, ``unix://``) or ``host``/``port``;
     credentials default to ``$LMCACHE_RESP_USERNAME`` / ``$LMCACHE_RESP_PASSWORD``. Every key
     of a batch completes, with success or an error, within ``timeout`` seconds of submission.
@@ -63,6 +69,7 @@ class PagedRespStore:
         num_workers: int = 8,
         connections_per_worker: int = 1,
         max_inflight_bytes: int | None = None,
+        cpu_affinity: str = "auto",
     ) -> None:
         pages = _page_count(page_size, num_pages, pool_size)
         self._settings = resolve_connection(
@@ -76,6 +83,7 @@ class PagedRespStore:
             num_workers=num_workers,
             connections_per_worker=connections_per_worker,
             max_inflight_bytes=max_inflight_bytes,
+            cpu_affinity=cpu_affinity,
             **self._settings.native_kwargs(),
         )
         self._router = CompletionRouter(self._native.drain, self._native.event_fd())
@@ -83,6 +91,7 @@ class PagedRespStore:
             "PagedRespStore: %d pages of %d bytes in arena %s, %d I/O workers, server %s",
             pages, page_size, self._native.arena_name, num_workers, self._settings.endpoint,
         )
+        log_placement("PagedRespStore", self._native.placement)
 
     # -- pages ---------------------------------------------------------------------------
 
@@ -215,6 +224,17 @@ class PagedRespStore:
     @property
     def settings(self) -> ConnectionSettings:
         return self._settings
+
+    @property
+    def placement(self) -> dict[str, Any]:
+        """Where the I/O threads run and the arena lives (``worker_cpus``, ``cpuset``,
+        ``memory_node``) and why (``explanation``)."""
+        return self._native.placement
+
+    @property
+    def worker_threads(self) -> list[tuple[int, int | None]]:
+        """``(kernel thread id, planned CPU)`` of each I/O worker."""
+        return self._native.worker_threads
 
     def __enter__(self) -> PagedRespStore:
         return self

@@ -372,3 +372,38 @@ fn a_password_change_is_a_permanent_failure_that_is_not_retried() {
     // Reading the statistic opened one connection itself.
     assert_eq!(connections(), before + 1, "no reconnection attempts after the permanent failure");
 }
+
+#[test]
+fn workers_run_where_the_placement_says_and_the_arena_is_on_its_node() {
+    let server = RedisServer::start();
+    let mut config = config(&server);
+    config.num_workers = 3;
+    config.page_size = 64 * 1024;
+    config.num_pages = 8;
+    config.cpu_affinity = "0".parse().unwrap();
+    let engine = Engine::start(config).unwrap();
+    assert_eq!(engine.placement().worker_cpus, vec![Some(0); 3]);
+    assert_eq!(engine.placement().memory_node, Some(0));
+    let threads = engine.worker_threads();
+    assert_eq!(threads.len(), 3);
+    for (tid, cpu) in threads {
+        assert!(tid > 0, "the worker recorded its thread id");
+        assert_eq!(lmcache_resp_numa::thread_cpus(tid).unwrap(), vec![cpu.unwrap()], "thread {tid}");
+    }
+    let explanation = engine.placement().explanation.join("\n");
+    assert!(explanation.contains("pre-faulted"), "{explanation}");
+    for page in 0..8 {
+        let node = lmcache_resp_numa::memory_node_of(engine.arena().page_ptr(page)).unwrap();
+        assert!(matches!(node, Some(0) | None), "page {page} on node {node:?}");
+    }
+    // Still moves data correctly while pinned.
+    let keys = keys("pinned", 8);
+    let values: Vec<Vec<u8>> = (0..8).map(|i| pattern(1000, i)).collect();
+    assert!(engine.run(Op::Set, &items(&keys, &values)).unwrap().all_succeeded());
+
+    let mut bad = EngineConfig::new(server.options());
+    bad.cpu_affinity = "0-4095".parse().unwrap();
+    let err = Engine::start(bad).err().unwrap();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert!(err.message().contains("do not exist"), "{err}");
+}

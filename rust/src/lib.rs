@@ -14,6 +14,7 @@ pub mod engine;
 pub mod error;
 pub mod memory;
 pub mod net;
+pub mod placement;
 #[cfg(feature = "python")]
 mod python;
 pub mod resp;

@@ -27,11 +27,14 @@ use crate::client::BlockingClient;
 use crate::conn::{Conn, Op, Outcome, PipelineLimits, ReconnectPolicy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::net::{Address, ConnectOptions};
+use crate::placement::{self, PlanSource};
 use crate::ring::{self, Consumer, Producer, PushError};
 use batches::{Batches, Recorded};
+use lmcache_resp_numa::{self as numa, CpuAffinity, Placement};
 use notify::{EventFd, futex_wait, futex_wake_all};
 use records::{Descriptor, Tag, decode_completion};
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::AtomicI32;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -63,9 +66,8 @@ pub struct EngineConfig {
     /// Pages in the arena (0 when all memory is the caller's own).
     pub page_size: usize,
     pub num_pages: usize,
-    /// CPU each worker is pinned to (`None`: not pinned). Shorter than `num_workers`: the rest
-    /// are not pinned.
-    pub worker_cpus: Vec<Option<u32>>,
+    /// Where the I/O threads run and the arena's memory lives (see [`crate::placement`]).
+    pub cpu_affinity: CpuAffinity,
 }
 
 impl EngineConfig {
@@ -82,7 +84,7 @@ impl EngineConfig {
             batch_slots: 4096,
             page_size: 0,
             num_pages: 0,
-            worker_cpus: Vec::new(),
+            cpu_affinity: CpuAffinity::None,
         }
     }
 }
@@ -130,6 +132,9 @@ pub struct Engine {
     timeout: Duration,
     endpoint: String,
     conns_per_worker: usize,
+    placement: Placement,
+    /// Each worker's kernel thread id (0 until the thread has started).
+    worker_tids: Arc<[AtomicI32]>,
 }
 
 impl Engine {
@@ -141,6 +146,13 @@ impl Engine {
             return Err(Error::invalid("num_workers and connections_per_worker must be at least 1"));
         }
         let addresses: Arc<[Address]> = config.connect.endpoint.resolve()?.into();
+        let mut placement = placement::plan(
+            &config.connect.endpoint,
+            &addresses,
+            &config.cpu_affinity,
+            config.num_workers,
+            PlanSource::default(),
+        )?;
         let probe_timeout = config.connect.connect_timeout.min(config.timeout);
         BlockingClient::connect(config.connect.clone(), probe_timeout)?;
 
@@ -160,6 +172,10 @@ impl Engine {
         };
         let arena =
             Arc::new(Arena::create(&spec).map_err(|e| Error::invalid(format!("cannot create the arena: {e}")))?);
+        if let Some(node) = placement.memory_node {
+            placement.explanation.push(bind_arena(&arena, node));
+        }
+        let worker_tids: Arc<[AtomicI32]> = (0..config.num_workers).map(|_| AtomicI32::new(0)).collect();
         let shared = Arc::new(Shared {
             arena: arena.clone(),
             pipeline: config.pipeline,
@@ -203,14 +219,16 @@ impl Engine {
                 finished: Vec::new(),
                 record: Vec::new(),
             };
-            let cpu = config.worker_cpus.get(index).copied().flatten();
+            let cpu = placement.worker_cpus.get(index).copied().flatten();
+            let tids = worker_tids.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("lmcache-resp-io-{index}"))
                 .spawn(move || {
+                    tids[index].store(numa::current_thread_id(), Ordering::Release);
                     if let Some(cpu) = cpu {
                         // Placement was validated when it was planned; a failure here leaves
                         // the thread unpinned, which is slower but correct.
-                        let _ = lmcache_resp_numa::bind_current_thread(&[cpu]);
+                        let _ = numa::bind_current_thread(&[cpu]);
                     }
                     worker.run()
                 })
@@ -228,6 +246,8 @@ impl Engine {
             timeout: config.timeout,
             endpoint: config.connect.endpoint.to_string(),
             conns_per_worker: config.connections_per_worker,
+            placement,
+            worker_tids,
         };
         engine.warm_up()?;
         Ok(engine)
@@ -246,6 +266,20 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Where the workers run and the arena's memory lives, and why.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    /// `(kernel thread id, planned CPU)` of each worker.
+    pub fn worker_threads(&self) -> Vec<(i32, Option<u32>)> {
+        self.worker_tids
+            .iter()
+            .zip(self.placement.worker_cpus.iter().copied().chain(std::iter::repeat(None)))
+            .map(|(tid, cpu)| (tid.load(Ordering::Acquire), cpu))
+            .collect()
     }
 
     pub fn arena(&self) -> &Arc<Arena> {
@@ -537,6 +571,22 @@ impl Engine {
         if front.batches.has_ready() {
             self.shared.completion_event.signal();
         }
+    }
+}
+
+/// Binds the arena to `node` and faults every page in there, so pages never land elsewhere
+/// on first touch. Returns the line that explains what happened; a failure costs speed, not
+/// correctness, so it is reported rather than fatal.
+fn bind_arena(arena: &Arena, node: u32) -> String {
+    // SAFETY: the mapping is `arena.size()` bytes, alive while `arena` is, and no other thread
+    // touches it yet (the workers have not started). Prefaulting writes back each page's
+    // current (zero) contents.
+    let outcome = unsafe {
+        numa::bind_memory(arena.base(), arena.size(), node).and_then(|()| numa::prefault(arena.base(), arena.size()))
+    };
+    match outcome {
+        Ok(()) => format!("the arena ({} bytes) is bound to NUMA node {node} and pre-faulted", arena.size()),
+        Err(err) => format!("the arena could not be bound to NUMA node {node} ({err}); the kernel places it"),
     }
 }
 

@@ -42,7 +42,7 @@ impl Connector {
     #[new]
     #[pyo3(signature = (host, port, *, unix_path=None, username=None, password=None, db=0, timeout=10.0,
         connect_timeout=None, num_workers=8, connections_per_worker=1, max_inflight_bytes=None,
-        max_inflight_requests=None, worker_cpus=None))]
+        max_inflight_requests=None, cpu_affinity=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -58,7 +58,7 @@ impl Connector {
         connections_per_worker: usize,
         max_inflight_bytes: Option<usize>,
         max_inflight_requests: Option<usize>,
-        worker_cpus: Option<Vec<Option<u32>>>,
+        cpu_affinity: Option<String>,
     ) -> PyResult<Self> {
         let config = EngineArgs {
             host,
@@ -73,7 +73,7 @@ impl Connector {
             connections_per_worker,
             max_inflight_bytes,
             max_inflight_requests,
-            worker_cpus,
+            cpu_affinity,
             page_size: 0,
             num_pages: 0,
         }
@@ -179,5 +179,15 @@ impl Connector {
     #[getter]
     fn endpoint(&self) -> String {
         self.engine.endpoint().to_owned()
+    }
+
+    #[getter]
+    fn placement<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        super::engine_config::placement_dict(py, self.engine.placement())
+    }
+
+    #[getter]
+    fn worker_threads(&self) -> Vec<(i32, Option<u32>)> {
+        self.engine.worker_threads()
     }
 }

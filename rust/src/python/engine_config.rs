@@ -21,7 +21,8 @@ pub struct EngineArgs {
     pub connections_per_worker: usize,
     pub max_inflight_bytes: Option<usize>,
     pub max_inflight_requests: Option<usize>,
-    pub worker_cpus: Option<Vec<Option<u32>>>,
+    /// `auto`, `none`, a CPU list like `0-3,8`, or `numa:N`; `None` means `auto`.
+    pub cpu_affinity: Option<String>,
     pub page_size: usize,
     pub num_pages: usize,
 }
@@ -62,7 +63,27 @@ impl EngineArgs {
         config.reconnect = ReconnectPolicy::default();
         config.page_size = self.page_size;
         config.num_pages = self.num_pages;
-        config.worker_cpus = self.worker_cpus.unwrap_or_default();
+        config.cpu_affinity = parse_affinity(self.cpu_affinity.as_deref())?;
         Ok(config)
     }
+}
+
+pub fn parse_affinity(text: Option<&str>) -> PyResult<lmcache_resp_numa::CpuAffinity> {
+    match text {
+        None => Ok(lmcache_resp_numa::CpuAffinity::Auto),
+        Some(text) => text.parse().map_err(|e| invalid_input(format!("cpu_affinity={text:?}: {e}"))),
+    }
+}
+
+/// The placement as a dict: `worker_cpus`, `cpuset`, `memory_node`, `explanation`.
+pub fn placement_dict<'py>(
+    py: Python<'py>,
+    placement: &lmcache_resp_numa::Placement,
+) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let out = pyo3::types::PyDict::new(py);
+    out.set_item("worker_cpus", placement.worker_cpus.clone())?;
+    out.set_item("cpuset", placement.cpuset.clone())?;
+    out.set_item("memory_node", placement.memory_node)?;
+    out.set_item("explanation", placement.explanation.clone())?;
+    Ok(out)
 }

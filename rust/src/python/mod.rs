@@ -32,6 +32,37 @@ fn loopback_ceiling<'py>(
     Ok(out)
 }
 
+/// Plans placement without starting anything: for `python -m lmcache_resp.topology`.
+#[pyfunction]
+#[pyo3(signature = (host, port, *, unix_path=None, cpu_affinity=None, num_workers=8, topology_xml=None, interface=None))]
+#[allow(clippy::too_many_arguments)]
+fn explain_placement<'py>(
+    py: Python<'py>,
+    host: Option<String>,
+    port: u16,
+    unix_path: Option<std::path::PathBuf>,
+    cpu_affinity: Option<String>,
+    num_workers: usize,
+    topology_xml: Option<std::path::PathBuf>,
+    interface: Option<String>,
+) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let affinity = engine_config::parse_affinity(cpu_affinity.as_deref())?;
+    let endpoint = match (unix_path, host) {
+        (Some(path), _) => crate::net::Endpoint::Unix { path },
+        (None, Some(host)) => crate::net::Endpoint::Tcp { host, port },
+        (None, None) => return Err(errors::invalid_input("a host or a unix socket path is required")),
+    };
+    let source =
+        crate::placement::PlanSource { topology_xml: topology_xml.as_deref(), interface: interface.as_deref() };
+    let placement = py
+        .detach(|| {
+            let addresses = endpoint.resolve()?;
+            crate::placement::plan(&endpoint, &addresses, &affinity, num_workers, source)
+        })
+        .map_err(|e| errors::to_py_err(&e))?;
+    engine_config::placement_dict(py, &placement)
+}
+
 #[pymodule(name = "_native")]
 fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -41,5 +72,6 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<connector::Connector>()?;
     m.add("MAX_KEY_LEN", crate::engine::MAX_KEY_LEN)?;
     m.add_function(wrap_pyfunction!(loopback_ceiling, m)?)?;
+    m.add_function(wrap_pyfunction!(explain_placement, m)?)?;
     Ok(())
 }

@@ -72,7 +72,7 @@ impl PagedStore {
     #[new]
     #[pyo3(signature = (host, port, *, page_size, num_pages, unix_path=None, username=None, password=None, db=0,
         timeout=10.0, connect_timeout=None, num_workers=8, connections_per_worker=1, max_inflight_bytes=None,
-        max_inflight_requests=None, worker_cpus=None))]
+        max_inflight_requests=None, cpu_affinity=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -90,7 +90,7 @@ impl PagedStore {
         connections_per_worker: usize,
         max_inflight_bytes: Option<usize>,
         max_inflight_requests: Option<usize>,
-        worker_cpus: Option<Vec<Option<u32>>>,
+        cpu_affinity: Option<String>,
     ) -> PyResult<Self> {
         if page_size == 0 {
             return Err(invalid_input("page_size must be at least 1 byte"));
@@ -108,7 +108,7 @@ impl PagedStore {
             connections_per_worker,
             max_inflight_bytes,
             max_inflight_requests,
-            worker_cpus,
+            cpu_affinity,
             page_size,
             num_pages,
         }
@@ -251,6 +251,18 @@ impl PagedStore {
     fn endpoint(&self) -> String {
         self.store.engine().endpoint().to_owned()
     }
+
+    /// Where the I/O threads run and the arena lives, and why.
+    #[getter]
+    fn placement<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        super::engine_config::placement_dict(py, self.store.engine().placement())
+    }
+
+    /// `(kernel thread id, planned CPU or None)` per I/O worker.
+    #[getter]
+    fn worker_threads(&self) -> Vec<(i32, Option<u32>)> {
+        self.store.engine().worker_threads()
+    }
 }
 
 impl Page {
@@ -298,6 +310,12 @@ impl Page {
 
     fn __len__(&self) -> usize {
         self.size
+    }
+
+    /// The NUMA node holding the page's memory, where the kernel can say (None otherwise).
+    #[getter]
+    fn memory_node(&self) -> Option<u32> {
+        lmcache_resp_numa::memory_node_of(self.address as *const u8).ok().flatten()
     }
 
     /// True while the page is allocated and its store open.

@@ -1,0 +1,78 @@
+//! Where the I/O threads and the arena go: the NIC that carries traffic to the server, its
+//! NUMA node, and the CPUs of that node, as the `numa` crate plans them. Binding is done by
+//! the engine; this module only decides, from the host topology or an XML description.
+
+use crate::error::{Error, Result};
+use crate::net::{Address, Endpoint};
+use lmcache_resp_numa::{self as numa, CpuAffinity, NicLookup, Placement, Topology};
+use std::path::Path;
+
+/// Which topology to plan on, and optionally which interface to follow.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PlanSource<'a> {
+    /// An hwloc XML file instead of the host (for explaining and testing; never bound).
+    pub topology_xml: Option<&'a Path>,
+    /// Follow this interface instead of the route to the server.
+    pub interface: Option<&'a str>,
+}
+
+/// Plans placement for `workers` I/O threads talking to `addresses` (resolved from
+/// `endpoint`). With `auto`, anything that prevents following the NIC (no device, no readable
+/// topology) falls back to no pinning, and the explanation says why; explicit choices that
+/// cannot be honoured are errors.
+pub fn plan(
+    endpoint: &Endpoint,
+    addresses: &[Address],
+    affinity: &CpuAffinity,
+    workers: usize,
+    source: PlanSource<'_>,
+) -> Result<Placement> {
+    if *affinity == CpuAffinity::None {
+        return Ok(unpinned(
+            workers,
+            "cpu_affinity=none: threads are not pinned and memory is not bound; the kernel decides".into(),
+        ));
+    }
+    let loaded;
+    let topology: &Topology = match source.topology_xml {
+        Some(path) => {
+            loaded = numa::load_xml_file(path).map_err(placement_error)?;
+            &loaded
+        }
+        None => match numa::HostTopology::get() {
+            Ok(host) => host.topology(),
+            Err(err) if *affinity == CpuAffinity::Auto => {
+                return Ok(unpinned(
+                    workers,
+                    format!(
+                        "auto: hwloc could not read this host's topology ({err}); falling back to no pinning and no memory binding"
+                    ),
+                ));
+            }
+            Err(err) => return Err(placement_error(err)),
+        },
+    };
+    let nic = match (source.interface, addresses.first()) {
+        (Some(interface), _) => numa::locate_nic(topology, interface),
+        (None, Some(Address::Tcp(addr))) => match numa::nic_for_remote(topology, *addr) {
+            Ok(nic) => nic,
+            Err(err) => NicLookup::NoDevice { reason: format!("the route to {endpoint} could not be found: {err}") },
+        },
+        (None, Some(Address::Unix(path))) => NicLookup::unix_socket(&path.display().to_string()),
+        (None, None) => NicLookup::NoDevice { reason: format!("{endpoint} has no address") },
+    };
+    let mut placement = numa::plan_placement(topology, affinity, Some(&nic), workers).map_err(placement_error)?;
+    if *affinity != CpuAffinity::Auto {
+        // `auto` explains the NIC itself; for an explicit choice it is still worth knowing.
+        placement.explanation.insert(0, format!("server {endpoint}: {nic}"));
+    }
+    Ok(placement)
+}
+
+fn placement_error(err: impl std::fmt::Display) -> Error {
+    Error::invalid(format!("cpu_affinity: {err}"))
+}
+
+fn unpinned(workers: usize, why: String) -> Placement {
+    Placement { worker_cpus: vec![None; workers], cpuset: Vec::new(), memory_node: None, explanation: vec![why] }
+}
