@@ -375,8 +375,13 @@ impl Engine {
         let flag = if delivery == batches::Delivery::Wait { BATCH_WAITER_FLAG } else { 0 };
         self.counter(slot).store(items.len() as u32 | flag, Ordering::Release);
 
-        let sizes: Vec<u64> = items.iter().map(|item| item.len).collect();
-        let tiles = tile(&sizes, self.lanes.len());
+        let tiles = if op == Op::Ping {
+            // PING batches open and check every connection: they must reach every worker.
+            tiling::spread_evenly(items.len(), self.lanes.len())
+        } else {
+            let sizes: Vec<u64> = items.iter().map(|item| item.len).collect();
+            tile(&sizes, self.lanes.len())
+        };
         let first = self.next_lane.fetch_add(1, Ordering::Relaxed);
         for (i, range) in tiles.into_iter().enumerate() {
             if range.is_empty() {

@@ -1,0 +1,440 @@
+"""The benchmark (python -m lmcache_resp.bench): its options, its server handling, its output,
+and that it fails loudly on wrong data and leaves a user's server as it found it.
+
+Sizes are tiny (64 KiB x 8 keys, 1 round): these run on a 2-core CI machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO, RedisServer
+from lmcache_resp import _native
+from lmcache_resp.bench import main, pattern
+from lmcache_resp.bench.cli import parse_options
+from lmcache_resp.bench.errors import PeerFailed
+from lmcache_resp.bench.options import DEFAULT_SWEEP_CHUNKS, DEFAULT_SWEEP_WORKERS
+from lmcache_resp.bench.ours import store_accepts_cpu_affinity
+from lmcache_resp.bench.peers.lmcache_native import LMCachePeer
+from lmcache_resp.bench.peers.redis_benchmark import parse_rps
+from lmcache_resp.bench.rounds import ClientResult
+from lmcache_resp.bench.samples import OpSample
+from lmcache_resp.bench.sweep import SweepPoint, knee
+from lmcache_resp.bench.target import Target
+from lmcache_resp.bench.workload import CORRUPT_ENV, Workload
+from lmcache_resp.config import resolve_connection
+
+TINY = ["--chunk-mb", "0.0625", "--num-keys", "8", "--rounds", "1"]
+LMCACHE_PEER_PYTHON = "/tmp/lmcache-peer/bin/python"
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_settings(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.delenv(CORRUPT_ENV, raising=False)
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+# -- options -----------------------------------------------------------------------------
+
+
+def test_defaults_match_lmcaches_benchmark() -> None:
+    options = parse_options([])
+    assert options.embedded
+    assert options.chunk_bytes == 4 << 20
+    assert (options.num_workers, options.num_keys, options.rounds) == (8, 500, 3)
+    assert options.ops == ("set", "get", "exists")
+    assert options.compare == () and not options.sweep and not options.json and not options.ceiling
+    assert options.sweep_chunks == DEFAULT_SWEEP_CHUNKS and DEFAULT_SWEEP_CHUNKS[0] == 256 << 10
+    assert DEFAULT_SWEEP_CHUNKS[-1] == 32 << 20 and options.sweep_workers == DEFAULT_SWEEP_WORKERS
+    assert options.cpu_affinity is None and options.password is None
+
+
+def test_options_are_parsed() -> None:
+    options = parse_options(["--host", "10.0.0.5", "--port", "6380", "--chunk-mb", "0.25", "--ops", "delete,set",
+                             "--compare", "redis-py,redis-benchmark", "--cpu-affinity", "0-3,8", "--password", "pw"])
+    assert not options.embedded
+    assert (options.host, options.port, options.chunk_bytes) == ("10.0.0.5", 6380, 256 << 10)
+    assert options.ops == ("set", "delete")  # run in dependency order whatever order given
+    assert options.compare == ("redis-py", "redis-benchmark")
+    assert options.cpu_affinity == "0-3,8"
+    assert "pw" not in repr(options)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--num-workers", "0", "1..256"),
+        ("--num-keys", "-5", "1..1000000"),
+        ("--rounds", "many", "1..100"),
+        ("--port", "70000", "1..65535"),
+        ("--chunk-mb", "0", "(0, 512]"),
+        ("--chunk-mb", "nan", "(0, 512]"),
+        ("--chunk-mb", "1024", "(0, 512]"),
+        ("--timeout", "-1", "seconds"),
+        ("--ops", "set,scan", "'scan'"),
+        ("--compare", "memcached", "redis-py, lmcache, redis-benchmark"),
+        ("--cpu-affinity", "all-of-them", "numa:N"),
+        ("--sweep-workers", "1,0", "1..256"),
+    ],
+)
+def test_bad_values_are_rejected_naming_the_option(
+    capsys: pytest.CaptureFixture[str], option: str, value: str, expected: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_options([option, value])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}" in err and expected in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--host", "h", "--io-threads", "2"], "--io-threads"),
+        (["--password", "pw"], "--username/--password need --host"),
+        (["--sweep", "--compare", "redis-py"], "--compare cannot be combined with --sweep"),
+        (["--lmcache-python", "/bin/sh"], "--lmcache-python is only used with --compare lmcache"),
+        (["--compare", "lmcache", "--lmcache-python", "/nonexistent/python"], "not an executable file"),
+        (["--num-keys", "1000000", "--chunk-mb", "512"], "MemAvailable"),
+    ],
+)
+def test_settings_that_do_not_fit_are_rejected(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_options(argv)
+    assert exit_info.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
+# -- the embedded server and the report ------------------------------------------------------
+
+
+def test_throwaway_server_is_started_and_stopped(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_main(capsys, *TINY)
+    assert status == 0, out + err
+    started = re.search(r"started a throwaway redis-server (\S+) on 127\.0\.0\.1:(\d+)", out)
+    assert started, out
+    port = int(started.group(2))
+    assert f"stopped the throwaway redis-server on 127.0.0.1:{port}" in out
+    for line in ("Batch SET: ", "Batch GET: ", "Batch EXISTS: "):
+        assert line in out
+    assert re.search(r"^Batch SET: \d+\.\d+ GB/s$", out, re.M) and re.search(r"^Batch EXISTS: \d+ ops/s$", out, re.M)
+    assert "GB = 1e9 bytes of payload" in out and "p99" in out and "seconds per GB" in out
+    assert out.rstrip().splitlines()[-1] == "All tests passed"
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_json_output_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_main(capsys, *TINY, "--rounds", "2", "--ops", "set,get,exists,delete", "--json")
+    assert status == 0, err
+    doc = json.loads(out)  # stdout is the JSON document and nothing else
+    assert doc["schema"] == "lmcache-resp-bench/1"
+    assert doc["verified"] is True
+    assert doc["units"]["set"] == "GB/s" and doc["units"]["exists"] == "ops/s" and "1e9" in doc["units"]["GB"]
+    assert doc["config"]["num_keys"] == 8 and doc["config"]["chunk_bytes"] == 65536 and doc["config"]["rounds"] == 2
+    assert doc["server"]["embedded"] is True and isinstance(doc["server"]["version"], str)
+    assert set(doc["results"]) == {"set", "get", "exists", "delete"}
+    assert all(isinstance(v, float) and v > 0 for v in doc["results"].values())
+    [ours] = doc["clients"]
+    assert ours["name"] == "lmcache_resp" and ours["failure"] is None
+    for op, entry in ours["ops"].items():
+        assert len(entry["samples"]) == 2 and all(isinstance(s, float) for s in entry["samples"])
+        assert entry["median"] == doc["results"][op]
+    assert isinstance(ours["ops"]["get"]["cpu_per_gb"], float)
+    assert set(doc["latency_ms"]) == {"set", "get", "exists", "delete"}
+    assert doc["latency_ms"]["get"]["count"] == 8 and doc["latency_ms"]["get"]["p99_ms"] >= doc["latency_ms"]["get"]["p50_ms"]
+    assert doc["verified_get_batches"] == 3  # 2 rounds and the warm-up
+    assert doc["verified_bytes"] == (3 * 8 + 8) * 65536  # ... and the latency pass
+    assert doc["key_prefix"].startswith("lmcache-resp-bench:")
+    assert doc["sweep"] is None and doc["ceiling"] is None
+
+
+def test_entry_point_runs_as_a_module() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LMCACHE_RESP_")}
+    done = subprocess.run([sys.executable, "-m", "lmcache_resp.bench", *TINY], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.rstrip().splitlines()[-1] == "All tests passed"
+    assert "[#" not in done.stderr  # no progress bar when stderr is not a terminal
+
+
+# -- verification -------------------------------------------------------------------------------
+
+
+def test_corrupted_read_fails_loudly_and_still_cleans_up(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, redis_server: RedisServer
+) -> None:
+    client = redis_server.redis_py()
+    client.set("pre-existing", b"keep me")
+    monkeypatch.setenv(CORRUPT_ENV, "3:100")  # flip byte 100 of key 3 after each GET
+    status, out, err = run_main(capsys, *TINY, "--port", str(redis_server.port))
+    assert status == 1
+    assert "All tests passed" not in out + err
+    assert "VERIFICATION FAILED" in err
+    assert re.search(r"key 'lmcache-resp-bench:[0-9a-f-]+:lmcache_resp:3'.* at byte offset 100", err), err
+    assert client.dbsize() == 1 and client.get("pre-existing") == b"keep me"
+
+
+def test_corrupted_read_in_json_mode(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CORRUPT_ENV, "0:0")
+    status, out, _ = run_main(capsys, *TINY, "--json")
+    assert status == 1
+    doc = json.loads(out)
+    assert doc["verified"] is False
+    assert doc["mismatches"][0]["offset"] == 0 and doc["mismatches"][0]["key"].endswith(":lmcache_resp:0")
+
+
+def test_pattern_is_distinct_per_key_and_round() -> None:
+    a = pattern.expected(4096, 1, 0, 0)
+    assert not (a == pattern.expected(4096, 1, 0, 1)).all()
+    assert not (a == pattern.expected(4096, 1, 1, 0)).all()
+    assert pattern.first_difference(a.copy(), 1, 0, 0, 4096) is None
+    b = a.copy()
+    b[1234] ^= 1
+    assert pattern.first_difference(b, 1, 0, 0, 4096) == 1234
+    assert pattern.first_difference(a[:100].tobytes(), 1, 0, 0, 4096) == 100  # short read
+    workload = Workload(["k0", "k1"], 4096, 1)
+    [miss] = workload.verify("x", 0, [a, None])
+    assert miss.key == "k1" and "miss" in miss.reason
+
+
+# -- a server of the user's ---------------------------------------------------------------------
+
+
+def test_users_server_is_left_as_it_was(capsys: pytest.CaptureFixture[str], redis_server: RedisServer) -> None:
+    client = redis_server.redis_py()
+    client.set("pre-existing", b"keep me")
+    peers = ["redis-py"] + (["redis-benchmark"] if shutil.which("redis-benchmark") else [])
+    status, out, err = run_main(capsys, *TINY, "--port", str(redis_server.port), "--ops", "set,get,exists",
+                                "--compare", ",".join(peers))
+    assert status == 0, out + err
+    assert "not flushed" in out and "throwaway" not in out
+    assert out.rstrip().splitlines()[-1] == "All tests passed"
+    assert re.search(r"^  GET \(GB/s\) +\| \d", out, re.M), out
+    assert client.dbsize() == 1 and client.get("pre-existing") == b"keep me"
+
+
+def test_interrupted_run_deletes_what_it_wrote(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, redis_server: RedisServer
+) -> None:
+    client = redis_server.redis_py()
+    client.set("pre-existing", b"keep me")
+
+    def interrupt(*_: Any) -> None:  # after the first SET, before its GET
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Workload, "poison", staticmethod(interrupt))
+    status, _, err = run_main(capsys, *TINY, "--port", str(redis_server.port))
+    assert status == 130 and "interrupted" in err
+    assert client.dbsize() == 1 and client.get("pre-existing") == b"keep me"
+
+
+def test_password_is_taken_from_the_environment_and_never_shown(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, secure_server: RedisServer
+) -> None:
+    monkeypatch.setenv("LMCACHE_RESP_PASSWORD", "s3cret-default-pw")
+    peers = ["redis-py"] + (["redis-benchmark"] if shutil.which("redis-benchmark") else [])
+    status, out, err = run_main(capsys, *TINY, "--port", str(secure_server.port), "--json", "--compare", ",".join(peers))
+    assert status == 0, err
+    assert "s3cret" not in out + err
+    doc = json.loads(out)
+    assert doc["verified"] is True
+    clients = {c["name"]: c for c in doc["clients"]}
+    assert clients["redis-py"]["failure"] is None  # it authenticated with the same password
+    if "redis-benchmark" in clients:  # measured, or refused without the password on its command line
+        failure = clients["redis-benchmark"]["failure"]
+        assert failure is None or "REDISCLI_AUTH" in failure
+    assert secure_server.redis_py().dbsize() == 0
+
+
+def test_unreachable_server_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    status, _, err = run_main(capsys, *TINY, "--port", str(port), "--timeout", "2")
+    assert status == 2 and f"cannot use the server at localhost:{port}" in err
+
+
+# -- sweep, plot, ceiling, affinity -------------------------------------------------------------
+
+
+def test_sweep_table_knee_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "sweep.png"
+    status, out, err = run_main(capsys, "--num-keys", "4", "--rounds", "1", "--chunk-mb", "0.0625",
+                                "--sweep-chunks", "0.0625,0.125", "--sweep-workers", "1,2", "--plot", str(png))
+    assert status == 0, out + err
+    assert "throughput against chunk size" in out and "throughput against I/O workers" in out
+    assert "knee: " in out and out.rstrip().splitlines()[-1] == "All tests passed"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    status, out, err = run_main(capsys, "--num-keys", "4", "--rounds", "1", "--chunk-mb", "0.0625",
+                                "--sweep-chunks", "0.0625,0.125", "--sweep-workers", "1,2", "--json")
+    assert status == 0, err
+    sweep = json.loads(out)["sweep"]
+    assert [p["chunk_bytes"] for p in sweep["by_chunk"]] == [65536, 131072]
+    assert [p["num_workers"] for p in sweep["by_workers"]] == [1, 2]
+    assert all(p["get_gb_per_s"] > 0 and len(p["set_samples"]) == 1 for p in sweep["by_chunk"] + sweep["by_workers"])
+    assert sweep["chunk_knee_bytes"] in (65536, 131072) and sweep["workers_knee"] in (1, 2)
+
+
+def _point(workers: int, get_gbps: float) -> SweepPoint:
+    result = ClientResult("x", "", ("get",), {"get": [OpSample("get", 1.0, 1, int(get_gbps * 1e9))]})
+    return SweepPoint(4096, workers, 1, False, result)
+
+
+def test_knee_is_the_first_point_within_ninety_percent_of_the_best() -> None:
+    points = [_point(w, v) for w, v in {1: 1.0, 2: 2.0, 4: 2.8, 8: 3.0, 16: 2.9}.items()]
+    found = knee(points)
+    assert found is not None and found.num_workers == 4
+    assert knee([]) is None
+
+
+@pytest.mark.skipif(not hasattr(_native, "loopback_ceiling"), reason="_native.loopback_ceiling is not in this build yet (the lead is adding it)")
+def test_ceiling_reports_shares(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_main(capsys, *TINY, "--ceiling", "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert [p["label"] for p in doc["ceiling"]] == ["TCP loopback, 1 pair", "TCP loopback, 2 pairs", "Unix socket, 2 pairs"]
+    assert all(p["gb_per_s"] > 0 for p in doc["ceiling"])
+
+
+@pytest.mark.skipif(hasattr(_native, "loopback_ceiling"), reason="this build has _native.loopback_ceiling")
+def test_ceiling_without_the_native_probe_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = run_main(capsys, *TINY, "--ceiling")
+    assert status == 2 and "loopback_ceiling" in err
+
+
+def test_cpu_affinity_is_passed_or_clearly_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_main(capsys, *TINY, "--cpu-affinity", "none")
+    if store_accepts_cpu_affinity():
+        assert status == 0, out + err
+    else:
+        assert status == 2 and "--cpu-affinity" in err and "does not accept cpu_affinity" in err
+
+
+# -- peers --------------------------------------------------------------------------------------
+
+
+def test_parse_redis_benchmark_csv() -> None:
+    text = '"test","rps","avg_latency_ms"\n"SET k","2531.65","2.230"\n'
+    assert parse_rps(text) == 2531.65
+    with pytest.raises(ValueError):
+        parse_rps('"test","rps"\n')
+
+
+def _target(server: RedisServer, timeout: float = 10.0) -> Target:
+    return Target(resolve_connection("127.0.0.1", server.port, username="", password="", timeout=timeout), embedded=False)
+
+
+def test_lmcache_driver_protocol_with_a_stand_in_connector(redis_server: RedisServer) -> None:
+    """The driver subprocess, its JSON lines and its verification, with lmcache_resp's own
+    RespConnector standing in for LMCache's (same constructor arguments, same interface)."""
+    workload = Workload([f"bench-test:{i}" for i in range(4)], 4096, 7)
+    peer = LMCachePeer(_target(redis_server), workload, num_workers=2, python=sys.executable,
+                       factory="lmcache_resp.connector:RespConnector")
+    try:
+        samples = peer.run_round(0, ("set", "get", "exists", "delete"))
+    finally:
+        peer.close()
+    assert set(samples) == {"set", "get", "exists", "delete"}
+    assert samples["get"].payload_bytes == 4 * 4096 and samples["get"].rate > 0
+    assert redis_server.redis_py().dbsize() == 0
+
+
+HANGING_CONNECTOR = '''
+import os
+
+
+class Hanging:
+    """Accepts every batch and never completes one (LMCache's GET-of-a-missing-key failure)."""
+
+    def __init__(self, *args):
+        self._fd = os.eventfd(0)
+        self._next = 0
+
+    def event_fd(self):
+        return self._fd
+
+    def _submit(self, *args):
+        self._next += 1
+        return self._next
+
+    submit_batch_set = submit_batch_get = submit_batch_exists = submit_batch_delete = _submit
+
+    def drain_completions(self):
+        return []
+
+    def close(self):
+        pass
+'''
+
+
+def test_a_hung_peer_is_reported_not_waited_for(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "hanging_connector.py").write_text(HANGING_CONNECTOR)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    workload = Workload(["bench-test:0"], 4096, 7)
+    peer = LMCachePeer(_target(redis_server, timeout=0.5), workload, num_workers=1, python=sys.executable,
+                       factory="hanging_connector:Hanging")
+    try:
+        with pytest.raises(PeerFailed, match="hung"):
+            peer.run_round(0, ("set",))
+    finally:
+        peer.close()
+
+
+@pytest.mark.skipif(not os.access(LMCACHE_PEER_PYTHON, os.X_OK), reason="LMCache peer venv not prepared (shared/peers/lmcache-native/setup.sh)")
+def test_lmcache_peer_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_main(capsys, *TINY, "--compare", "lmcache", "--lmcache-python", LMCACHE_PEER_PYTHON, "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    ours, lmcache = doc["clients"]
+    assert lmcache["name"] == "lmcache" and lmcache["failure"] is None, lmcache
+    assert lmcache["ops"]["get"]["median"] > 0 and len(lmcache["ops"]["set"]["samples"]) == 1
+
+
+class _Terminal:
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_only_on_a_terminal_and_never_with_json() -> None:
+    from lmcache_resp.bench.progress import Progress
+
+    terminal = _Terminal()
+    bar = Progress(4, terminal, enabled=True, show_after=0)  # type: ignore[arg-type]
+    bar.start("round 1/3: lmcache_resp")
+    bar.advance(2)
+    assert "[############............] 2/4" in terminal.text and "lmcache_resp" in terminal.text
+    bar.close()
+    assert terminal.text.endswith("\r")
+    quiet = _Terminal()
+    Progress(4, quiet, enabled=False, show_after=0).advance()  # type: ignore[arg-type]
+    assert quiet.text == ""
