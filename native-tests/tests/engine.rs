@@ -413,3 +413,70 @@ fn workers_run_where_the_placement_says_and_the_arena_is_on_its_node() {
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
     assert!(err.message().contains("do not exist"), "{err}");
 }
+
+fn wait_for_dbsize(server: &RedisServer, expected: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reply = server.raw_command(&[b"DBSIZE"]);
+        if reply == format!(":{expected}\r\n").into_bytes() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "DBSIZE stayed {:?}, expected {expected}", String::from_utf8_lossy(&reply));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn tracking_config(server: &RedisServer, capacity: u64) -> EngineConfig {
+    let mut config = config(server);
+    config.capacity = Some(lmcache_resp_core::capacity::CapacityConfig {
+        capacity_bytes: capacity,
+        policy: lmcache_resp_core::capacity::EvictionPolicy::Lru,
+        trigger_watermark: 0.8,
+        eviction_ratio: 0.2,
+    });
+    config
+}
+
+#[test]
+fn eviction_starts_past_the_watermark_and_deletes_the_least_recently_used_keys() {
+    let server = RedisServer::start();
+    let engine = Engine::start(tracking_config(&server, 1_000_000)).unwrap();
+    let keys = keys("lru", 9);
+    let values: Vec<Vec<u8>> = (0..9).map(|i| pattern(100_000, i)).collect();
+    // 8 x 100 kB = 800 kB: exactly at the 80% watermark, nothing is evicted.
+    assert!(engine.run(Op::Set, &items(&keys[..8], &values[..8])).unwrap().all_succeeded());
+    let (_, stats) = engine.capacity().unwrap();
+    assert_eq!((stats.stored_bytes, stats.keys, stats.evictions), (800_000, 8, 0));
+    // Keys 0 and 1 are used again (GET hit, EXISTS), so 2 and 3 are now the oldest.
+    let dests = vec![vec![0u8; 100_000]];
+    assert_eq!(engine.run(Op::Get, &items(&keys[..1], &dests)).unwrap().outcomes, vec![Outcome::Hit(100_000)]);
+    assert_eq!(engine.run(Op::Exists, &key_items(&keys[1..2])).unwrap().outcomes, vec![Outcome::Bool(true)]);
+    // The ninth key passes the watermark: ceil(9 * 0.2) = 2 keys go, in the background.
+    assert!(engine.run(Op::Set, &items(&keys[8..], &values[8..])).unwrap().all_succeeded());
+    wait_for_dbsize(&server, 7);
+    for (i, key) in keys.iter().enumerate() {
+        let expected: &[u8] = if i == 2 || i == 3 { b":0\r\n" } else { b":1\r\n" };
+        assert_eq!(server.raw_command(&[b"EXISTS", key]), expected, "key {i}");
+    }
+    let (_, stats) = engine.capacity().unwrap();
+    assert_eq!((stats.stored_bytes, stats.keys, stats.evictions, stats.evicted_bytes), (700_000, 7, 2, 200_000));
+}
+
+#[test]
+fn usage_stays_within_capacity_under_a_put_heavy_run() {
+    let server = RedisServer::start();
+    let capacity = 2_000_000;
+    let engine = Engine::start(tracking_config(&server, capacity)).unwrap();
+    let values: Vec<Vec<u8>> = (0..3).map(|i| pattern(100_000, i)).collect();
+    for batch in 0..60 {
+        let keys = keys(&format!("heavy{batch}"), 3);
+        assert!(engine.run(Op::Set, &items(&keys, &values)).unwrap().all_succeeded());
+        let (_, stats) = engine.capacity().unwrap();
+        assert!(stats.stored_bytes + stats.reserved_bytes <= capacity, "batch {batch}: {stats:?}");
+    }
+    let (_, stats) = engine.capacity().unwrap();
+    assert!(stats.evictions > 0 && stats.eviction_runs > 0, "{stats:?}");
+    // Once the background DELs land, the server holds exactly what is tracked.
+    wait_for_dbsize(&server, stats.keys as usize);
+    assert!(stats.keys * 100_000 <= capacity);
+}

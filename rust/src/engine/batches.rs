@@ -11,6 +11,8 @@ pub enum Delivery {
     Drain,
     /// A thread waits for this one batch (futex on its counter).
     Wait,
+    /// Nobody collects it (the engine's own eviction DELs): forgotten when it completes.
+    Discard,
 }
 
 /// A finished batch: one outcome per key, in the order the keys were submitted.
@@ -108,10 +110,10 @@ impl Batches {
 
     fn complete(&mut self, slot: u32) {
         let batch = self.slots[slot as usize].as_ref().expect("completing a used slot");
-        if batch.abandoned || batch.delivery == Delivery::Drain {
+        if batch.abandoned || batch.delivery != Delivery::Wait {
             let batch = self.slots[slot as usize].take().expect("used slot");
             self.free.push(slot);
-            if !batch.abandoned {
+            if !batch.abandoned && batch.delivery == Delivery::Drain {
                 self.ready.push_back(batch.into_result());
             }
         }
@@ -185,6 +187,17 @@ mod tests {
         batches.record(slot, 0, Outcome::Miss).unwrap();
         assert_eq!(batches.free.len(), batches.slots.len());
         assert!(!batches.has_ready());
+    }
+
+    #[test]
+    fn discarded_batches_free_their_slot_without_a_result() {
+        let mut batches = Batches::new(1);
+        let slot = batches.open(4, Op::Del, 2, Delivery::Discard).unwrap();
+        batches.record(slot, 0, Outcome::Bool(true)).unwrap();
+        batches.record(slot, 1, Outcome::Bool(false)).unwrap();
+        assert!(!batches.has_ready());
+        assert_eq!(batches.take_completed(slot), None);
+        assert!(batches.open(5, Op::Del, 1, Delivery::Drain).is_some(), "the slot was freed");
     }
 
     #[test]

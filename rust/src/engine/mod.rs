@@ -23,6 +23,7 @@ pub use records::Region;
 pub use tiling::tile;
 
 use crate::arena::{Arena, ArenaSpec, RingRegionSpec};
+use crate::capacity::{CapacityConfig, CapacityStats, Tracker};
 use crate::client::BlockingClient;
 use crate::conn::{Conn, Op, Outcome, PipelineLimits, ReconnectPolicy};
 use crate::error::{Error, ErrorKind, Result};
@@ -33,6 +34,7 @@ use batches::{Batches, Recorded};
 use lmcache_resp_numa::{self as numa, CpuAffinity, Placement};
 use notify::{EventFd, futex_wait, futex_wake_all};
 use records::{Descriptor, Tag, decode_completion};
+use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::AtomicI32;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -68,6 +70,8 @@ pub struct EngineConfig {
     pub num_pages: usize,
     /// Where the I/O threads run and the arena's memory lives (see [`crate::placement`]).
     pub cpu_affinity: CpuAffinity,
+    /// Client-side capacity tracking and eviction; `None` tracks nothing.
+    pub capacity: Option<CapacityConfig>,
 }
 
 impl EngineConfig {
@@ -85,6 +89,7 @@ impl EngineConfig {
             page_size: 0,
             num_pages: 0,
             cpu_affinity: CpuAffinity::None,
+            capacity: None,
         }
     }
 }
@@ -135,6 +140,14 @@ pub struct Engine {
     placement: Placement,
     /// Each worker's kernel thread id (0 until the thread has started).
     worker_tids: Arc<[AtomicI32]>,
+    tracking: Option<Mutex<Tracking>>,
+}
+
+/// Capacity tracking: the tracker, and the keys of tracked batches until their results are
+/// handed out (that is when what they did becomes known).
+struct Tracking {
+    tracker: Tracker,
+    pending: HashMap<u64, (Op, Vec<(Box<[u8]>, u64)>)>,
 }
 
 impl Engine {
@@ -144,6 +157,9 @@ impl Engine {
     pub fn start(config: EngineConfig) -> Result<Engine> {
         if config.num_workers == 0 || config.connections_per_worker == 0 {
             return Err(Error::invalid("num_workers and connections_per_worker must be at least 1"));
+        }
+        if let Some(capacity) = &config.capacity {
+            capacity.validate()?;
         }
         let addresses: Arc<[Address]> = config.connect.endpoint.resolve()?.into();
         let mut placement = placement::plan(
@@ -248,6 +264,9 @@ impl Engine {
             conns_per_worker: config.connections_per_worker,
             placement,
             worker_tids,
+            tracking: config
+                .capacity
+                .map(|capacity| Mutex::new(Tracking { tracker: Tracker::new(capacity), pending: HashMap::new() })),
         };
         engine.warm_up()?;
         Ok(engine)
@@ -280,6 +299,14 @@ impl Engine {
             .zip(self.placement.worker_cpus.iter().copied().chain(std::iter::repeat(None)))
             .map(|(tid, cpu)| (tid.load(Ordering::Acquire), cpu))
             .collect()
+    }
+
+    /// Capacity tracking settings and figures, when tracking is on.
+    pub fn capacity(&self) -> Option<(CapacityConfig, CapacityStats)> {
+        self.tracking.as_ref().map(|t| {
+            let tracking = t.lock().unwrap_or_else(|p| p.into_inner());
+            (*tracking.tracker.config(), tracking.tracker.stats())
+        })
     }
 
     pub fn arena(&self) -> &Arc<Arena> {
@@ -317,17 +344,85 @@ impl Engine {
     /// Submits a batch and waits for its result.
     pub fn run(&self, op: Op, items: &[Item<'_>]) -> Result<BatchResult> {
         let (id, slot) = self.submit_with(op, items, batches::Delivery::Wait)?;
-        self.wait(id, slot)
+        let result = self.wait(id, slot).inspect_err(|_| self.untrack(id))?;
+        self.observe(std::slice::from_ref(&result));
+        Ok(result)
     }
 
     /// Results of every `submit`ted batch that completed since the last call, and clears the
     /// eventfd's readiness.
     pub fn drain(&self) -> Vec<BatchResult> {
-        let mut front = self.lock_front();
-        // Reset before looking: a completion posted after this point signals again.
-        self.shared.completion_event.reset();
-        Self::collect(&mut front);
-        front.batches.take_ready()
+        let results = {
+            let mut front = self.lock_front();
+            // Reset before looking: a completion posted after this point signals again.
+            self.shared.completion_event.reset();
+            Self::collect(&mut front);
+            front.batches.take_ready()
+        };
+        self.observe(&results);
+        results
+    }
+
+    /// Feeds finished batches to the capacity tracker, then evicts if it asks to.
+    fn observe(&self, results: &[BatchResult]) {
+        let Some(tracking) = &self.tracking else { return };
+        let victims = {
+            let mut tracking = tracking.lock().unwrap_or_else(|p| p.into_inner());
+            for result in results {
+                let Some((op, keys)) = tracking.pending.remove(&result.id) else { continue };
+                for ((key, len), outcome) in keys.iter().zip(&result.outcomes) {
+                    let tracker = &mut tracking.tracker;
+                    match (op, outcome) {
+                        (Op::Set, Outcome::Done) => tracker.stored(key, *len),
+                        (Op::Get, Outcome::Hit(_)) | (Op::Exists, Outcome::Bool(true)) => tracker.touched(key),
+                        (Op::Get, Outcome::Miss) | (Op::Exists | Op::Del, Outcome::Bool(_)) => tracker.removed(key),
+                        _ => {}
+                    }
+                }
+                if op == Op::Set {
+                    tracking.tracker.unreserve(keys.iter().map(|(_, len)| len).sum());
+                }
+            }
+            tracking.tracker.victims()
+        };
+        self.evict(victims);
+    }
+
+    /// Deletes keys the tracker gave up, in the background: the DELs go through the workers
+    /// like any batch, and nobody waits for them.
+    fn evict(&self, victims: Vec<Box<[u8]>>) {
+        if victims.is_empty() {
+            return;
+        }
+        let items: Vec<Item<'_>> =
+            victims.iter().map(|key| Item { key, region: Region::Process, offset: 0, len: 0 }).collect();
+        // Fails only once the engine is closing, when nothing more can be deleted anyway.
+        let _ = self.submit_with(Op::Del, &items, batches::Delivery::Discard);
+    }
+
+    /// Files a tracked batch's keys; for SETs, reserves their bytes, evicting first if they
+    /// would not fit.
+    fn track(&self, id: u64, op: Op, items: &[Item<'_>]) {
+        let Some(tracking) = &self.tracking else { return };
+        if items.is_empty() || op == Op::Ping {
+            return;
+        }
+        let victims = {
+            let mut tracking = tracking.lock().unwrap_or_else(|p| p.into_inner());
+            let keys = items.iter().map(|item| (Box::from(item.key), item.len)).collect();
+            tracking.pending.insert(id, (op, keys));
+            if op == Op::Set { tracking.tracker.reserve(items.iter().map(|item| item.len).sum()) } else { Vec::new() }
+        };
+        self.evict(victims);
+    }
+
+    /// A tracked batch that never started: forget it.
+    fn untrack(&self, id: u64) {
+        let Some(tracking) = &self.tracking else { return };
+        let mut tracking = tracking.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((Op::Set, keys)) = tracking.pending.remove(&id) {
+            tracking.tracker.unreserve(keys.iter().map(|(_, len)| len).sum());
+        }
     }
 
     fn lock_front(&self) -> MutexGuard<'_, FrontEnd> {
@@ -365,14 +460,24 @@ impl Engine {
         let deadline = Instant::now() + self.timeout;
         let deadline_ns = clock::now_ns() + self.timeout.as_nanos() as u64;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let slot = self.open_batch(id, op, items.len(), delivery, deadline)?;
+        if delivery != batches::Delivery::Discard {
+            self.track(id, op, items);
+        }
+        let slot = match self.open_batch(id, op, items.len(), delivery, deadline) {
+            Ok(slot) => slot,
+            Err(err) => {
+                self.untrack(id);
+                return Err(err);
+            }
+        };
         if items.is_empty() {
             if delivery == batches::Delivery::Drain {
                 self.shared.completion_event.signal();
             }
             return Ok((id, slot));
         }
-        let flag = if delivery == batches::Delivery::Wait { BATCH_WAITER_FLAG } else { 0 };
+        // Discarded batches need no wake-up; the futex flag keeps them off the eventfd.
+        let flag = if delivery == batches::Delivery::Drain { 0 } else { BATCH_WAITER_FLAG };
         self.counter(slot).store(items.len() as u32 | flag, Ordering::Release);
 
         let tiles = if op == Op::Ping {

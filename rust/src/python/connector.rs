@@ -42,7 +42,8 @@ impl Connector {
     #[new]
     #[pyo3(signature = (host, port, *, unix_path=None, username=None, password=None, db=0, timeout=10.0,
         connect_timeout=None, num_workers=8, connections_per_worker=1, max_inflight_bytes=None,
-        max_inflight_requests=None, cpu_affinity=None))]
+        max_inflight_requests=None, cpu_affinity=None, capacity_bytes=0, eviction_policy="lru",
+        trigger_watermark=0.8, eviction_ratio=0.2))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -59,6 +60,10 @@ impl Connector {
         max_inflight_bytes: Option<usize>,
         max_inflight_requests: Option<usize>,
         cpu_affinity: Option<String>,
+        capacity_bytes: u64,
+        eviction_policy: &str,
+        trigger_watermark: f64,
+        eviction_ratio: f64,
     ) -> PyResult<Self> {
         let config = EngineArgs {
             host,
@@ -74,6 +79,10 @@ impl Connector {
             max_inflight_bytes,
             max_inflight_requests,
             cpu_affinity,
+            capacity_bytes,
+            eviction_policy: eviction_policy.to_owned(),
+            trigger_watermark,
+            eviction_ratio,
             page_size: 0,
             num_pages: 0,
         }
@@ -189,5 +198,11 @@ impl Connector {
     #[getter]
     fn worker_threads(&self) -> Vec<(i32, Option<u32>)> {
         self.engine.worker_threads()
+    }
+
+    /// Capacity tracking figures, or None when tracking is off.
+    #[getter]
+    fn capacity_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, pyo3::types::PyDict>>> {
+        super::engine_config::capacity_dict(py, &self.engine)
     }
 }

@@ -25,6 +25,11 @@ pub struct EngineArgs {
     pub cpu_affinity: Option<String>,
     pub page_size: usize,
     pub num_pages: usize,
+    /// Client-side capacity tracking: 0 disables it.
+    pub capacity_bytes: u64,
+    pub eviction_policy: String,
+    pub trigger_watermark: f64,
+    pub eviction_ratio: f64,
 }
 
 impl EngineArgs {
@@ -64,6 +69,16 @@ impl EngineArgs {
         config.page_size = self.page_size;
         config.num_pages = self.num_pages;
         config.cpu_affinity = parse_affinity(self.cpu_affinity.as_deref())?;
+        if self.capacity_bytes > 0 {
+            let capacity = crate::capacity::CapacityConfig {
+                capacity_bytes: self.capacity_bytes,
+                policy: self.eviction_policy.parse().map_err(|e: crate::Error| invalid_input(e.message()))?,
+                trigger_watermark: self.trigger_watermark,
+                eviction_ratio: self.eviction_ratio,
+            };
+            capacity.validate().map_err(|e| invalid_input(e.message()))?;
+            config.capacity = Some(capacity);
+        }
         Ok(config)
     }
 }
@@ -86,4 +101,28 @@ pub fn placement_dict<'py>(
     out.set_item("memory_node", placement.memory_node)?;
     out.set_item("explanation", placement.explanation.clone())?;
     Ok(out)
+}
+
+/// Capacity figures as a dict, or None when tracking is off.
+pub fn capacity_dict<'py>(
+    py: Python<'py>,
+    engine: &crate::engine::Engine,
+) -> PyResult<Option<Bound<'py, pyo3::types::PyDict>>> {
+    let Some((config, stats)) = engine.capacity() else { return Ok(None) };
+    let policy = match config.policy {
+        crate::capacity::EvictionPolicy::Lru => "LRU",
+        crate::capacity::EvictionPolicy::Noop => "noop",
+    };
+    let out = pyo3::types::PyDict::new(py);
+    out.set_item("capacity_bytes", stats.capacity_bytes)?;
+    out.set_item("stored_bytes", stats.stored_bytes)?;
+    out.set_item("reserved_bytes", stats.reserved_bytes)?;
+    out.set_item("keys", stats.keys)?;
+    out.set_item("evictions", stats.evictions)?;
+    out.set_item("evicted_bytes", stats.evicted_bytes)?;
+    out.set_item("eviction_runs", stats.eviction_runs)?;
+    out.set_item("policy", policy)?;
+    out.set_item("trigger_watermark", config.trigger_watermark)?;
+    out.set_item("eviction_ratio", config.eviction_ratio)?;
+    Ok(Some(out))
 }
