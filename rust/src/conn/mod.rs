@@ -35,11 +35,12 @@ pub struct PipelineLimits {
 }
 
 impl Default for PipelineLimits {
-    /// Measured on redis-server 7 (bench/RESULTS.md): about one 4 MiB value per connection.
-    /// Deeper pipelines of large values make the server hold more reply buffers at once and
-    /// lowered GET throughput by up to 40%; small values still pipeline up to 256 deep.
+    /// Measured on redis-server 7 with 8 connections (bench/RESULTS.md): one large value in
+    /// flight per connection moves the most. Deeper pipelines of 256 KiB to 4 MiB values make
+    /// the single-threaded server hold and fault in more buffers at once and cost 10-40% of
+    /// GET and SET throughput; values below 1 MiB still pipeline (4 KiB values 256 deep).
     fn default() -> Self {
-        PipelineLimits { max_inflight_bytes: (4 << 20) + (64 << 10), max_inflight_requests: 256 }
+        PipelineLimits { max_inflight_bytes: 1 << 20, max_inflight_requests: 256 }
     }
 }
 
