@@ -5,11 +5,15 @@ memory and Redis/Valkey.
   Rust I/O threads (sync and asyncio).
 - :class:`RespConnector`: the drop-in native connector for LMCache.
 - :class:`RedisClient`: a minimal zero-copy client for any buffer.
+- :class:`RespSettings`: every setting, from a URL, LMCache's JSON, keywords and the environment.
+- :class:`RespConnectorClient`: LMCache's non-MP asyncio client (``ConnectorClientBase`` semantics).
 """
 
 from lmcache_resp._native import __version__
 from lmcache_resp.client import RedisClient
 from lmcache_resp.connector import RespConnector
+from lmcache_resp.lmcache import RespConnectorClient
+from lmcache_resp.settings import EvictionSettings, RespSettings
 from lmcache_resp.store import Page, PagedRespStore
 from lmcache_resp.config import ConnectionSettings, Secret, resolve_connection
 from lmcache_resp.errors import (
@@ -31,6 +35,7 @@ __all__ = [
     "BatchError",
     "ClosedError",
     "ConnectionSettings",
+    "EvictionSettings",
     "InvalidInputError",
     "Page",
     "PagedRespStore",
@@ -38,8 +43,10 @@ __all__ = [
     "ProtocolError",
     "RedisClient",
     "RespConnector",
+    "RespConnectorClient",
     "RespConnectionError",
     "RespError",
+    "RespSettings",
     "RespTimeoutError",
     "Secret",
     "ServerError",

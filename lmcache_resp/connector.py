@@ -10,12 +10,13 @@ single keys name the key, and ``close()`` completes or fails everything in fligh
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lmcache_resp import _native
 from lmcache_resp._placement import log_placement
-from lmcache_resp.config import ConnectionSettings, Secret, resolve_connection
+from lmcache_resp.config import Secret
+from lmcache_resp.settings import EvictionSettings, RespSettings
 
 __all__ = ["RespConnector"]
 
@@ -25,11 +26,21 @@ Completion = tuple[int, bool, str, list[bool] | None]
 
 
 class RespConnector:
+    """LMCache's native connector over Redis/Valkey.
+
+    Built the way LMCache builds it, ``RespConnector(**adapter_params)``: ``host``, ``port``,
+    ``num_workers``, ``username``, ``password``, ``max_capacity_gb``, ``eviction`` (LMCache's
+    block), and the extras ``url``, ``unix_path``, ``db``, ``timeout``,
+    ``connections_per_worker``, ``cpu_affinity``. LMCache's conventions apply: an empty
+    value (or port 0) means "not set", so ``$LMCACHE_RESP_*`` fill it in. Unknown settings
+    are errors (see :meth:`RespSettings.from_adapter_params <lmcache_resp.settings.RespSettings.from_adapter_params>`).
+    """
+
     def __init__(
         self,
         host: str | None = None,
         port: int | str | None = None,
-        num_workers: int = 8,
+        num_workers: int | None = None,
         username: str | None = None,
         password: str | Secret | None = None,
         *,
@@ -37,24 +48,32 @@ class RespConnector:
         unix_path: str | None = None,
         db: int | None = None,
         timeout: float | None = None,
-        connections_per_worker: int = 1,
-        cpu_affinity: str = "auto",
-        **unused: Any,
+        connections_per_worker: int | None = None,
+        cpu_affinity: str | None = None,
+        max_capacity_gb: float | None = None,
+        eviction: Mapping[str, Any] | EvictionSettings | None = None,
+        **extra: Any,
     ) -> None:
-        self._settings = resolve_connection(
-            host or None, port or None, url=url, unix_path=unix_path, username=username or None,
-            password=password or None, db=db, timeout=timeout,
-        )
-        if unused:
-            logger.warning("RespConnector: ignoring unknown settings %s", sorted(unused))
-        self._native = _native.Connector(
-            self._settings.host,
-            self._settings.port,
-            num_workers=int(num_workers),
-            connections_per_worker=connections_per_worker,
-            cpu_affinity=cpu_affinity,
-            **self._settings.native_kwargs(),
-        )
+        params = {
+            "host": host, "port": port, "num_workers": num_workers, "username": username, "password": password,
+            "url": url, "unix_path": unix_path, "db": db, "timeout": timeout,
+            "connections_per_worker": connections_per_worker, "cpu_affinity": cpu_affinity,
+            "max_capacity_gb": max_capacity_gb, "eviction": eviction, **extra,
+        }
+        self._start(RespSettings.from_adapter_params({k: v for k, v in params.items() if v is not None}))
+
+    @classmethod
+    def from_settings(cls, settings: RespSettings) -> RespConnector:
+        """A connector for settings resolved already (``RespSettings.resolve``/``from_lmcache``)."""
+        connector = cls.__new__(cls)
+        connector._start(settings)
+        return connector
+
+    def _start(self, settings: RespSettings) -> None:
+        native_kwargs = settings.native_kwargs()
+        self._settings = settings
+        logger.info("RespConnector: settings %s", settings.to_dict())
+        self._native = _native.Connector(**native_kwargs)
         logger.info(
             "RespConnector: %d I/O workers to %s", self._native.num_workers, self._settings.endpoint
         )
@@ -82,8 +101,14 @@ class RespConnector:
         self._native.close()
 
     @property
-    def settings(self) -> ConnectionSettings:
+    def settings(self) -> RespSettings:
         return self._settings
+
+    @property
+    def capacity_stats(self) -> dict[str, Any] | None:
+        """Client-side capacity tracking: capacity_bytes, stored_bytes, reserved_bytes, keys,
+        evictions, evicted_bytes, eviction_runs, policy. None when ``max_capacity_gb`` is 0."""
+        return self._native.capacity_stats
 
     @property
     def placement(self) -> dict[str, Any]:

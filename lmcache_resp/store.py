@@ -4,7 +4,7 @@ from Redis/Valkey by Rust I/O threads, sync and asyncio."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -13,7 +13,8 @@ from lmcache_resp._dispatch import CompletionRouter
 from lmcache_resp._native import Page
 from lmcache_resp._results import hits, lmcache_tuple, raise_failures
 from lmcache_resp._placement import log_placement
-from lmcache_resp.config import ConnectionSettings, Secret, resolve_connection
+from lmcache_resp.config import Secret
+from lmcache_resp.settings import EvictionSettings, RespSettings
 from lmcache_resp.errors import InvalidInputError
 
 __all__ = ["Page", "PagedRespStore"]
@@ -50,6 +51,12 @@ class PagedRespStore:
     credentials default to ``$LMCACHE_RESP_USERNAME`` / ``$LMCACHE_RESP_PASSWORD``. Every key
     of a batch completes, with success or an error, within ``timeout`` seconds of submission.
     All methods are safe to call from several threads.
+
+    ``max_capacity_gb`` (0 = off) caps what this store tracks as stored in Redis; ``eviction``
+    (``{"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}``) says
+    when and how much to delete. Settings resolve as :meth:`RespSettings.resolve
+    <lmcache_resp.settings.RespSettings.resolve>` says (explicit > URL > environment >
+    default) and are logged, the password as ``***``; see ``settings``.
     """
 
     def __init__(
@@ -66,30 +73,29 @@ class PagedRespStore:
         password: str | Secret | None = None,
         db: int | None = None,
         timeout: float | None = None,
-        num_workers: int = 8,
-        connections_per_worker: int = 1,
+        num_workers: int | None = None,
+        connections_per_worker: int | None = None,
         max_inflight_bytes: int | None = None,
-        cpu_affinity: str = "auto",
+        cpu_affinity: str | None = None,
+        max_capacity_gb: float | None = None,
+        eviction: Mapping[str, Any] | EvictionSettings | None = None,
     ) -> None:
         pages = _page_count(page_size, num_pages, pool_size)
-        self._settings = resolve_connection(
-            host, port, url=url, unix_path=unix_path, username=username, password=password, db=db, timeout=timeout
+        settings = RespSettings.resolve(
+            url, host=host, port=port, unix_path=unix_path, username=username, password=password, db=db,
+            timeout=timeout, num_workers=num_workers, connections_per_worker=connections_per_worker,
+            cpu_affinity=cpu_affinity, max_capacity_gb=max_capacity_gb, eviction=eviction,
         )
+        native_kwargs = settings.native_kwargs()
+        self._settings = settings
+        logger.info("PagedRespStore: settings %s", settings.to_dict())
         self._native = _native.PagedStore(
-            self._settings.host,
-            self._settings.port,
-            page_size=page_size,
-            num_pages=pages,
-            num_workers=num_workers,
-            connections_per_worker=connections_per_worker,
-            max_inflight_bytes=max_inflight_bytes,
-            cpu_affinity=cpu_affinity,
-            **self._settings.native_kwargs(),
+            page_size=page_size, num_pages=pages, max_inflight_bytes=max_inflight_bytes, **native_kwargs
         )
         self._router = CompletionRouter(self._native.drain, self._native.event_fd())
         logger.info(
             "PagedRespStore: %d pages of %d bytes in arena %s, %d I/O workers, server %s",
-            pages, page_size, self._native.arena_name, num_workers, self._settings.endpoint,
+            pages, page_size, self._native.arena_name, settings.num_workers, settings.endpoint,
         )
         log_placement("PagedRespStore", self._native.placement)
 
@@ -222,8 +228,14 @@ class PagedRespStore:
         return self._native.arena_size
 
     @property
-    def settings(self) -> ConnectionSettings:
+    def settings(self) -> RespSettings:
         return self._settings
+
+    @property
+    def capacity_stats(self) -> dict[str, Any] | None:
+        """Client-side capacity tracking: capacity_bytes, stored_bytes, reserved_bytes, keys,
+        evictions, evicted_bytes, eviction_runs, policy. None when ``max_capacity_gb`` is 0."""
+        return self._native.capacity_stats
 
     @property
     def placement(self) -> dict[str, Any]:

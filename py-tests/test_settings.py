@@ -1,0 +1,295 @@
+"""RespSettings: one model for URLs, LMCache's L2 adapter JSON, keywords and the environment.
+
+Precedence for every field, LMCache's three JSON shapes, an error per bad field, and secrets
+absent from reprs, dicts, errors and the log lines of the connector and the store."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+from conftest import RedisServer
+
+from lmcache_resp import PagedRespStore, RespConnector, _native
+from lmcache_resp.config import Secret
+from lmcache_resp.errors import InvalidInputError
+from lmcache_resp.settings import EvictionSettings, RespSettings
+
+EMPTY: dict[str, str] = {}
+ENV = {
+    "LMCACHE_RESP_HOST": "env-host",
+    "LMCACHE_RESP_PORT": "1111",
+    "LMCACHE_RESP_USERNAME": "env-user",
+    "LMCACHE_RESP_PASSWORD": "env-pw",
+}
+
+
+def value_of(settings: RespSettings, name: str) -> Any:
+    if name.startswith("eviction."):
+        return getattr(settings.eviction, name.removeprefix("eviction."))
+    return getattr(settings, name)
+
+
+# field, explicit keywords -> expected, URL -> expected, env-var value -> expected (None: no
+# env fallback for this field), default.
+PRECEDENCE = [
+    ("host", {"host": "arg-host"}, "arg-host", "resp://url-host:2222", "url-host", "env-host", "localhost"),
+    ("port", {"port": 3333}, 3333, "resp://url-host:2222", 2222, 1111, 6379),
+    ("username", {"username": "arg-user"}, "arg-user", "redis://url-user:url-pw@h", "url-user", "env-user", None),
+    ("password", {"password": "arg-pw"}, Secret("arg-pw"), "redis://url-user:url-pw@h", Secret("url-pw"),
+     Secret("env-pw"), None),
+    ("unix_path", {"unix_path": "/tmp/arg.sock"}, "/tmp/arg.sock", "unix:///tmp/url.sock", "/tmp/url.sock", None, None),
+    ("db", {"db": 4}, 4, "redis://h/2", 2, None, 0),
+    ("timeout", {"timeout": 1.5}, 1.5, "resp://h?timeout=3", 3.0, None, 10.0),
+    ("num_workers", {"num_workers": 4}, 4, "resp://h?num_workers=16", 16, None, 8),
+    ("connections_per_worker", {"connections_per_worker": 2}, 2, "resp://h?connections_per_worker=3", 3, None, 1),
+    ("cpu_affinity", {"cpu_affinity": "none"}, "none", "resp://h?cpu_affinity=0-3,8", "0-3,8", None, "auto"),
+    ("max_capacity_gb", {"max_capacity_gb": 2.5}, 2.5, "resp://h?max_capacity_gb=40", 40.0, None, 0.0),
+    ("eviction.eviction_policy", {"eviction": {"eviction_policy": "lru"}}, "LRU", "resp://h?eviction_policy=NOOP",
+     "noop", None, "LRU"),
+    ("eviction.trigger_watermark", {"eviction": {"trigger_watermark": 0.9}}, 0.9, "resp://h?trigger_watermark=0.7",
+     0.7, None, 0.8),
+    ("eviction.eviction_ratio", {"eviction": {"eviction_ratio": 0.5}}, 0.5, "resp://h?eviction_ratio=0.3", 0.3,
+     None, 0.2),
+]
+
+
+@pytest.mark.parametrize(("name", "explicit", "from_explicit", "url", "from_url", "from_env", "default"), PRECEDENCE)
+def test_precedence_explicit_over_url_over_env_over_default(
+    name: str, explicit: dict[str, Any], from_explicit: Any, url: str, from_url: Any, from_env: Any, default: Any
+) -> None:
+    assert value_of(RespSettings.resolve(env=EMPTY), name) == default
+    # Fields without an env fallback keep their default whatever the environment holds.
+    assert value_of(RespSettings.resolve(env=ENV), name) == (default if from_env is None else from_env)
+    assert value_of(RespSettings.resolve(url, env=ENV), name) == from_url
+    assert value_of(RespSettings.resolve(url, env=ENV, **explicit), name) == from_explicit
+    assert value_of(RespSettings.from_url(url, env=ENV, **explicit), name) == from_explicit
+
+
+def test_precedence_is_field_by_field() -> None:
+    s = RespSettings.resolve(
+        "resp://url-host:2222?trigger_watermark=0.7&num_workers=16", env=ENV,
+        num_workers=4, eviction={"eviction_ratio": 0.5},
+    )
+    assert (s.host, s.port, s.username, s.password) == ("url-host", 2222, "env-user", Secret("env-pw"))
+    assert s.num_workers == 4
+    assert s.eviction == EvictionSettings("LRU", 0.7, 0.5)
+
+
+def test_resolve_keeps_empty_credentials_as_none_but_empty_host_as_unset() -> None:
+    s = RespSettings.resolve(env=ENV, host="", username="", password="")
+    assert (s.host, s.username, s.password) == ("env-host", None, None)
+
+
+PARAMS = {
+    "host": "10.0.0.5", "port": 6380, "num_workers": 16, "username": "", "password": "",
+    "max_capacity_gb": 10,
+    "eviction": {"eviction_policy": "LRU", "trigger_watermark": 0.75, "eviction_ratio": 0.25},
+}
+PLUGIN_DOCUMENT = {"type": "native_plugin", "module_path": "lmcache_resp", "class_name": "RespConnector",
+                   "adapter_params": PARAMS}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        json.dumps(PLUGIN_DOCUMENT),
+        PLUGIN_DOCUMENT,
+        json.dumps({"type": "resp", **PARAMS}),
+        {"type": "resp", **PARAMS},
+        json.dumps(PARAMS),
+        PARAMS,
+    ],
+    ids=["plugin-json", "plugin-dict", "resp-json", "resp-dict", "params-json", "params-dict"],
+)
+def test_lmcache_config_in_its_three_shapes(config: Any) -> None:
+    s = RespSettings.from_lmcache(config, env=ENV)
+    assert (s.host, s.port, s.num_workers, s.max_capacity_gb) == ("10.0.0.5", 6380, 16, 10.0)
+    assert s.eviction == EvictionSettings("LRU", 0.75, 0.25)
+    # LMCache leaves credentials empty in the JSON: the environment supplies them.
+    assert (s.username, s.password) == ("env-user", Secret("env-pw"))
+    assert s.capacity_bytes == 10_000_000_000
+
+
+def test_lmcache_empty_host_and_zero_port_fall_back_to_the_environment() -> None:
+    s = RespSettings.from_lmcache('{"type": "resp", "host": "", "port": 0, "num_workers": 8}', env=ENV)
+    assert (s.host, s.port) == ("env-host", 1111)
+    s = RespSettings.from_lmcache({"type": "resp", "num_workers": 8}, env=ENV)
+    assert (s.host, s.port) == ("env-host", 1111)
+    assert RespSettings.from_lmcache({"host": ""}, env=EMPTY).host == "localhost"
+    # Explicit JSON values win over the environment.
+    s = RespSettings.from_lmcache({"host": "json-host", "port": 7000, "username": "bob", "password": "pw"}, env=ENV)
+    assert (s.host, s.port, s.username, s.password) == ("json-host", 7000, "bob", Secret("pw"))
+
+
+def test_lmcache_extras_url_and_resp_num_threads() -> None:
+    s = RespSettings.from_adapter_params({"url": "redis://u:pw@h:1/3", "resp_num_threads": 12}, env=EMPTY)
+    assert (s.host, s.port, s.db, s.username, s.password, s.num_workers) == ("h", 1, 3, "u", Secret("pw"), 12)
+    with pytest.raises(InvalidInputError, match="num_workers or resp_num_threads, not both"):
+        RespSettings.from_adapter_params({"num_workers": 4, "resp_num_threads": 12}, env=EMPTY)
+
+
+def test_lmcache_numeric_strings_are_accepted_like_lmcache_does() -> None:
+    s = RespSettings.from_lmcache({"port": "6390", "num_workers": "4", "max_capacity_gb": "1.5"}, env=EMPTY)
+    assert (s.port, s.num_workers, s.max_capacity_gb) == (6390, 4, 1.5)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"port": 0}, r"port must be an integer in 1\.\.65535, got 0"),
+        ({"port": 70000}, r"port must be an integer in 1\.\.65535, got 70000"),
+        ({"port": "http"}, r"port must be an integer in 1\.\.65535, got 'http'"),
+        ({"num_workers": 0}, r"num_workers must be an integer in 1\.\.1024, got 0"),
+        ({"num_workers": 1025}, r"num_workers must be an integer in 1\.\.1024, got 1025"),
+        ({"num_workers": 2.5}, r"num_workers must be an integer in 1\.\.1024, got 2\.5"),
+        ({"connections_per_worker": 65}, r"connections_per_worker must be an integer in 1\.\.64, got 65"),
+        ({"cpu_affinity": "sometimes"}, r"cpu_affinity must be 'auto', 'none', 'numa:N' or a CPU list"),
+        ({"cpu_affinity": "numa:x"}, r"cpu_affinity must be"),
+        ({"timeout": 0}, r"timeout must be a positive number of seconds, got 0"),
+        ({"db": -1}, r"db must be an integer in 0\.\.2147483647, got -1"),
+        ({"max_capacity_gb": -1}, r"max_capacity_gb must be a number >= 0, got -1"),
+        ({"max_capacity_gb": "abc"}, r"max_capacity_gb must be a number >= 0, got 'abc'"),
+        ({"max_capacity_gb": float("inf")}, r"max_capacity_gb must be a number >= 0, got inf"),
+        ({"max_capacity_gb": True}, r"max_capacity_gb must be a number >= 0, got True"),
+        ({"eviction": {"trigger_watermark": 0}}, r"eviction\.trigger_watermark must be in \(0, 1\], got 0"),
+        ({"eviction": {"trigger_watermark": 1.5}}, r"eviction\.trigger_watermark must be in \(0, 1\], got 1\.5"),
+        ({"eviction": {"eviction_ratio": -0.1}}, r"eviction\.eviction_ratio must be in \(0, 1\], got -0\.1"),
+        ({"eviction": {"eviction_ratio": "lots"}}, r"eviction\.eviction_ratio must be a number in \(0, 1\], got 'lots'"),
+        ({"eviction": {"eviction_policy": "FIFO"}}, r"eviction\.eviction_policy must be one of 'LRU', 'noop', got 'FIFO'"),
+        ({"eviction": 5}, r"eviction must be an object"),
+        ({"trigger_watermak": 0.9}, r"unknown setting\(s\): 'trigger_watermak' \(did you mean 'eviction\.trigger_watermark'\?\)"),
+        ({"eviction": {"trigger_watermak": 0.9}}, r"unknown eviction setting\(s\): 'trigger_watermak' \(did you mean 'trigger_watermark'\?\)"),
+        ({"num_worker": 4, "hots": "h"}, r"unknown setting\(s\): 'hots' \(did you mean 'host'\?\), 'num_worker' \(did you mean 'num_workers'\?\)"),
+    ],
+)
+def test_each_bad_field_is_an_error_naming_the_field_and_range(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        RespSettings.resolve(env=EMPTY, **fields)
+    # The same through LMCache's JSON (what RespConnector(**adapter_params) receives).
+    if "port" not in fields or fields["port"] != 0:  # port 0 is LMCache's "not set"
+        with pytest.raises(InvalidInputError, match=message):
+            RespSettings.from_lmcache(json.dumps({"type": "resp", **fields}), env=EMPTY)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"type": "s3", "host": "h"}, r"L2 adapter type must be one of 'native_plugin', 'resp', got 's3'"),
+        ({"type": "native_plugin", "module_path": "other", "class_name": "X", "adapter_params": {}},
+         r"selects other\.X, not lmcache_resp\.RespConnector"),
+        ({"type": "native_plugin", "module_path": "lmcache_resp", "class_name": "RespConnector",
+          "adapter_params": {}, "max_capacity_gb": 10}, r"unknown key\(s\) beside adapter_params .*'max_capacity_gb'"),
+        ({"type": "native_plugin", "adapter_params": []}, r"adapter_params must be a JSON object"),
+        ("[1, 2]", r"must be a JSON object, not list"),
+        ('{"host": "h", "password": "hunter2"', r"invalid L2 adapter JSON: .* at line 1 column"),
+    ],
+)
+def test_lmcache_envelope_errors(config: Any, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message) as info:
+        RespSettings.from_lmcache(config, env=EMPTY)
+    assert "hunter2" not in str(info.value)
+
+
+def test_url_query_typos_are_errors_and_hide_the_password() -> None:
+    with pytest.raises(InvalidInputError, match=r"'num_wrkers' \(did you mean 'num_workers'\?\)") as info:
+        RespSettings.resolve("redis://u:hunter2@h:1?num_wrkers=4", env=EMPTY)
+    assert "hunter2" not in str(info.value) and "redis://u:***@h:1" in str(info.value)
+
+
+def test_eviction_without_capacity_is_accepted_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="lmcache_resp")
+    s = RespSettings.resolve(env=EMPTY, eviction={"eviction_policy": "noop"})
+    assert s.eviction.eviction_policy == "noop" and s.capacity_bytes == 0
+    assert "no effect without max_capacity_gb" in caplog.text
+    assert "capacity_bytes" not in s.native_kwargs(), "capacity keywords go to the native layer only when on"
+
+
+def test_native_kwargs_carry_capacity_in_bytes_and_the_policy_in_lower_case() -> None:
+    s = RespSettings.resolve(env=EMPTY, max_capacity_gb=1.5, eviction={"eviction_policy": "LRU"})
+    kwargs = s.native_kwargs()
+    assert kwargs["capacity_bytes"] == 1_500_000_000
+    assert (kwargs["eviction_policy"], kwargs["trigger_watermark"], kwargs["eviction_ratio"]) == ("lru", 0.8, 0.2)
+
+
+def test_direct_construction_is_validated_too() -> None:
+    with pytest.raises(InvalidInputError, match="num_workers must be an integer in 1..1024"):
+        RespSettings(num_workers=0)
+    with pytest.raises(InvalidInputError, match="password must be a Secret"):
+        RespSettings(password="plain")  # type: ignore[arg-type]
+    assert RespSettings(eviction={"eviction_policy": "noop"}).eviction.eviction_policy == "noop"  # type: ignore[arg-type]
+
+
+# -- secrets ------------------------------------------------------------------------------------
+
+
+def test_secrets_never_print() -> None:
+    for s in (
+        RespSettings.resolve(env=EMPTY, password="hunter2"),
+        RespSettings.resolve("redis://bob:hunter2@h:1", env=EMPTY),
+        RespSettings.resolve(env={"LMCACHE_RESP_PASSWORD": "hunter2"}),
+        RespSettings.from_lmcache({"type": "resp", "password": "hunter2"}, env=EMPTY),
+    ):
+        assert s.password == Secret("hunter2")
+        for shown in (repr(s), str(s), repr(s.to_dict()), json.dumps(s.to_dict()), repr(s.connection)):
+            assert "hunter2" not in shown
+        assert s.to_dict()["password"] == "***"
+        assert s.native_kwargs()["password"] == "hunter2", "the native constructor is the one place it is revealed"
+
+
+def test_env_password_is_read_once_at_construction() -> None:
+    env = {"LMCACHE_RESP_PASSWORD": "first"}
+    s = RespSettings.resolve(env=env)
+    env["LMCACHE_RESP_PASSWORD"] = "second"
+    assert s.password == Secret("first")
+
+
+def test_unknown_keys_never_echo_values() -> None:
+    with pytest.raises(InvalidInputError) as info:
+        RespSettings.from_lmcache({"host": "h", "passwrd": "hunter2"}, env=EMPTY)
+    assert "'passwrd' (did you mean 'password'?)" in str(info.value) and "hunter2" not in str(info.value)
+
+
+def all_logged_text(caplog: pytest.LogCaptureFixture) -> str:
+    return "\n".join(f"{r.getMessage()} {r.args!r} {r.msg!r}" for r in caplog.records) + caplog.text
+
+
+def test_no_log_line_holds_a_password(
+    secure_server: RedisServer, clean_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    default_pw, alice_pw = "s3cret-default-pw", "s3cret-alice-pw"
+    with RespConnector(host="127.0.0.1", port=secure_server.port, password=default_pw, num_workers=2) as connector:
+        assert connector.settings.password == Secret(default_pw)
+        assert default_pw not in repr(connector) and default_pw not in repr(connector.settings)
+    with PagedRespStore(
+        f"redis://:{default_pw}@127.0.0.1:{secure_server.port}", page_size=4096, num_pages=2, num_workers=2
+    ) as store:
+        assert default_pw not in repr(store) and default_pw not in repr(store.settings)
+    # Credentials from the environment, the JSON leaving them empty (LMCache's MP convention).
+    clean_env.setenv("LMCACHE_RESP_USERNAME", "alice")
+    clean_env.setenv("LMCACHE_RESP_PASSWORD", alice_pw)
+    with RespConnector(host="127.0.0.1", port=secure_server.port, username="", password="", num_workers=2) as connector:
+        assert connector.settings.username == "alice"
+    with PagedRespStore(f"resp://127.0.0.1:{secure_server.port}", page_size=4096, num_pages=2, num_workers=2):
+        pass
+    logged = all_logged_text(caplog)
+    assert "settings {" in logged and "'password': '***'" in logged, "the settings were logged"
+    assert default_pw not in logged and alice_pw not in logged
+
+
+def test_capacity_settings_reach_the_native_layer(redis_server: RedisServer, clean_env: pytest.MonkeyPatch) -> None:
+    eviction = {"eviction_policy": "noop", "trigger_watermark": 0.5, "eviction_ratio": 0.25}
+    with RespConnector(host="127.0.0.1", port=redis_server.port, num_workers=2, max_capacity_gb=0.001,
+                       eviction=eviction) as connector:
+        stats = connector.capacity_stats
+        assert stats is not None
+        assert (stats["capacity_bytes"], str(stats["policy"]).lower()) == (1_000_000, "noop")
+    with PagedRespStore(f"resp://127.0.0.1:{redis_server.port}?max_capacity_gb=0.002", page_size=4096,
+                        num_pages=2, num_workers=2) as store:
+        stats = store.capacity_stats
+        assert stats is not None
+        assert (stats["capacity_bytes"], str(stats["policy"]).lower()) == (2_000_000, "lru")
+        assert {"stored_bytes", "reserved_bytes", "keys", "evictions", "evicted_bytes", "eviction_runs"} <= set(stats)
