@@ -445,10 +445,9 @@ impl Conn {
             let (sent, total) = {
                 let Some(stream) = &self.stream else { return };
                 let mut iov = IoVecs::<MAX_IOV>::new();
-                let mut in_flight = self.sent;
                 let mut inflight_bytes = self.inflight_bytes;
                 let mut offset = self.write_offset;
-                for request in self.queue.iter().skip(self.sent) {
+                for (in_flight, request) in (self.sent..).zip(self.queue.iter().skip(self.sent)) {
                     if self.state == ConnState::Handshaking && matches!(request.kind, Kind::User(_)) {
                         break;
                     }
@@ -462,7 +461,6 @@ impl Conn {
                     if !push_frame(&mut iov, request, offset) {
                         break;
                     }
-                    in_flight += 1;
                     inflight_bytes += request.pipeline_cost();
                     offset = 0;
                 }

@@ -147,8 +147,11 @@ pub struct Engine {
 /// handed out (that is when what they did becomes known).
 struct Tracking {
     tracker: Tracker,
-    pending: HashMap<u64, (Op, Vec<(Box<[u8]>, u64)>)>,
+    pending: HashMap<u64, (Op, TrackedKeys)>,
 }
+
+/// Each key of a tracked batch with its length.
+type TrackedKeys = Vec<(Box<[u8]>, u64)>;
 
 impl Engine {
     /// Builds the arena and its rings, checks that the server is reachable and accepts the

@@ -70,11 +70,9 @@ impl Worker {
         let now_ns = clock::now_ns();
         let limits = self.shared.pipeline;
         let mut took = false;
-        loop {
-            let Some(conn) = self.conns.iter_mut().filter(|c| has_room(c, limits)).min_by_key(|c| c.outstanding_cost())
-            else {
-                break;
-            };
+        while let Some(conn) =
+            self.conns.iter_mut().filter(|c| has_room(c, limits)).min_by_key(|c| c.outstanding_cost())
+        {
             match self.submissions.try_pop_into(&mut self.record) {
                 Ok(true) => {}
                 Ok(false) => break,

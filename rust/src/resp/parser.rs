@@ -269,8 +269,11 @@ fn done(consumed: usize, reply: Reply) -> Progress {
     Progress { consumed, event: Some(Event::Reply(reply)) }
 }
 
+/// A reply line: its type byte, its content and the bytes it took including CRLF.
+type Line<'a> = (u8, &'a [u8], usize);
+
 /// Splits off `<type byte><line>\r\n`. Returns `None` when the line is not complete yet.
-fn split_line(input: &[u8], max_line: usize) -> Result<Option<(u8, &[u8], usize)>, ProtocolError> {
+fn split_line(input: &[u8], max_line: usize) -> Result<Option<Line<'_>>, ProtocolError> {
     let Some(&kind) = input.first() else { return Ok(None) };
     // Look no further than a line may reach, so payload bytes after a short header are never
     // scanned.
