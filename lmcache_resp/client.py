@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import TYPE_CHECKING
 
+from lmcache_resp._lifecycle import Closeable
 from lmcache_resp import _native
 from lmcache_resp.config import ConnectionSettings, Secret, resolve_connection
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 __all__ = ["RedisClient"]
 
 
-class RedisClient:
+class RedisClient(Closeable):
     """One connection to Redis/Valkey. Values move between the server and your buffers
     (bytes, bytearray, memoryview, numpy arrays of any dtype, mmap) without copies, with the
     GIL released.
@@ -84,13 +84,6 @@ class RedisClient:
     def closed(self) -> bool:
         return self._native.closed
 
-    def __enter__(self) -> RedisClient:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         s = getattr(self, "_settings", None)

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lmcache_resp._lifecycle import Closeable
 from lmcache_resp import _native
 from lmcache_resp._placement import log_placement
 from lmcache_resp.config import Secret
@@ -25,7 +26,7 @@ logger = logging.getLogger("lmcache_resp")
 Completion = tuple[int, bool, str, list[bool] | None]
 
 
-class RespConnector:
+class RespConnector(Closeable):
     """LMCache's native connector over Redis/Valkey.
 
     Built the way LMCache builds it, ``RespConnector(**adapter_params)``: ``host``, ``port``,
@@ -114,11 +115,6 @@ class RespConnector:
     def placement(self) -> dict[str, Any]:
         return self._native.placement
 
-    def __enter__(self) -> RespConnector:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = ", closed" if self._native.closed else ""

@@ -28,9 +28,9 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Protocol
 
+from lmcache_resp._lifecycle import Closeable
 from lmcache_resp.errors import ClosedError, RespError
 from lmcache_resp.settings import RespSettings
 
@@ -67,7 +67,7 @@ class _Pending:
     keepalive: tuple[Any, ...]
 
 
-class RespConnectorClient:
+class RespConnectorClient(Closeable):
     """``ConnectorClientBase`` semantics over a native connector, on one asyncio loop.
 
     ``RespConnectorClient(connector, loop=None)`` takes ownership of ``connector`` (``close()``
@@ -188,21 +188,7 @@ class RespConnectorClient:
     def loop(self) -> asyncio.AbstractEventLoop:
         return self._loop
 
-    def __enter__(self) -> RespConnectorClient:
-        return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> RespConnectorClient:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{len(self._pending)} pending"

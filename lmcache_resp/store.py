@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
+from lmcache_resp._lifecycle import Closeable
 from lmcache_resp import _native
 from lmcache_resp._dispatch import CompletionRouter
 from lmcache_resp._native import Page
@@ -39,7 +39,7 @@ def _page_count(page_size: int, num_pages: int | None, pool_size: int | None) ->
     return pool_size // page_size
 
 
-class PagedRespStore:
+class PagedRespStore(Closeable):
     """A pool of ``page_size``-byte pages in a shared-memory arena, and batched, pipelined,
     zero-copy GET/SET/EXISTS/DELETE of whole pages (or page prefixes) against Redis/Valkey.
 
@@ -248,21 +248,7 @@ class PagedRespStore:
         """``(kernel thread id, planned CPU)`` of each I/O worker."""
         return self._native.worker_threads
 
-    def __enter__(self) -> PagedRespStore:
-        return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> PagedRespStore:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         s = self._settings
