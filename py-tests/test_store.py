@@ -346,3 +346,27 @@ def test_num_pages_or_pool_size(redis_server: RedisServer) -> None:
         make_store(redis_server, pool_size=100)
     with pytest.raises(InvalidInputError, match="page_size"):
         make_store(redis_server, page_size=0)
+
+
+def test_another_process_can_map_the_arena_and_see_the_pages(redis_server: RedisServer) -> None:
+    import os
+    import subprocess
+    import sys
+
+    with make_store(redis_server, page_size=8192, num_pages=4) as store:
+        page = store.allocate_many(2)[1]
+        data = pattern(8192, 77)
+        memoryview(page)[:] = data
+        reader = (
+            "import mmap, sys\n"
+            "path, offset, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n"
+            "with open(path, 'rb') as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:\n"
+            "    assert m[:8] == b'LMCARENA', m[:8]\n"
+            "    sys.stdout.buffer.write(m[offset:offset + size])\n"
+        )
+        path = f"/proc/{os.getpid()}/fd/{store.arena_fd}"
+        out = subprocess.run(
+            [sys.executable, "-c", reader, path, str(page.offset), str(page.size)], capture_output=True, check=True
+        ).stdout
+        assert out == data
+        assert store.arena_name.startswith("lmcache-resp-")
