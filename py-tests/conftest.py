@@ -152,3 +152,16 @@ def pattern(length: int, seed: int) -> bytes:
     import random
 
     return random.Random(seed).randbytes(length)
+
+
+def lmcache_pool(sizes: list[int]):  # noqa: ANN201 - numpy is imported lazily, like redis-py above
+    """A stand-in for LMCache's pinned pool: one uint8 buffer, and writable byte memoryviews of
+    the given (possibly different) sizes into it. Returns the pool (keep it alive) and the views."""
+    import numpy as np
+
+    pool = np.zeros(sum(sizes), dtype=np.uint8)
+    views, offset = [], 0
+    for size in sizes:
+        views.append(memoryview(pool[offset : offset + size]).cast("B"))
+        offset += size
+    return pool, views

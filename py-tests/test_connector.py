@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import RedisServer, free_port, pattern
+from conftest import RedisServer, free_port, lmcache_pool, pattern
 
 from lmcache_resp import AuthenticationError, ClosedError, InvalidInputError, RespConnectionError, RespConnector
 
@@ -36,15 +36,6 @@ class LMCacheLikeDriver:
                 assert not select.select([self.fd], [], [], 0)[0] or self.connector.drain_completions() == []
         return self.done.pop(future_id)
 
-
-def lmcache_pool(sizes: list[int]) -> tuple[np.ndarray, list[memoryview]]:
-    """A pinned-pool stand-in: one uint8 buffer, byte memoryviews of different sizes."""
-    pool = np.zeros(sum(sizes), dtype=np.uint8)
-    views, offset = [], 0
-    for size in sizes:
-        views.append(memoryview(pool[offset : offset + size]).cast("B"))
-        offset += size
-    return pool, views
 
 
 def connector_for(server: RedisServer, **kwargs: object) -> RespConnector:

@@ -21,9 +21,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import numpy as np
 import pytest
-from conftest import RedisServer, pattern
+from conftest import RedisServer, lmcache_pool, pattern
 
 from lmcache_resp import ClosedError, InvalidInputError, RespConnector, RespSettings, _native
 from lmcache_resp.lmcache import ConnectorError, RespConnectorClient
@@ -38,15 +37,6 @@ def run(make: Callable[[], Awaitable[T]], timeout: float = 30) -> T:
 
     return asyncio.run(bounded())
 
-
-def views(sizes: list[int]) -> tuple[np.ndarray, list[memoryview]]:
-    """LMCache's pinned pool stand-in: one buffer, writable byte views of any sizes."""
-    pool = np.zeros(sum(sizes), dtype=np.uint8)
-    out, offset = [], 0
-    for size in sizes:
-        out.append(memoryview(pool[offset : offset + size]).cast("B"))
-        offset += size
-    return pool, out
 
 
 def url_of(server: RedisServer, **query: object) -> str:
@@ -64,11 +54,11 @@ def test_non_mp_round_trip_hits_misses_and_singles(redis_server: RedisServer, cl
 
     async def scenario() -> None:
         client = RespConnectorClient.from_settings(url_of(redis_server))
-        _pool, bufs = views(sizes)
+        _pool, bufs = lmcache_pool(sizes)
         for buf, d in zip(bufs, data):
             buf[:] = d
         assert await client.batch_set(keys, bufs) is None
-        _pool2, outs = views([100, 100, 64 * 1024, 1 << 20])
+        _pool2, outs = lmcache_pool([100, 100, 64 * 1024, 1 << 20])
         hits = await client.batch_get([keys[0], "absent", keys[1], keys[2]], outs)
         assert hits == [True, False, True, True]
         assert (bytes(outs[0]), bytes(outs[2]), bytes(outs[3])) == tuple(data)
@@ -143,7 +133,7 @@ def test_non_mp_per_key_failure_is_a_false_bit_and_a_warning_without_the_passwor
     async def scenario() -> list[bool]:
         async with RespConnectorClient.from_settings(settings) as client:
             await client.batch_set(["too-big", "fits"], [memoryview(bytearray(5000)), memoryview(bytearray(10))])
-            _pool, outs = views([4096, 4096, 4096])
+            _pool, outs = lmcache_pool([4096, 4096, 4096])
             return await client.batch_get(["too-big", "fits", "absent"], outs)
 
     assert run(scenario) == [False, True, False]
@@ -175,7 +165,7 @@ def test_non_mp_failed_batches_raise_for_set_and_give_false_bits_for_get(
 def test_non_mp_close_with_work_pending_settles_every_future(redis_server: RedisServer, clean_env: pytest.MonkeyPatch) -> None:
     async def scenario() -> None:
         client = RespConnectorClient.from_settings(url_of(redis_server))
-        pools = [views([1 << 20] * 8) for _ in range(6)]
+        pools = [lmcache_pool([1 << 20] * 8) for _ in range(6)]
         tasks = [asyncio.ensure_future(client.batch_set([f"close:{j}:{i}" for i in range(8)], bufs))
                  for j, (_pool, bufs) in enumerate(pools)]
         tasks.append(asyncio.ensure_future(client.batch_exists(["close:0:0"])))
@@ -275,7 +265,7 @@ def test_mp_native_plugin_with_env_credentials(secure_server: RedisServer, clean
     def controller(t: int) -> None:
         try:
             sizes = [4096, 100 + t, 256 * 1024]
-            _pool, bufs = views(sizes)
+            _pool, bufs = lmcache_pool(sizes)
             data = [pattern(n, 10 * t + i) for i, n in enumerate(sizes)]
             for buf, d in zip(bufs, data):
                 buf[:] = d
@@ -284,7 +274,7 @@ def test_mp_native_plugin_with_env_credentials(secure_server: RedisServer, clean
                 fid = connector.submit_batch_set(keys, bufs)
                 ids.append(fid)
             assert demux.wait(fid) == (fid, True, "", None)
-            _pool2, outs = views(sizes + [512, 512])
+            _pool2, outs = lmcache_pool(sizes + [512, 512])
             with submit_lock:
                 fid = connector.submit_batch_get(keys + [f"missing:{t}:a", f"missing:{t}:b"], outs)
                 ids.append(fid)
