@@ -27,6 +27,15 @@ pub fn seconds(value: f64, name: &str) -> PyResult<Duration> {
     Ok(Duration::from_secs_f64(value))
 }
 
+/// The server from the resolved settings: a Unix socket path wins over a host.
+pub fn endpoint(host: Option<String>, port: u16, unix_path: Option<PathBuf>) -> PyResult<Endpoint> {
+    match (unix_path, host) {
+        (Some(path), _) => Ok(Endpoint::Unix { path }),
+        (None, Some(host)) if !host.is_empty() => Ok(Endpoint::Tcp { host, port }),
+        (None, _) => Err(invalid_input("a host or a unix socket path is required")),
+    }
+}
+
 /// Endpoint and credentials from the resolved settings.
 pub fn connect_options(
     host: Option<String>,
@@ -37,12 +46,7 @@ pub fn connect_options(
     db: u32,
     connect_timeout: Duration,
 ) -> PyResult<ConnectOptions> {
-    let endpoint = match (unix_path, host) {
-        (Some(path), _) => Endpoint::Unix { path },
-        (None, Some(host)) if !host.is_empty() => Endpoint::Tcp { host, port },
-        (None, _) => return Err(invalid_input("a host or a unix socket path is required")),
-    };
-    let mut options = ConnectOptions::new(endpoint);
+    let mut options = ConnectOptions::new(endpoint(host, port, unix_path)?);
     options.username = username.filter(|u| !u.is_empty());
     options.password = password.filter(|p| !p.is_empty()).map(Secret::new);
     options.db = db;

@@ -47,11 +47,7 @@ fn explain_placement<'py>(
     interface: Option<String>,
 ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
     let affinity = engine_config::parse_affinity(cpu_affinity.as_deref())?;
-    let endpoint = match (unix_path, host) {
-        (Some(path), _) => crate::net::Endpoint::Unix { path },
-        (None, Some(host)) => crate::net::Endpoint::Tcp { host, port },
-        (None, None) => return Err(errors::invalid_input("a host or a unix socket path is required")),
-    };
+    let endpoint = client::endpoint(host, port, unix_path)?;
     let source =
         crate::placement::PlanSource { topology_xml: topology_xml.as_deref(), interface: interface.as_deref() };
     let placement = py
