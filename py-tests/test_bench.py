@@ -19,20 +19,16 @@ from typing import Any
 import pytest
 
 from conftest import REPO, RedisServer
-from lmcache_resp import _native
+from lmcache_resp import RespSettings, _native
 from lmcache_resp.bench import main, pattern
-from lmcache_resp.bench.cli import parse_options
-from lmcache_resp.bench.errors import PeerFailed
-from lmcache_resp.bench.options import DEFAULT_SWEEP_CHUNKS, DEFAULT_SWEEP_WORKERS
+from lmcache_resp.bench.cli import DEFAULT_SWEEP_CHUNKS, DEFAULT_SWEEP_WORKERS, PeerFailed, parse_options
+from lmcache_resp.bench.lmcache_native import LMCachePeer
+from lmcache_resp.bench.measure import ClientResult, OpSample
 from lmcache_resp.bench.ours import store_accepts_cpu_affinity
-from lmcache_resp.bench.peers.lmcache_native import LMCachePeer
-from lmcache_resp.bench.peers.redis_benchmark import parse_rps
-from lmcache_resp.bench.rounds import ClientResult
-from lmcache_resp.bench.samples import OpSample
+from lmcache_resp.bench.peers import parse_rps
 from lmcache_resp.bench.sweep import SweepPoint, knee
 from lmcache_resp.bench.target import Target
 from lmcache_resp.bench.workload import CORRUPT_ENV, Workload
-from lmcache_resp.config import resolve_connection
 
 TINY = ["--chunk-mb", "0.0625", "--num-keys", "8", "--rounds", "1"]
 LMCACHE_PEER_PYTHON = "/tmp/lmcache-peer/bin/python"
@@ -339,7 +335,7 @@ def test_parse_redis_benchmark_csv() -> None:
 
 
 def _target(server: RedisServer, timeout: float = 10.0) -> Target:
-    return Target(resolve_connection("127.0.0.1", server.port, username="", password="", timeout=timeout), embedded=False)
+    return Target(RespSettings.resolve(host="127.0.0.1", port=server.port, username="", password="", timeout=timeout), embedded=False)
 
 
 def test_lmcache_driver_protocol_with_a_stand_in_connector(redis_server: RedisServer) -> None:
@@ -426,7 +422,7 @@ class _Terminal:
 
 
 def test_progress_bar_only_on_a_terminal_and_never_with_json() -> None:
-    from lmcache_resp.bench.progress import Progress
+    from lmcache_resp.bench.console import Progress
 
     terminal = _Terminal()
     bar = Progress(4, terminal, enabled=True, show_after=0)  # type: ignore[arg-type]

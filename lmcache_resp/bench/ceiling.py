@@ -1,5 +1,5 @@
-"""The loopback ceiling: what the kernel's sockets move on this machine with no Redis in the
-path (lmcache_resp._native.loopback_ceiling), to read our figures against."""
+"""--ceiling: what the kernel's sockets move on this machine with no Redis in the path
+(lmcache_resp._native.loopback_ceiling), to read our figures against."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from lmcache_resp import _native
-from lmcache_resp.bench.errors import BenchError
+from lmcache_resp.bench.cli import BenchError
 
-__all__ = ["CEILING_TOTAL_BYTES", "PROBES", "CeilingProbe", "available", "measure_ceiling", "reference"]
+__all__ = ["CeilingProbe", "measure_ceiling", "reference"]
 
 CEILING_TOTAL_BYTES = 2_000_000_000
 # (label, pairs, unix socket)
 PROBES = (("TCP loopback, 1 pair", 1, False), ("TCP loopback, 2 pairs", 2, False), ("Unix socket, 2 pairs", 2, True))
+# The transport Redis uses here: our figures are shown as a share of it.
 REFERENCE_LABEL = "TCP loopback, 2 pairs"
 
 
@@ -29,17 +30,9 @@ class CeilingProbe:
     cpu_seconds: float
 
 
-def _probe_function() -> Callable[..., dict[str, Any]] | None:
-    probe: Callable[..., dict[str, Any]] | None = getattr(_native, "loopback_ceiling", None)
-    return probe
-
-
-def available() -> bool:
-    return _probe_function() is not None
-
-
 def measure_ceiling(block_bytes: int, total_bytes: int = CEILING_TOTAL_BYTES) -> list[CeilingProbe]:
-    probe = _probe_function()
+    # Looked up, not imported: older builds have no probe, and the run says so (exit 2).
+    probe: Callable[..., dict[str, Any]] | None = getattr(_native, "loopback_ceiling", None)
     if probe is None:
         raise BenchError(
             "--ceiling: this lmcache_resp build has no _native.loopback_ceiling yet; rebuild lmcache_resp "
@@ -54,5 +47,4 @@ def measure_ceiling(block_bytes: int, total_bytes: int = CEILING_TOTAL_BYTES) ->
 
 
 def reference(probes: list[CeilingProbe]) -> CeilingProbe:
-    """The probe our figures are shown as a share of: 2-pair TCP (the transport Redis uses here)."""
     return next(p for p in probes if p.label == REFERENCE_LABEL)

@@ -1,8 +1,12 @@
 """``python -m lmcache_resp.bench``: the command line (compatible with LMCache's Redis benchmark:
---host, --port, --chunk-mb, --num-workers, --num-keys, --username, --password) and its exit codes.
+--host, --port, --chunk-mb, --num-workers, --num-keys, --username, --password), the validated
+Options it becomes, and the errors behind its exit codes.
 
 Exit status: 0 when every byte read back was verified, 1 when verification failed, 2 for a
 configuration or environment problem, 130 when interrupted.
+
+No numpy here (the run is imported only once the options are valid): --help and argument
+errors must work without it.
 """
 
 from __future__ import annotations
@@ -13,13 +17,52 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from lmcache_resp.config import ENV_PASSWORD, Secret
-from lmcache_resp.bench.options import ALL_OPS, DEFAULT_OPS, DEFAULT_SWEEP_CHUNKS, DEFAULT_SWEEP_WORKERS, PEERS, Options
-from lmcache_resp.bench.units import MiB, mib_to_bytes
+from lmcache_resp import Secret
+from lmcache_resp.bench.console import GiB, MiB, mib_to_bytes
 
-__all__ = ["build_parser", "main", "parse_options"]
+__all__ = [
+    "ALL_OPS",
+    "DEFAULT_OPS",
+    "DEFAULT_SWEEP_CHUNKS",
+    "DEFAULT_SWEEP_WORKERS",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "PASSWORD_ENV",
+    "PEERS",
+    "BenchError",
+    "Options",
+    "PeerFailed",
+    "build_parser",
+    "main",
+    "parse_options",
+    "sweep_keys",
+]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+PASSWORD_ENV = "LMCACHE_RESP_PASSWORD"
+# Run in this order whatever order they are asked in: GET and EXISTS need the SET before them.
+ALL_OPS = ("set", "get", "exists", "delete")
+DEFAULT_OPS = ("set", "get", "exists")
+PEERS = ("redis-py", "lmcache", "redis-benchmark")
+DEFAULT_SWEEP_CHUNKS = tuple(int(mib * MiB) for mib in (0.25, 0.5, 1, 2, 4, 8, 16, 32))
+DEFAULT_SWEEP_WORKERS = (1, 2, 4, 8, 16)
+# Each sweep point moves at most this much per batch: keys are capped per chunk size.
+SWEEP_POINT_CAP_BYTES = 2 * GiB
+# A run may plan on this share of MemAvailable: the page pool is pinned, one page per key, and
+# swapping would measure the disk.
+MEMORY_SHARE = 0.6
+# Peers that hold a second copy of the data: redis-py its GET results, the LMCache driver its pool.
+COPYING_PEERS = ("redis-py", "lmcache")
+MAX_CHUNK_MIB = 512.0  # Redis's proto-max-bulk-len default
+MIN_CHUNK_BYTES = 64
+CPU_AFFINITY = re.compile(r"^(auto|none|numa:\d+|\d+(-\d+)?(,\d+(-\d+)?)*)$")
 
 DESCRIPTION = """\
 Batch SET/GET/EXISTS throughput of lmcache_resp.PagedRespStore against Redis, verified byte for byte.
@@ -29,53 +72,108 @@ afterwards. With a server of yours it never flushes: every key it writes carries
 (lmcache-resp-bench:<uuid4>:) and is deleted afterwards, also on errors and Ctrl-C.
 """
 
-EPILOG = """\
+EPILOG = f"""\
 A batch is all --num-keys keys in ONE put/get/exists call. GB = 1e9 bytes of payload.
-The password can also come from $LMCACHE_RESP_PASSWORD (it is never printed).
+The password can also come from ${PASSWORD_ENV} (it is never printed).
 Exit status: 0 all verified, 1 data read back differs, 2 bad configuration, 130 interrupted.
 """
 
-MAX_CHUNK_MIB = 512.0  # Redis's proto-max-bulk-len default
-MIN_CHUNK_BYTES = 64
-CPU_AFFINITY = re.compile(r"^(auto|none|numa:\d+|\d+(-\d+)?(,\d+(-\d+)?)*)$")
+
+class BenchError(Exception):
+    """Something the user can fix: a configuration that does not fit, a missing tool, an
+    unreachable server. Printed, and the exit status is 2."""
+
+
+class PeerFailed(Exception):
+    """A peer hung or failed: the comparison reports it and goes on without that peer."""
+
+
+@dataclass(frozen=True)
+class Options:
+    host: str | None = None
+    port: int | None = None
+    url: str | None = None
+    username: str | None = None
+    # A Secret never prints its value: options can be logged or repr'd safely.
+    password: Secret | None = None
+    chunk_bytes: int = 4 * MiB
+    num_workers: int = 8
+    num_keys: int = 500
+    rounds: int = 3
+    ops: tuple[str, ...] = DEFAULT_OPS
+    json: bool = False
+    sweep: bool = False
+    sweep_chunks: tuple[int, ...] = DEFAULT_SWEEP_CHUNKS
+    sweep_workers: tuple[int, ...] = DEFAULT_SWEEP_WORKERS
+    plot: Path | None = None
+    compare: tuple[str, ...] = ()
+    lmcache_python: str | None = None
+    ceiling: bool = False
+    timeout: float = 60.0
+    io_threads: int | None = None
+    cpu_affinity: str | None = None
+    seed: int = 1
+
+    @property
+    def embedded(self) -> bool:
+        """No server given: the run starts (and stops) a throwaway local redis-server."""
+        return self.host is None and self.port is None and self.url is None
+
+    @property
+    def pool_bytes(self) -> int:
+        return self.num_keys * self.chunk_bytes
+
+
+def sweep_keys(num_keys: int, chunk_bytes: int) -> int:
+    """Keys per sweep point: num_keys, capped so that one batch moves at most ~2 GiB."""
+    return max(1, min(num_keys, SWEEP_POINT_CAP_BYTES // chunk_bytes))
+
+
+# -- argument types: each names what it accepts when it refuses a value --------------------------
+
+N = TypeVar("N", int, float)
+
+
+def _number(convert: Callable[[str], N], accept: Callable[[N], bool], expected: str) -> Callable[[str], N]:
+    def parse(text: str) -> N:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}") from None
+        if not accept(value):
+            # An integer is shown as parsed; any other number as typed (nan, 1e999 print oddly).
+            shown = value if isinstance(value, int) else repr(text)
+            raise argparse.ArgumentTypeError(f"must be {expected}, got {shown}")
+        return value
+
+    return parse
 
 
 def _int_in(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer in {low}..{high}, got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be an integer in {low}..{high}, got {value}")
-        return value
-
-    return parse
+    return _number(int, lambda value: low <= value <= high, f"an integer in {low}..{high}")
 
 
 def _positive_float(high: float, what: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number of {what} in (0, {high:g}], got {text!r}") from None
-        if not math.isfinite(value) or not 0 < value <= high:
-            raise argparse.ArgumentTypeError(f"must be a number of {what} in (0, {high:g}], got {text!r}")
-        return value
+    return _number(float, lambda value: math.isfinite(value) and 0 < value <= high, f"a number of {what} in (0, {high:g}]")
 
-    return parse
+
+_chunk_mib_in_range = _positive_float(MAX_CHUNK_MIB, "MiB")
 
 
 def _chunk_mib(text: str) -> float:
-    value = _positive_float(MAX_CHUNK_MIB, "MiB")(text)
+    value = _chunk_mib_in_range(text)
     if mib_to_bytes(value) < MIN_CHUNK_BYTES:
         raise argparse.ArgumentTypeError(f"must be at least {MIN_CHUNK_BYTES} bytes ({MIN_CHUNK_BYTES / MiB:g} MiB), got {text!r}")
     return value
 
 
+def _comma_items(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def _choices(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
     def parse(text: str) -> tuple[str, ...]:
-        names = tuple(dict.fromkeys(name.strip().lower() for name in text.split(",") if name.strip()))
+        names = tuple(dict.fromkeys(name.lower() for name in _comma_items(text)))
         unknown = [name for name in names if name not in allowed]
         if not names or unknown:
             shown = f"unknown {', '.join(repr(u) for u in unknown)}; " if unknown else ""
@@ -85,9 +183,9 @@ def _choices(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
     return parse
 
 
-def _list_of(item: Callable[[str], float | int]) -> Callable[[str], tuple[float | int, ...]]:
-    def parse(text: str) -> tuple[float | int, ...]:
-        parts = [part.strip() for part in text.split(",") if part.strip()]
+def _list_of(item: Callable[[str], N]) -> Callable[[str], tuple[N, ...]]:
+    def parse(text: str) -> tuple[N, ...]:
+        parts = _comma_items(text)
         if not parts:
             raise argparse.ArgumentTypeError("give a comma list, e.g. 0.25,1,4")
         return tuple(item(part) for part in parts)
@@ -113,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--port", type=_int_in(1, 65535), help="Redis port (1..65535)")
     server.add_argument("--url", help="resp://host:port, redis://[user:pass@]host:port[/db] or unix:///path.sock")
     server.add_argument("--username", help="ACL user name")
-    server.add_argument("--password", help=f"password (better: ${ENV_PASSWORD}; never printed)")
+    server.add_argument("--password", help=f"password (better: ${PASSWORD_ENV}; never printed)")
     server.add_argument("--io-threads", type=_int_in(1, 128), help="io-threads of the throwaway server (default: Redis's guidance for this machine)")
     server.add_argument("--timeout", type=_positive_float(3600, "seconds"), default=60.0,
                         help="per-key deadline in seconds, also the limit on each peer's wait (default 60)")
@@ -162,13 +260,12 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     if args.plot is not None and not args.plot.parent.is_dir():
         parser.error(f"--plot: the folder {str(args.plot.parent)!r} does not exist")
     # $LMCACHE_RESP_PASSWORD (and $LMCACHE_RESP_USERNAME) are read when the connection is resolved.
-    password = args.password
     options = Options(
         host=args.host,
         port=args.port,
         url=args.url,
         username=args.username,
-        password=Secret(password) if password else None,
+        password=Secret(args.password) if args.password else None,
         chunk_bytes=mib_to_bytes(args.chunk_mb),
         num_workers=args.num_workers,
         num_keys=args.num_keys,
@@ -177,7 +274,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         json=args.json,
         sweep=sweep,
         sweep_chunks=tuple(mib_to_bytes(c) for c in args.sweep_chunks) if args.sweep_chunks else DEFAULT_SWEEP_CHUNKS,
-        sweep_workers=tuple(int(w) for w in args.sweep_workers) if args.sweep_workers else DEFAULT_SWEEP_WORKERS,
+        sweep_workers=tuple(args.sweep_workers) if args.sweep_workers else DEFAULT_SWEEP_WORKERS,
         plot=args.plot,
         compare=tuple(args.compare),
         lmcache_python=args.lmcache_python,
@@ -186,19 +283,58 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         io_threads=args.io_threads,
         cpu_affinity=args.cpu_affinity,
     )
-    from lmcache_resp.bench.memory import memory_problem
-
-    problem = memory_problem(options)
+    problem = _memory_problem(options)
     if problem is not None:
         parser.error(problem)
     return options
 
 
+def _mem_available(meminfo: str = "/proc/meminfo") -> int | None:
+    """MemAvailable in bytes, or None where the kernel does not say."""
+    try:
+        with open(meminfo) as lines:
+            for line in lines:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _estimate_bytes(options: Options) -> int:
+    """Peak bytes of this run on this machine: our page pool, the values a local server holds,
+    and the copies peers keep."""
+    if options.sweep:
+        batch = max(sweep_keys(options.num_keys, c) * c for c in (*options.sweep_chunks, options.chunk_bytes))
+    else:
+        batch = options.pool_bytes
+    copies = 1.0
+    if options.embedded:
+        copies += 1.1  # the server holds one client's values at a time, plus its own overhead
+    copies += sum(1 for peer in options.compare if peer in COPYING_PEERS)
+    return int(batch * copies)
+
+
+def _memory_problem(options: Options) -> str | None:
+    """Why this run does not fit in memory, or None."""
+    available = _mem_available()
+    if available is None:
+        return None
+    needed = _estimate_bytes(options)
+    if needed <= MEMORY_SHARE * available:
+        return None
+    return (
+        f"this run needs about {needed / GiB:.1f} GiB (--num-keys {options.num_keys} x --chunk-mb "
+        f"{options.chunk_bytes / MiB:g} = {options.pool_bytes / GiB:.2f} GiB of pages"
+        f"{', a local server holding them' if options.embedded else ''}"
+        f"{', peers keeping their own copies' if any(p in COPYING_PEERS for p in options.compare) else ''}), "
+        f"more than {MEMORY_SHARE:.0%} of MemAvailable ({available / GiB:.1f} GiB): lower --num-keys or --chunk-mb"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the benchmark; returns the exit status (see the module docstring)."""
     options = parse_options(argv)
-    # Imported here so that --help and argument errors work without numpy.
-    from lmcache_resp.bench.app import run
+    from lmcache_resp.bench.run import run  # needs numpy: only once the options are valid
 
     return run(options, stdout=sys.stdout, stderr=sys.stderr)
-

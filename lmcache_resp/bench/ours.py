@@ -1,30 +1,49 @@
-"""lmcache_resp's PagedRespStore as a benchmark client: one batch of all keys per call."""
+"""lmcache_resp's PagedRespStore as a benchmark client: one batch of all keys per call, and the
+latency pass (single-key batches timed one by one: what one lookup costs, not a batch)."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from lmcache_resp import __version__
+import numpy as np
+
+from lmcache_resp import PagedRespStore, __version__
 from lmcache_resp.errors import InvalidInputError, RespConnectionError
-from lmcache_resp.store import PagedRespStore
 from lmcache_resp.bench import pattern
-from lmcache_resp.bench.errors import BenchError, Mismatch, VerificationError
-from lmcache_resp.bench.samples import OpSample, timed
+from lmcache_resp.bench.cli import ALL_OPS, BenchError
+from lmcache_resp.bench.measure import OpSample, timed
 from lmcache_resp.bench.target import Target
-from lmcache_resp.bench.workload import Workload, apply_test_corruption, round_label
+from lmcache_resp.bench.workload import Mismatch, VerificationError, Workload, round_label
 
-__all__ = ["NAME", "OursDriver", "store_accepts_cpu_affinity"]
+__all__ = ["LatencyStats", "OursDriver", "store_accepts_cpu_affinity"]
 
-NAME = "lmcache_resp"
+LATENCY_KEYS = 200
 
 
 def store_accepts_cpu_affinity() -> bool:
     return "cpu_affinity" in inspect.signature(PagedRespStore.__init__).parameters
 
 
+@dataclass(frozen=True)
+class LatencyStats:
+    op: str
+    count: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+
+    @classmethod
+    def of(cls, op: str, seconds: Sequence[float]) -> LatencyStats:
+        ms = np.asarray(seconds) * 1e3
+        return cls(op, len(ms), float(np.percentile(ms, 50)), float(np.percentile(ms, 99)), float(ms.max()))
+
+
 class OursDriver:
-    name = NAME
+    name = "lmcache_resp"
+    supported_ops = ALL_OPS
 
     def __init__(self, target: Target, workload: Workload, *, num_workers: int, cpu_affinity: str | None = None) -> None:
         kwargs = target.connect_kwargs()
@@ -53,9 +72,6 @@ class OursDriver:
     def describe(self) -> str:
         return f"lmcache_resp {__version__}, PagedRespStore, {self.num_workers} I/O workers, one batch per op"
 
-    def supports(self, op: str) -> bool:
-        return True
-
     def run_round(self, round_index: int, ops: Sequence[str]) -> dict[str, OpSample]:
         keys, pages, w = self.workload.keys, self.pages, self.workload
         n, nbytes = len(keys), w.batch_bytes
@@ -64,12 +80,8 @@ class OursDriver:
         samples["set"], _ = timed("set", n, nbytes, lambda: self.store.put(keys, pages))
         if "get" in ops:
             w.poison(self.buffers)
-            samples["get"], hit = timed("get", n, nbytes, lambda: self.store.get(keys, pages))
-            apply_test_corruption(self.buffers)
-            read = [b if h else None for b, h in zip(self.buffers, hit)]
-            mismatches = w.verify(self.name, round_index, read)
-            if mismatches:
-                raise VerificationError(mismatches)
+            samples["get"], hits = timed("get", n, nbytes, lambda: self.store.get(keys, pages))
+            w.check(self.name, round_index, self.buffers, hits)
         if "exists" in ops:
             repeat = w.exists_repeat
             samples["exists"], answers = timed(
@@ -77,14 +89,43 @@ class OursDriver:
             )
             for found in answers:
                 _require_all(found, "EXISTS", self.name, round_index, keys)
-        sample, deleted = timed("delete", n, 0, lambda: self.store.delete(keys))
+        samples["delete"], deleted = timed("delete", n, 0, lambda: self.store.delete(keys))
         _require_all(deleted, "DELETE", self.name, round_index, keys)
+        return samples
+
+    def measure_latency(self, ops: Sequence[str]) -> dict[str, LatencyStats]:
+        """SET then GET (then EXISTS, DELETE when asked) of min(num_keys, 200) keys, one key per
+        batch; every GET is verified like the throughput rounds."""
+        store, w = self.store, self.workload
+        n = min(len(w.keys), LATENCY_KEYS)
+        keys, pages, buffers = w.keys[:n], self.pages[:n], self.buffers[:n]
+        for i, buffer in enumerate(buffers):
+            pattern.fill(buffer, w.seed, pattern.LATENCY_ROUND, i)
+        stats = {"set": LatencyStats.of("set", _each(n, lambda i: store.put([keys[i]], [pages[i]])))}
+        if "get" in ops:
+            w.poison(buffers)
+            hits: list[bool] = []
+            stats["get"] = LatencyStats.of("get", _each(n, lambda i: hits.extend(store.get([keys[i]], [pages[i]]))))
+            w.check(self.name, pattern.LATENCY_ROUND, buffers, hits)
+        if "exists" in ops:
+            stats["exists"] = LatencyStats.of("exists", _each(n, lambda i: store.exists([keys[i]])))
+        deletes = _each(n, lambda i: store.delete([keys[i]]))
         if "delete" in ops:
-            samples["delete"] = sample
-        return {op: samples[op] for op in ops if op in samples}
+            stats["delete"] = LatencyStats.of("delete", deletes)
+        return stats
 
     def close(self) -> None:
         self.store.close()
+
+
+def _each(count: int, call: Callable[[int], object]) -> list[float]:
+    """Seconds of ``call(i)`` for each i, timed one by one."""
+    times = []
+    for i in range(count):
+        started = time.perf_counter()
+        call(i)
+        times.append(time.perf_counter() - started)
+    return times
 
 
 def _require_all(flags: Sequence[bool], op: str, client: str, round_index: int, keys: Sequence[str]) -> None:

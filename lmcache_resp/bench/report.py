@@ -1,73 +1,110 @@
-"""The human-readable report: LMCache's benchmark lines first (``Batch SET: X GB/s`` ...), then
-latency, CPU cost, peers side by side, the sweep table and the ceiling."""
+"""Everything one run measured, and how it is shown: the human-readable report (LMCache's
+``Batch SET: X GB/s`` lines first, then rounds, latency, CPU cost, peers side by side, the sweep
+tables and the ceiling) and the --json document (every round's samples; never the password)."""
 
 from __future__ import annotations
 
-from lmcache_resp.bench.ceiling import reference
-from lmcache_resp.bench.options import Options
-from lmcache_resp.bench.results import RunResult
-from lmcache_resp.bench.sweep import KNEE_SHARE, SweepPoint
-from lmcache_resp.bench.units import GB, UNITS_NOTE, format_size
+import platform
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-__all__ = ["batch_lines", "ceiling_lines", "compare_lines", "detail_lines", "sweep_lines", "workload_line"]
+from lmcache_resp import __version__
+from lmcache_resp.bench.ceiling import CeilingProbe, reference
+from lmcache_resp.bench.cli import Options
+from lmcache_resp.bench.console import GB, UNITS_NOTE, format_size
+from lmcache_resp.bench.measure import PAYLOAD_OPS, ClientResult
+from lmcache_resp.bench.ours import LatencyStats
+from lmcache_resp.bench.sweep import KNEE_SHARE, SweepPoint, SweepResult
+from lmcache_resp.bench.target import Target
+from lmcache_resp.bench.workload import Mismatch
+
+__all__ = [
+    "RunResult",
+    "failure_json",
+    "header_lines",
+    "result_json",
+    "standard_lines",
+    "sweep_lines",
+    "verified_line",
+]
 
 OP_LABELS = {"set": "SET", "get": "GET", "exists": "EXISTS", "delete": "DELETE"}
+SCHEMA = "lmcache-resp-bench/1"
+UNITS = {
+    "set": "GB/s", "get": "GB/s", "exists": "ops/s", "delete": "ops/s",
+    "GB": "1e9 bytes of payload", "latency": "milliseconds", "cpu_per_gb": "CPU seconds (user+sys) per GB of payload",
+    "note": UNITS_NOTE,
+}
 
 
-def workload_line(options: Options) -> str:
+@dataclass
+class RunResult:
+    options: Options
+    target: Target
+    key_prefix: str
+    clients: list[ClientResult] = field(default_factory=list)  # lmcache_resp first, then the peers
+    unavailable: dict[str, str] = field(default_factory=dict)  # peer -> why it could not run
+    latency: dict[str, LatencyStats] | None = None
+    ceiling: list[CeilingProbe] | None = None
+    sweep: SweepResult | None = None
+    # What lmcache_resp read back and had verified byte for byte.
+    verified_get_batches: int = 0
+    verified_bytes: int = 0
+
+    @property
+    def ours(self) -> ClientResult | None:
+        return self.clients[0] if self.clients else None
+
+
+# -- the human-readable report ---------------------------------------------------------------
+
+
+def header_lines(options: Options) -> list[str]:
     if options.sweep:
-        return (f"sweep: chunk sizes {', '.join(format_size(c) for c in sorted(set(options.sweep_chunks)))} at "
-                f"{options.num_workers} workers; workers {', '.join(map(str, sorted(set(options.sweep_workers))))} at "
-                f"{format_size(options.chunk_bytes)}; up to {options.num_keys} keys per batch; {_plural(options.rounds, 'round')} per point after an untimed warm-up")
-    return (f"workload: {options.num_keys} keys x {format_size(options.chunk_bytes)} = {options.pool_bytes / GB:.3f} GB per "
-            f"batch (all keys in ONE call), {options.num_workers} I/O workers, {_plural(options.rounds, 'round')} after an untimed warm-up, ops "
-            f"{','.join(options.ops)}")
+        workload = (f"sweep: chunk sizes {', '.join(format_size(c) for c in sorted(set(options.sweep_chunks)))} at "
+                    f"{options.num_workers} workers; workers {', '.join(map(str, sorted(set(options.sweep_workers))))} at "
+                    f"{format_size(options.chunk_bytes)}; up to {options.num_keys} keys per batch; {_plural(options.rounds, 'round')} per point after an untimed warm-up")
+    else:
+        workload = (f"workload: {options.num_keys} keys x {format_size(options.chunk_bytes)} = {options.pool_bytes / GB:.3f} GB per "
+                    f"batch (all keys in ONE call), {options.num_workers} I/O workers, {_plural(options.rounds, 'round')} after an untimed warm-up, ops "
+                    f"{','.join(options.ops)}")
+    return [workload, UNITS_NOTE]
 
 
-def units_line() -> str:
-    return UNITS_NOTE
+def standard_lines(result: RunResult) -> list[str]:
+    return _ours_lines(result) + _compare_lines(result) + _ceiling_lines(result)
 
 
-def _batch_value(op: str, value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:.2f} GB/s" if op in ("set", "get") else f"{value:.0f} ops/s"
-
-
-def batch_lines(result: RunResult) -> list[str]:
-    """Exactly LMCache's lines: ``Batch SET: X GB/s`` ... (medians over rounds)."""
-    ours = result.ours
-    if ours is None:
-        return []
-    return [f"Batch {OP_LABELS[op]}: {_batch_value(op, ours.median(op))}" for op in result.options.ops]
-
-
-def detail_lines(result: RunResult) -> list[str]:
+def _ours_lines(result: RunResult) -> list[str]:
+    """Exactly LMCache's lines first (``Batch SET: X GB/s`` ..., medians over rounds), then
+    every round, the latency pass and the CPU cost."""
     ours = result.ours
     if ours is None:
         return []
     lines = []
     for op in result.options.ops:
+        value = ours.median(op)
+        shown = "n/a" if value is None else f"{value:.2f} GB/s" if op in PAYLOAD_OPS else f"{value:.0f} ops/s"
+        lines.append(f"Batch {OP_LABELS[op]}: {shown}")
+    for op in result.options.ops:
         samples = " ".join(_cell(op, s.rate) for s in ours.samples.get(op, []))
-        unit = "GB/s" if op in ("set", "get") else "ops/s"
-        lines.append(f"  {OP_LABELS[op]:6s} rounds: {samples} {unit}")
+        lines.append(f"  {OP_LABELS[op]:6s} rounds: {samples} {_unit(op)}")
     if result.latency:
         parts = [f"{OP_LABELS[s.op]} p50 {s.p50_ms:.3f} p99 {s.p99_ms:.3f}" for s in result.latency.values()]
         count = next(iter(result.latency.values())).count
         lines.append(f"latency, ms ({count} single-key batches per op, timed one by one): " + "; ".join(parts))
-    cpu = [(op, ours.cpu_per_gb(op)) for op in ("set", "get") if op in result.options.ops]
-    shown = [f"{OP_LABELS[op]} {value:.3f}" for op, value in cpu if value is not None]
-    if shown:
+    cpu = _cpu_parts(ours)
+    if cpu:
         lines.append("client CPU, seconds per GB (user+sys of this process, Rust I/O threads included; the server "
-                     "not counted): " + ", ".join(shown))
+                     "not counted): " + ", ".join(cpu))
     return lines
 
 
-def compare_lines(result: RunResult) -> list[str]:
+def _compare_lines(result: RunResult) -> list[str]:
     if len(result.clients) < 2 and not result.unavailable:
         return []
-    ours = result.clients[0]
-    peers = result.clients[1:]
+    ours, peers = result.clients[0], result.clients[1:]
     lines = ["", f"side by side: same workload, same server, {_plural(result.options.rounds, 'round')}, order rotating per round "
                  "(medians; ratio = lmcache_resp / peer)"]
     for client in result.clients:
@@ -77,37 +114,21 @@ def compare_lines(result: RunResult) -> list[str]:
     for peer in peers:
         if peer.failure:
             lines.append(f"  {peer.name}: hung/failed: {peer.failure}")
-    header = ["op", ours.name, *(p.name for p in peers), *(f"vs {p.name}" for p in peers)]
-    rows = [header]
+    rows = [["op", ours.name, *(p.name for p in peers), *(f"vs {p.name}" for p in peers)]]
     for op in result.options.ops:
         mine = ours.median(op)
-        row = [f"{OP_LABELS[op]} ({'GB/s' if op in ('set', 'get') else 'ops/s'})", _cell(op, mine)]
         theirs = [p.median(op) if op in p.ops else None for p in peers]
-        row += [_cell(op, v) if op in p.ops else "n/a" for p, v in zip(peers, theirs)]
-        row += [f"{mine / v:.2f}x" if mine and v else "n/a" for v in theirs]
-        rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    for i, row in enumerate(rows):
-        lines.append("  " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-        if i == 0:
-            lines.append("  " + "-+-".join("-" * w for w in widths))
-    cpu = []
-    for client in result.clients:
-        parts = [f"{OP_LABELS[op]} {v:.3f}" for op in ("set", "get") if op in client.ops and (v := client.cpu_per_gb(op)) is not None]
-        if parts:
-            cpu.append(f"{client.name} {', '.join(parts)}")
+        rows.append([f"{OP_LABELS[op]} ({_unit(op)})", _cell(op, mine),
+                     *(_cell(op, v) if op in p.ops else "n/a" for p, v in zip(peers, theirs)),
+                     *(f"{mine / v:.2f}x" if mine and v else "n/a" for v in theirs)])
+    lines += _table(rows, numbers_right=False)
+    cpu = [f"{client.name} {', '.join(parts)}" for client in result.clients if (parts := _cpu_parts(client))]
     if cpu:
         lines.append("  client CPU, seconds per GB: " + "; ".join(cpu))
     return lines
 
 
-def _cell(op: str, value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:.3f}" if op in ("set", "get") else f"{value:,.0f}"
-
-
-def ceiling_lines(result: RunResult) -> list[str]:
+def _ceiling_lines(result: RunResult) -> list[str]:
     if not result.ceiling:
         return []
     probes = result.ceiling
@@ -118,27 +139,12 @@ def ceiling_lines(result: RunResult) -> list[str]:
     ref = reference(probes)
     ours = result.ours
     if ours is not None:
-        shares = [f"Batch {OP_LABELS[op]} {100 * v / ref.gb_per_s:.0f}%" for op in ("set", "get")
+        shares = [f"Batch {OP_LABELS[op]} {100 * v / ref.gb_per_s:.0f}%" for op in PAYLOAD_OPS
                   if op in result.options.ops and (v := ours.median(op)) is not None]
         unix = next((p for p in probes if p.unix), None)
         lines.append(f"  share of the {ref.label} ceiling ({ref.gb_per_s:.2f} GB/s): " + ", ".join(shares)
                      + (f" (a Unix socket moves {unix.gb_per_s:.2f} GB/s)" if unix else ""))
     return lines
-
-
-def _sweep_table(points: list[SweepPoint], first: str, label: str) -> list[str]:
-    rows = [[first, "keys", "GB per batch", "SET GB/s", "GET GB/s"]]
-    for p in points:
-        rows.append([label.format(chunk=format_size(p.chunk_bytes), workers=p.num_workers),
-                     f"{p.keys}{' (capped)' if p.capped else ''}", f"{p.keys * p.chunk_bytes / GB:.3f}",
-                     f"{p.set_gbps:.3f}", f"{p.get_gbps:.3f}"])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = []
-    for i, row in enumerate(rows):
-        out.append("  " + " | ".join(cell.rjust(w) if i else cell.ljust(w) for cell, w in zip(row, widths)))
-        if i == 0:
-            out.append("  " + "-+-".join("-" * w for w in widths))
-    return out
 
 
 def sweep_lines(result: RunResult) -> list[str]:
@@ -148,7 +154,7 @@ def sweep_lines(result: RunResult) -> list[str]:
     lines = []
     if sweep.by_chunk:
         lines += ["", f"throughput against chunk size, {sweep.by_chunk[0].num_workers} I/O workers (medians):"]
-        lines += _sweep_table(sweep.by_chunk, "chunk", "{chunk}")
+        lines += _sweep_table(sweep.by_chunk, "chunk", lambda p: format_size(p.chunk_bytes))
         k = sweep.chunk_knee
         if k is not None:
             best = max(sweep.by_chunk, key=lambda p: p.get_gbps)
@@ -156,16 +162,142 @@ def sweep_lines(result: RunResult) -> list[str]:
                          f"GET ({best.get_gbps:.3f} GB/s at {format_size(best.chunk_bytes)})")
     if sweep.by_workers:
         lines += ["", f"throughput against I/O workers, {format_size(sweep.by_workers[0].chunk_bytes)} chunks (medians):"]
-        lines += _sweep_table(sweep.by_workers, "workers", "{workers}")
+        lines += _sweep_table(sweep.by_workers, "workers", lambda p: str(p.num_workers))
         k = sweep.workers_knee
         if k is not None:
             best = max(sweep.by_workers, key=lambda p: p.get_gbps)
             lines.append(f"  knee: {k.num_workers} workers is the fewest reaching {KNEE_SHARE:.0%} of the best GET "
                          f"({best.get_gbps:.3f} GB/s at {best.num_workers} workers)")
-    if any(p.capped for p in sweep.by_chunk + sweep.by_workers):
+    if any(p.capped for p in sweep.points):
         lines.append("  (capped): fewer keys than --num-keys, so that one batch moves at most ~2 GiB")
     return lines
 
 
+def _sweep_table(points: list[SweepPoint], first: str, label: Callable[[SweepPoint], str]) -> list[str]:
+    rows = [[first, "keys", "GB per batch", "SET GB/s", "GET GB/s"]]
+    for p in points:
+        rows.append([label(p), f"{p.keys}{' (capped)' if p.capped else ''}", f"{p.keys * p.chunk_bytes / GB:.3f}",
+                     f"{p.set_gbps:.3f}", f"{p.get_gbps:.3f}"])
+    return _table(rows, numbers_right=True)
+
+
+def verified_line(result: RunResult) -> str:
+    latency = " and the latency pass" if result.latency and "get" in result.latency else ""
+    return (f"verified: every byte lmcache_resp read back ({result.verified_get_batches} GET batches including "
+            f"warm-ups{latency}, {result.verified_bytes / GB:.3f} GB) matched what was written")
+
+
+def _table(rows: list[list[str]], *, numbers_right: bool) -> list[str]:
+    """Columns padded to their widest cell, a rule under the header row."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for i, row in enumerate(rows):
+        cells = (cell.rjust(w) if i and numbers_right else cell.ljust(w) for cell, w in zip(row, widths))
+        lines.append(("  " + " | ".join(cells)).rstrip())
+        if i == 0:
+            lines.append("  " + "-+-".join("-" * w for w in widths))
+    return lines
+
+
+def _unit(op: str) -> str:
+    return "GB/s" if op in PAYLOAD_OPS else "ops/s"
+
+
+def _cell(op: str, value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.3f}" if op in PAYLOAD_OPS else f"{value:,.0f}"
+
+
+def _cpu_parts(client: ClientResult) -> list[str]:
+    return [f"{OP_LABELS[op]} {v:.3f}" for op in PAYLOAD_OPS if op in client.ops and (v := client.cpu_per_gb(op)) is not None]
+
+
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+# -- the --json document ---------------------------------------------------------------------
+
+
+def result_json(result: RunResult) -> dict[str, Any]:
+    doc = _json_base(result.options)
+    ours = result.ours
+    doc.update(
+        server=result.target.describe(),
+        key_prefix=result.key_prefix,
+        verified=True,
+        verified_get_batches=result.verified_get_batches,
+        verified_bytes=result.verified_bytes,
+        results={op: ours.median(op) for op in result.options.ops} if ours and not result.sweep else {},
+        clients=[_client_json(c) for c in result.clients],
+        unavailable=result.unavailable,
+        latency_ms={op: asdict(s) for op, s in result.latency.items()} if result.latency else None,
+        ceiling=[asdict(p) for p in result.ceiling] if result.ceiling else None,
+        sweep=None,
+    )
+    if result.sweep is not None:
+        s = result.sweep
+        doc["sweep"] = {
+            "knee_share": KNEE_SHARE,
+            "by_chunk": [_point_json(p) for p in s.by_chunk],
+            "by_workers": [_point_json(p) for p in s.by_workers],
+            "chunk_knee_bytes": s.chunk_knee.chunk_bytes if s.chunk_knee else None,
+            "workers_knee": s.workers_knee.num_workers if s.workers_knee else None,
+        }
+    return doc
+
+
+def failure_json(options: Options, error: str, mismatches: list[Mismatch] | None = None) -> dict[str, Any]:
+    doc = _json_base(options)
+    doc.update(verified=False, error=error, mismatches=[asdict(m) for m in mismatches or []])
+    return doc
+
+
+def _json_base(options: Options) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "lmcache_resp": __version__,
+        "python": platform.python_version(),
+        "units": UNITS,
+        "config": {
+            "chunk_bytes": options.chunk_bytes,
+            "num_keys": options.num_keys,
+            "num_workers": options.num_workers,
+            "rounds": options.rounds,
+            "ops": list(options.ops),
+            "timeout_s": options.timeout,
+            "cpu_affinity": options.cpu_affinity,
+            "compare": list(options.compare),
+            "sweep": options.sweep,
+            "seed": options.seed,
+        },
+    }
+
+
+def _client_json(client: ClientResult) -> dict[str, Any]:
+    return {
+        "name": client.name,
+        "description": client.description,
+        "failure": client.failure,
+        "ops": {
+            op: {
+                "median": client.median(op),
+                "unit": UNITS[op],
+                "samples": [s.rate for s in samples],
+                "seconds": [s.seconds for s in samples],
+                "cpu_seconds": [s.cpu_seconds for s in samples],
+                "cpu_per_gb": client.cpu_per_gb(op),
+            }
+            for op, samples in client.samples.items()
+        },
+    }
+
+
+def _point_json(p: SweepPoint) -> dict[str, Any]:
+    return {
+        "chunk_bytes": p.chunk_bytes, "num_workers": p.num_workers, "keys": p.keys, "capped": p.capped,
+        "set_gb_per_s": p.set_gbps, "get_gb_per_s": p.get_gbps,
+        "set_samples": [s.rate for s in p.result.samples.get("set", [])],
+        "get_samples": [s.rate for s in p.result.samples.get("get", [])],
+    }

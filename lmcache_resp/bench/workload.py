@@ -14,11 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from lmcache_resp.bench import pattern
-from lmcache_resp.bench.errors import BenchError, Mismatch
+from lmcache_resp.bench.cli import BenchError
 
-__all__ = ["CORRUPT_ENV", "Workload", "apply_test_corruption", "round_label"]
+__all__ = ["CORRUPT_ENV", "Mismatch", "VerificationError", "Workload", "round_label"]
 
 CORRUPT_ENV = "LMCACHE_RESP_BENCH_CORRUPT"
+# One EXISTS batch of 500 keys takes about a millisecond, so a single scheduling hiccup would
+# decide the figure; each timed sample spans at least this many keys instead.
+EXISTS_SAMPLE_KEYS = 5000
 
 
 def round_label(round_index: int) -> str:
@@ -29,7 +32,29 @@ def round_label(round_index: int) -> str:
     return f"round {round_index + 1}"
 
 
-EXISTS_SAMPLE_KEYS = 5000
+@dataclass(frozen=True)
+class Mismatch:
+    """One key whose GET did not give back what was written."""
+
+    client: str
+    round_label: str
+    key: str
+    reason: str
+    offset: int | None = None
+
+    def describe(self) -> str:
+        where = f" at byte offset {self.offset}" if self.offset is not None else ""
+        return f"{self.client}, {self.round_label}: key {self.key!r}: {self.reason}{where}"
+
+
+class VerificationError(Exception):
+    """Data read back differs from what was written. Never a warning: the run fails (exit 1)."""
+
+    def __init__(self, mismatches: list[Mismatch]) -> None:
+        self.mismatches = mismatches
+        shown = "; ".join(m.describe() for m in mismatches[:5])
+        more = f" (and {len(mismatches) - 5} more)" if len(mismatches) > 5 else ""
+        super().__init__(f"{len(mismatches)} key(s) read back wrong: {shown}{more}")
 
 
 @dataclass(frozen=True)
@@ -44,9 +69,7 @@ class Workload:
 
     @property
     def exists_repeat(self) -> int:
-        """EXISTS batches per timed sample, for every client alike. One batch of 500 keys takes
-        about a millisecond, so a single scheduling hiccup would decide the figure; the sample
-        spans at least EXISTS_SAMPLE_KEYS keys instead."""
+        """EXISTS batches per timed sample, the same for every client."""
         return max(1, -(-EXISTS_SAMPLE_KEYS // max(1, len(self.keys))))
 
     def fill(self, buffers: Sequence[pattern.Bytes], round_index: int) -> None:
@@ -74,8 +97,15 @@ class Workload:
                 mismatches.append(Mismatch(client, label, key, reason, offset))
         return mismatches
 
+    def check(self, client: str, round_index: int, buffers: Sequence[pattern.Bytes], hits: Sequence[bool]) -> None:
+        """Verifies lmcache_resp's pages after a GET (the test hook applied first)."""
+        _apply_test_corruption(buffers)
+        mismatches = self.verify(client, round_index, [b if h else None for b, h in zip(buffers, hits)])
+        if mismatches:
+            raise VerificationError(mismatches)
 
-def apply_test_corruption(buffers: Sequence[pattern.Bytes]) -> None:
+
+def _apply_test_corruption(buffers: Sequence[pattern.Bytes]) -> None:
     """The documented test hook (see the module docstring); a no-op unless the variable is set."""
     spec = os.environ.get(CORRUPT_ENV)
     if not spec:

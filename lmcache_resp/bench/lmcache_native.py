@@ -1,29 +1,34 @@
 """LMCache's C++ RESP connector (lmcache.lmcache_redis.LMCacheRedisClient) as a peer.
 
 In this interpreter when it can import the connector; otherwise in ``--lmcache-python``'s,
-through lmcache_driver.py as a persistent subprocess. Either way the driver submits ONE batch
-of all keys per op and verifies its own GETs.
+through lmcache_driver.py as a persistent subprocess speaking JSON lines, every wait bounded (a
+wedged peer is reported, never waited on forever). Either way the driver submits ONE batch of
+all keys per op and verifies its own GETs.
 """
 
 from __future__ import annotations
 
+import collections
 import importlib.util
+import json
 import os
+import select
 import socket
+import subprocess
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from lmcache_resp.config import ENV_PASSWORD
-from lmcache_resp.bench.errors import BenchError, PeerFailed
-from lmcache_resp.bench.peers.channel import SubprocessChannel
-from lmcache_resp.bench.peers.lmcache_driver import Session
-from lmcache_resp.bench.samples import OpSample
+from lmcache_resp.bench.cli import ALL_OPS, PASSWORD_ENV, BenchError, PeerFailed
+from lmcache_resp.bench.lmcache_driver import Session
+from lmcache_resp.bench.measure import OpSample
 from lmcache_resp.bench.target import Target
 from lmcache_resp.bench.workload import Workload
 
-__all__ = ["DRIVER", "LMCachePeer", "SETUP_HINT"]
+__all__ = ["LMCachePeer", "SubprocessChannel"]
 
 DRIVER = Path(__file__).resolve().with_name("lmcache_driver.py")
 SETUP_HINT = (
@@ -53,6 +58,71 @@ class _InProcess:
             self.session.handle(message)
 
 
+class SubprocessChannel:
+    """JSON-lines request/reply with the driver in a child process."""
+
+    def __init__(self, argv: Sequence[str], *, env: dict[str, str] | None = None) -> None:
+        try:
+            self.process = subprocess.Popen(
+                list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+            )
+        except OSError as exc:
+            raise PeerFailed(f"cannot start {argv[0]}: {exc}") from None
+        self._buffer = b""
+        self._stderr: collections.deque[str] = collections.deque(maxlen=20)
+        self._stderr_reader = threading.Thread(target=self._drain_stderr, name="peer-stderr", daemon=True)
+        self._stderr_reader.start()
+
+    def _drain_stderr(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self._stderr.append(line.decode(errors="replace").rstrip())
+
+    def stderr_tail(self) -> str:
+        lines = [line for line in self._stderr if line]
+        return " | ".join(lines[-5:]) if lines else "(nothing on stderr)"
+
+    def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        try:
+            self.process.stdin.write(json.dumps(message).encode() + b"\n")
+            self.process.stdin.flush()
+        except OSError:
+            raise PeerFailed(f"the driver is gone (exit status {self.process.poll()}); its stderr: {self.stderr_tail()}") from None
+        fd = self.process.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise PeerFailed(f"no reply to {message.get('op')!r} within {timeout:g} s (peer hung); "
+                                 f"its stderr: {self.stderr_tail()}")
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    self.process.wait(timeout=5)
+                    raise PeerFailed(f"the driver exited (status {self.process.returncode}); its stderr: {self.stderr_tail()}")
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def close(self, message: dict[str, Any] | None = None, timeout: float = 10.0) -> None:
+        """Asks the driver to finish (if it still answers), then makes sure it is gone."""
+        try:
+            if message is not None and self.process.poll() is None:
+                self.request(message, timeout)
+        except PeerFailed:
+            pass
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait()
+            for stream in (self.process.stdin, self.process.stdout):
+                if stream is not None:
+                    stream.close()
+
+
 def _in_process_available() -> bool:
     try:
         return importlib.util.find_spec("lmcache.lmcache_redis") is not None
@@ -62,6 +132,7 @@ def _in_process_available() -> bool:
 
 class LMCachePeer:
     name = "lmcache"
+    supported_ops = ALL_OPS
 
     def __init__(
         self,
@@ -89,7 +160,8 @@ class LMCachePeer:
         if python is None and factory is None and _in_process_available():
             channel, factory, self.where = _InProcess(), "lmcache.lmcache_redis:LMCacheRedisClient", "in this process"
         elif python is not None:
-            env = {k: v for k, v in os.environ.items() if k != ENV_PASSWORD}
+            # The password goes in the init request; the child need not see it in its environment.
+            env = {k: v for k, v in os.environ.items() if k != PASSWORD_ENV}
             channel, self.where = SubprocessChannel([python, str(DRIVER)], env=env), f"driven through {python}"
         else:
             raise BenchError(f"--compare lmcache: LMCache's connector (lmcache.lmcache_redis) is not importable by {sys.executable}; {SETUP_HINT}")
@@ -114,10 +186,7 @@ class LMCachePeer:
         return (f"LMCache C++ connector {self.client_name}, {self.num_workers} workers, one batch per op, "
                 f"{self.where}")
 
-    def supports(self, op: str) -> bool:
-        return True
-
-    def _call(self, op: str, round_index: int, repeat: int = 1) -> dict[str, Any]:
+    def _call(self, op: str, round_index: int, keys: int, payload_bytes: int, repeat: int = 1) -> tuple[OpSample, dict[str, Any]]:
         # The driver bounds its own wait by the timeout; the margin covers filling the pool
         # and verifying it.
         reply = self.channel.request(
@@ -125,33 +194,28 @@ class LMCachePeer:
         )
         if not reply.get("ok"):
             raise PeerFailed(f"{op.upper()}: {reply.get('error') or 'failed'}")
-        return reply
+        return OpSample(op, max(float(reply["seconds"]), 1e-9), keys, payload_bytes, float(reply["cpu_seconds"])), reply
 
     def run_round(self, round_index: int, ops: Sequence[str]) -> dict[str, OpSample]:
         w, n = self.workload, len(self.workload.keys)
-
-        def sample(op: str, reply: dict[str, Any], payload: int) -> OpSample:
-            return OpSample(op, max(float(reply["seconds"]), 1e-9), n, payload, float(reply["cpu_seconds"]))
-
-        samples = {"set": sample("set", self._call("set", round_index), w.batch_bytes)}
+        samples: dict[str, OpSample] = {}
+        samples["set"], _ = self._call("set", round_index, n, w.batch_bytes)
         if "get" in ops:
-            reply = self._call("get", round_index)
+            sample, reply = self._call("get", round_index, n, w.batch_bytes)
             mismatches = reply.get("mismatches") or []
             if mismatches:
                 first = mismatches[0]
                 where = f" at byte offset {first['offset']}" if first.get("offset") is not None else ""
                 raise PeerFailed(f"GET read back wrong data ({len(mismatches)}+ keys): key {first['key']!r}: "
                                  f"{first['reason']}{where}")
-            samples["get"] = sample("get", reply, w.batch_bytes)
+            samples["get"] = sample
         if "exists" in ops:
             repeat = w.exists_repeat
-            reply = self._call("exists", round_index, repeat=repeat)
+            samples["exists"], reply = self._call("exists", round_index, n * repeat, 0, repeat=repeat)
             if reply.get("true_count") != n * repeat:
                 raise PeerFailed(f"EXISTS found {reply.get('true_count')} of {n * repeat} keys just written")
-            samples["exists"] = OpSample("exists", max(float(reply["seconds"]), 1e-9), n * repeat, 0,
-                                         float(reply["cpu_seconds"]))
-        samples["delete"] = sample("delete", self._call("delete", round_index), 0)
-        return {op: samples[op] for op in ops if op in samples}
+        samples["delete"], _ = self._call("delete", round_index, n, 0)
+        return samples
 
     def close(self) -> None:
         self.channel.close({"op": "close"})

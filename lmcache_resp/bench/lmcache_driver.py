@@ -3,7 +3,7 @@ import it (often a venv of its own: the connector needs torch's libraries).
 
 Run by file path (``PYTHON lmcache_driver.py``), it speaks JSON lines: one request on stdin,
 one reply on stdout. It must not import lmcache_resp (that interpreter does not have it); it
-loads ``../pattern.py`` by path so both sides write the same bytes. numpy is required.
+loads its sibling ``pattern.py`` by path so both sides write the same bytes. numpy is required.
 
 Requests: ``init`` (connect, allocate one pool of num_keys equal-sized buffers: the connector
 takes every buffer's size from the first one), then ``set``/``get``/``exists``/``delete`` with
@@ -35,7 +35,7 @@ MAX_REPORTED_MISMATCHES = 10
 
 
 def load_pattern() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "pattern.py"
+    path = Path(__file__).resolve().with_name("pattern.py")
     spec = importlib.util.spec_from_file_location("lmcache_resp_bench_pattern", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
@@ -183,7 +183,7 @@ def serve() -> None:
 
 if __name__ == "__main__":
     # Run by path, Python puts this folder first on sys.path, where its sibling modules
-    # (lmcache_native.py, ...) would shadow real packages such as ``lmcache``.
+    # (peers.py, report.py, ...) could shadow the connector's own imports.
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     serve()

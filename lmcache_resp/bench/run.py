@@ -9,36 +9,31 @@ from typing import TextIO
 from lmcache_resp.errors import AuthenticationError, RespError
 from lmcache_resp.bench import report
 from lmcache_resp.bench.ceiling import measure_ceiling
+from lmcache_resp.bench.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BenchError, Options
 from lmcache_resp.bench.console import Console
-from lmcache_resp.bench.driver import Driver
-from lmcache_resp.bench.errors import BenchError, VerificationError
-from lmcache_resp.bench.jsonreport import failure_json, result_json
-from lmcache_resp.bench.keyspace import KeyLedger, new_prefix
-from lmcache_resp.bench.latency import measure_latency
-from lmcache_resp.bench.options import Options
+from lmcache_resp.bench.measure import Driver, run_rounds
 from lmcache_resp.bench.ours import OursDriver
-from lmcache_resp.bench.peers.registry import make_peer
-from lmcache_resp.bench.progress import Progress
-from lmcache_resp.bench.results import RunResult
-from lmcache_resp.bench.rounds import run_rounds
-from lmcache_resp.bench.sweep import run_sweep
-from lmcache_resp.bench.target import Target, open_target
-from lmcache_resp.bench.units import GB
-from lmcache_resp.bench.workload import Workload
+from lmcache_resp.bench.peers import make_peer
+from lmcache_resp.bench.sweep import plot_sweep, run_sweep
+from lmcache_resp.bench.target import KeyLedger, Target, open_target
+from lmcache_resp.bench.workload import Mismatch, VerificationError, Workload
 
 __all__ = ["run"]
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def run(options: Options, *, stdout: TextIO, stderr: TextIO) -> int:
     console = Console(stdout, stderr, json_mode=options.json)
-    console.progress = Progress(0, stderr, enabled=not options.json)
-    ledger = KeyLedger(new_prefix())
+    ledger = KeyLedger()
+
+    def failed(status: int, error: str, mismatches: list[Mismatch] | None = None) -> int:
+        if options.json:
+            _print_json(stdout, report.failure_json(options, error, mismatches))
+        return status
+
     try:
         with open_target(options, console, ledger.prefix) as target:
-            console.say(report.workload_line(options))
-            console.say(report.units_line())
+            for line in report.header_lines(options):
+                console.say(line)
             try:
                 result = _sweep(options, target, ledger, console) if options.sweep else _standard(options, target, ledger, console)
             finally:
@@ -47,26 +42,20 @@ def run(options: Options, *, stdout: TextIO, stderr: TextIO) -> int:
         console.warn("VERIFICATION FAILED: data read back differs from what was written")
         for m in exc.mismatches[:20]:
             console.warn(f"  {m.describe()}")
-        if options.json:
-            _print_json(stdout, failure_json(options, str(exc), exc.mismatches))
-        return EXIT_FAILED
+        return failed(EXIT_FAILED, str(exc), exc.mismatches)
     except BenchError as exc:
         console.warn(f"error: {exc}")
-        if options.json:
-            _print_json(stdout, failure_json(options, str(exc)))
-        return EXIT_USAGE
+        return failed(EXIT_USAGE, str(exc))
     except RespError as exc:
         console.warn(f"error: the run failed: {type(exc).__name__}: {exc}")
-        if options.json:
-            _print_json(stdout, failure_json(options, f"{type(exc).__name__}: {exc}"))
-        return EXIT_FAILED
+        return failed(EXIT_FAILED, f"{type(exc).__name__}: {exc}")
     except KeyboardInterrupt:
         console.warn("interrupted: the keys written were deleted" if not options.embedded else "interrupted")
         return EXIT_INTERRUPTED
     finally:
         console.progress.close()
     if options.json:
-        _print_json(stdout, result_json(result))
+        _print_json(stdout, report.result_json(result))
     else:
         # Only now: every GET of every round has been verified (a mismatch raised above).
         console.say("All tests passed")
@@ -96,8 +85,8 @@ def _close_all(drivers: list[Driver], console: Console) -> None:
             console.warn(f"warning: closing {driver.name} failed: {type(exc).__name__}: {exc}")
 
 
-def _standard(options: Options, target: Target, ledger: KeyLedger, console: Console) -> RunResult:
-    result = RunResult(options, target, ledger.prefix)
+def _standard(options: Options, target: Target, ledger: KeyLedger, console: Console) -> report.RunResult:
+    result = report.RunResult(options, target, ledger.prefix)
     workload = Workload(ledger.keys("lmcache_resp", options.num_keys), options.chunk_bytes, options.seed)
     ours = OursDriver(target, workload, num_workers=options.num_workers, cpu_affinity=options.cpu_affinity)
     drivers: list[Driver] = [ours]
@@ -111,7 +100,7 @@ def _standard(options: Options, target: Target, ledger: KeyLedger, console: Cons
         console.progress.add_total((options.rounds + 1) * len(drivers) + 1)
         result.clients = run_rounds(drivers, options.ops, options.rounds, console)
         console.progress.start("latency pass")
-        result.latency = measure_latency(ours, options.ops)
+        result.latency = ours.measure_latency(options.ops)
         console.progress.advance()
     finally:
         _close_all(drivers, console)
@@ -123,31 +112,22 @@ def _standard(options: Options, target: Target, ledger: KeyLedger, console: Cons
         # After the clients are closed: the probe keeps every core busy.
         console.progress.start("loopback ceiling")
         result.ceiling = measure_ceiling(options.chunk_bytes)
-    for line in report.batch_lines(result) + report.detail_lines(result) + report.compare_lines(result) + report.ceiling_lines(result):
+    for line in report.standard_lines(result):
         console.say(line)
-    console.say(_verified_line(result))
+    console.say(report.verified_line(result))
     return result
 
 
-def _sweep(options: Options, target: Target, ledger: KeyLedger, console: Console) -> RunResult:
-    result = RunResult(options, target, ledger.prefix)
-    result.sweep = run_sweep(options, target, ledger, console)
-    points = {(p.chunk_bytes, p.num_workers): p for p in result.sweep.by_chunk + result.sweep.by_workers}
+def _sweep(options: Options, target: Target, ledger: KeyLedger, console: Console) -> report.RunResult:
+    result = report.RunResult(options, target, ledger.prefix)
+    sweep = result.sweep = run_sweep(options, target, ledger, console)
     # Each point's rounds plus its (verified) warm-up round.
-    result.verified_get_batches = sum(len(p.result.samples["get"]) + 1 for p in points.values())
-    result.verified_bytes = sum((len(p.result.samples["get"]) + 1) * p.keys * p.chunk_bytes for p in points.values())
+    result.verified_get_batches = sum(len(p.result.samples["get"]) + 1 for p in sweep.points)
+    result.verified_bytes = sum((len(p.result.samples["get"]) + 1) * p.keys * p.chunk_bytes for p in sweep.points)
     for line in report.sweep_lines(result):
         console.say(line)
     if options.plot is not None:
-        from lmcache_resp.bench.plot import plot_sweep
-
-        plot_sweep(result.sweep, options.plot, title=f"lmcache_resp PagedRespStore against {target.endpoint}")
+        plot_sweep(sweep, options.plot, title=f"lmcache_resp PagedRespStore against {target.endpoint}")
         console.say(f"plot written to {options.plot}")
-    console.say(_verified_line(result))
+    console.say(report.verified_line(result))
     return result
-
-
-def _verified_line(result: RunResult) -> str:
-    latency = " and the latency pass" if result.latency and "get" in result.latency else ""
-    return (f"verified: every byte lmcache_resp read back ({result.verified_get_batches} GET batches including "
-            f"warm-ups{latency}, {result.verified_bytes / GB:.3f} GB) matched what was written")
