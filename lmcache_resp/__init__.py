@@ -13,18 +13,22 @@ from lmcache_resp._native import __version__
 from lmcache_resp.client import RedisClient
 from lmcache_resp.connector import RespConnector
 from lmcache_resp.lmcache import RespConnectorClient
-from lmcache_resp.settings import EvictionSettings, RespSettings
+from lmcache_resp._native import BatchResult
+from lmcache_resp.settings import EvictionSettings, RespSettings, Secret
 from lmcache_resp.store import Page, PagedRespStore
-from lmcache_resp.config import ConnectionSettings, Secret, resolve_connection
 from lmcache_resp.errors import (
     AuthenticationError,
     BatchError,
     ClosedError,
+    EngineFailedError,
+    ForkedError,
     InvalidInputError,
     PageError,
+    PartialReadError,
     ProtocolError,
     RespConnectionError,
     RespError,
+    RespOSError,
     RespTimeoutError,
     ServerError,
     ValueTooLargeError,
@@ -33,24 +37,27 @@ from lmcache_resp.errors import (
 __all__ = [
     "AuthenticationError",
     "BatchError",
+    "BatchResult",
     "ClosedError",
-    "ConnectionSettings",
+    "EngineFailedError",
     "EvictionSettings",
+    "ForkedError",
     "InvalidInputError",
     "Page",
     "PagedRespStore",
     "PageError",
+    "PartialReadError",
     "ProtocolError",
     "RedisClient",
     "RespConnector",
     "RespConnectorClient",
     "RespConnectionError",
     "RespError",
+    "RespOSError",
     "RespSettings",
     "RespTimeoutError",
     "Secret",
     "ServerError",
     "ValueTooLargeError",
     "__version__",
-    "resolve_connection",
 ]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lmcache_resp._lifecycle import Closeable
 from lmcache_resp import _native
-from lmcache_resp.config import ConnectionSettings, Secret, resolve_connection
+from lmcache_resp._lifecycle import Closeable
+from lmcache_resp.settings import RespSettings, Secret
 
 if TYPE_CHECKING:
     from lmcache_resp._typing import Buffer
@@ -38,13 +38,13 @@ class RedisClient(Closeable):
         timeout: float | None = None,
         unix_path: str | None = None,
         url: str | None = None,
+        connect_timeout: float | None = None,
     ) -> None:
-        self._settings = resolve_connection(
-            host, port, url=url, unix_path=unix_path, username=username, password=password, db=db, timeout=timeout
+        self._settings = RespSettings.resolve(
+            url, host=host, port=port, unix_path=unix_path, username=username, password=password, db=db,
+            timeout=timeout, connect_timeout=connect_timeout,
         )
-        self._native = _native.RedisClient(
-            self._settings.host, self._settings.port, **self._settings.native_kwargs()
-        )
+        self._native = _native.RedisClient(self._settings)
 
     @classmethod
     def from_url(cls, url: str, **overrides: object) -> RedisClient:
@@ -53,7 +53,7 @@ class RedisClient(Closeable):
         return cls(url=url, **overrides)  # type: ignore[arg-type]
 
     @property
-    def settings(self) -> ConnectionSettings:
+    def settings(self) -> RespSettings:
         return self._settings
 
     def set(self, key: str | bytes, buffer: Buffer) -> None:

@@ -13,11 +13,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lmcache_resp._lifecycle import Closeable
 from lmcache_resp import _native
+from lmcache_resp._completions import CompletionRouter
+from lmcache_resp._lifecycle import Closeable
+from lmcache_resp._native import BatchResult
 from lmcache_resp._placement import log_placement
-from lmcache_resp.config import Secret
-from lmcache_resp.settings import EvictionSettings, RespSettings
+from lmcache_resp.errors import ClosedError
+from lmcache_resp.settings import EvictionSettings, RespSettings, Secret
 
 __all__ = ["RespConnector"]
 
@@ -71,10 +73,10 @@ class RespConnector(Closeable):
         return connector
 
     def _start(self, settings: RespSettings) -> None:
-        native_kwargs = settings.native_kwargs()
         self._settings = settings
         logger.info("RespConnector: settings %s", settings.to_dict())
-        self._native = _native.Connector(**native_kwargs)
+        self._native = _native.Connector(settings)
+        self._router = CompletionRouter(self._native)
         logger.info(
             "RespConnector: %d I/O workers to %s", self._native.num_workers, self._settings.endpoint
         )
@@ -96,10 +98,21 @@ class RespConnector(Closeable):
         return self._native.submit("delete", keys)
 
     def drain_completions(self) -> list[Completion]:
-        return self._native.drain_completions()
+        return [result.to_lmcache() for result in self._router.take_unclaimed()]
+
+    def drain(self) -> list[BatchResult]:
+        """Completed batches as :class:`~lmcache_resp._native.BatchResult` (typed per-key
+        results); clears the eventfd like ``drain_completions``."""
+        return self._router.take_unclaimed()
+
+    @property
+    def router(self) -> CompletionRouter:
+        """Where finished batches go: asyncio and blocking waiters (RespConnectorClient)."""
+        return self._router
 
     def close(self) -> None:
         self._native.close()
+        self._router.close(ClosedError("the connector was closed"))
 
     @property
     def settings(self) -> RespSettings:

@@ -11,11 +11,15 @@ __all__ = [
     "AuthenticationError",
     "BatchError",
     "ClosedError",
+    "EngineFailedError",
+    "ForkedError",
     "InvalidInputError",
     "PageError",
+    "PartialReadError",
     "ProtocolError",
     "RespConnectionError",
     "RespError",
+    "RespOSError",
     "RespTimeoutError",
     "ServerError",
     "ValueTooLargeError",
@@ -27,7 +31,7 @@ class RespError(Exception):
 
     @property
     def message(self) -> str:
-        return str(self.args[0]) if self.args else ""
+        return str(self.args[-1]) if self.args else ""
 
 
 class RespConnectionError(RespError, ConnectionError):
@@ -64,6 +68,26 @@ class InvalidInputError(RespError, ValueError):
 
 class PageError(RespError, ValueError):
     """A page was misused: double free, a page of another store, a stale page."""
+
+
+class RespOSError(RespError, OSError):
+    """A system call failed (memory, file descriptors, threads); ``errno`` says which."""
+
+
+class PartialReadError(RespError):
+    """A GET had started receiving into its buffer or page when its connection broke, and
+    the retry did not deliver the whole value: the buffer holds part of a value. Do not
+    read it; read the key again."""
+
+
+class ForkedError(RespError):
+    """The object was created by another process and inherited through fork(): it cannot be
+    used here (its threads and connections belong to the parent). Create a new one."""
+
+
+class EngineFailedError(RespError):
+    """The I/O engine stopped working (a worker thread died); every call fails at once.
+    Close the store and create a new one."""
 
 
 class BatchError(RespError):

@@ -7,15 +7,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lmcache_resp._lifecycle import Closeable
 from lmcache_resp import _native
-from lmcache_resp._dispatch import CompletionRouter
-from lmcache_resp._native import Page
-from lmcache_resp._results import hits, lmcache_tuple, raise_failures
+from lmcache_resp._completions import CompletionRouter
+from lmcache_resp._lifecycle import Closeable
+from lmcache_resp._native import BatchResult, Page
 from lmcache_resp._placement import log_placement
-from lmcache_resp.config import Secret
-from lmcache_resp.settings import EvictionSettings, RespSettings
-from lmcache_resp.errors import InvalidInputError
+from lmcache_resp.errors import ClosedError, InvalidInputError
+from lmcache_resp.settings import EvictionSettings, RespSettings, Secret
 
 __all__ = ["Page", "PagedRespStore"]
 
@@ -54,9 +52,15 @@ class PagedRespStore(Closeable):
 
     ``max_capacity_gb`` (0 = off) caps what this store tracks as stored in Redis; ``eviction``
     (``{"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}``) says
-    when and how much to delete. Settings resolve as :meth:`RespSettings.resolve
-    <lmcache_resp.settings.RespSettings.resolve>` says (explicit > URL > environment >
-    default) and are logged, the password as ``***``; see ``settings``.
+    when and how much to delete. ``prefault`` (default True) faults the arena's pages in at
+    creation, so the first batch does not pay for it. Settings resolve as
+    :meth:`RespSettings.resolve <lmcache_resp.settings.RespSettings.resolve>` says (explicit >
+    URL > environment > default) and are logged, the password as ``***``; see ``settings``.
+    ``settings=`` takes a ready :class:`RespSettings` instead.
+
+    What a batch reports: a hit means the whole value was received; a miss leaves the page
+    untouched; a key whose value was only partly received (its connection broke) fails with
+    :class:`~lmcache_resp.errors.PartialReadError`, never a miss.
     """
 
     def __init__(
@@ -79,20 +83,24 @@ class PagedRespStore(Closeable):
         cpu_affinity: str | None = None,
         max_capacity_gb: float | None = None,
         eviction: Mapping[str, Any] | EvictionSettings | None = None,
+        prefault: bool | None = None,
+        settings: RespSettings | None = None,
     ) -> None:
         pages = _page_count(page_size, num_pages, pool_size)
-        settings = RespSettings.resolve(
-            url, host=host, port=port, unix_path=unix_path, username=username, password=password, db=db,
+        given: dict[str, Any] = dict(
+            host=host, port=port, unix_path=unix_path, username=username, password=password, db=db,
             timeout=timeout, num_workers=num_workers, connections_per_worker=connections_per_worker,
-            cpu_affinity=cpu_affinity, max_capacity_gb=max_capacity_gb, eviction=eviction,
+            max_inflight_bytes=max_inflight_bytes, cpu_affinity=cpu_affinity, max_capacity_gb=max_capacity_gb,
+            eviction=eviction, prefault=prefault,
         )
-        native_kwargs = settings.native_kwargs()
+        if settings is None:
+            settings = RespSettings.resolve(url, **given)
+        elif url is not None or any(v is not None for v in given.values()):
+            raise InvalidInputError("give settings= or the individual settings, not both")
         self._settings = settings
         logger.info("PagedRespStore: settings %s", settings.to_dict())
-        self._native = _native.PagedStore(
-            page_size=page_size, num_pages=pages, max_inflight_bytes=max_inflight_bytes, **native_kwargs
-        )
-        self._router = CompletionRouter(self._native.drain, self._native.event_fd())
+        self._native = _native.PagedStore(settings, page_size=page_size, num_pages=pages)
+        self._router = CompletionRouter(self._native)
         logger.info(
             "PagedRespStore: %d pages of %d bytes in arena %s, %d I/O workers, server %s",
             pages, page_size, self._native.arena_name, settings.num_workers, settings.endpoint,
@@ -117,58 +125,50 @@ class PagedRespStore(Closeable):
     # -- blocking batches ----------------------------------------------------------------
 
     def put(self, keys: Sequence[Key], pages: Sequence[Page], lengths: Sequence[int] | None = None) -> None:
-        """Stores each page (or its first ``lengths[i]`` bytes) under its key."""
-        raise_failures("put", self._native.run("set", keys, pages, _lengths(lengths)))
+        """Stores each page (or its first ``lengths[i]`` bytes) under its key. A key may
+        appear once per batch."""
+        self._native.run("set", keys, pages, lengths).check("put")
 
     def get(self, keys: Sequence[Key], pages: Sequence[Page]) -> list[bool]:
         """Reads each key into its page: True for a hit, False for a miss (page untouched).
         A value larger than its page fails that key (BatchError; the rest complete)."""
-        values = self._native.run("get", keys, pages)
-        raise_failures("get", values)
-        return hits(values)
+        return _checked(self._native.run("get", keys, pages), "get").hits
 
     def get_lengths(self, keys: Sequence[Key], pages: Sequence[Page]) -> list[int | None]:
         """Like ``get``, with the bytes received per key (None for a miss)."""
-        values = self._native.run("get", keys, pages)
-        raise_failures("get", values)
-        return [v if isinstance(v, int) else None for v in values]
+        return _checked(self._native.run("get", keys, pages), "get").lengths
 
     def exists(self, keys: Sequence[Key]) -> list[bool]:
-        values = self._native.run("exists", keys)
-        raise_failures("exists", values)
-        return [v is True for v in values]
+        return _checked(self._native.run("exists", keys), "exists").hits
 
     def delete(self, keys: Sequence[Key]) -> list[bool]:
         """True for each key that existed and was deleted."""
-        values = self._native.run("delete", keys)
-        raise_failures("delete", values)
-        return [v is True for v in values]
+        return _checked(self._native.run("delete", keys), "delete").hits
+
+    def run(self, op: str, keys: Sequence[Key], pages: Sequence[Page] | None = None) -> BatchResult:
+        """One batch of ``op`` ("get", "set", "exists", "delete"), its per-key result as it
+        is, failures included (nothing raised for a failed key)."""
+        return self._native.run(op, keys, pages)
 
     # -- asyncio ---------------------------------------------------------------------------
 
     async def aput(self, keys: Sequence[Key], pages: Sequence[Page], lengths: Sequence[int] | None = None) -> None:
-        values = await self._router.watch(lambda: self._native.submit("set", keys, pages, _lengths(lengths)))
-        raise_failures("put", values)
+        _checked(await self._router.submit_async(lambda: self._native.submit("set", keys, pages, lengths)), "put")
 
     async def aget(self, keys: Sequence[Key], pages: Sequence[Page]) -> list[bool]:
-        values = await self._router.watch(lambda: self._native.submit("get", keys, pages))
-        raise_failures("get", values)
-        return hits(values)
+        result = await self._router.submit_async(lambda: self._native.submit("get", keys, pages))
+        return _checked(result, "get").hits
 
     async def aexists(self, keys: Sequence[Key]) -> list[bool]:
-        values = await self._router.watch(lambda: self._native.submit("exists", keys))
-        raise_failures("exists", values)
-        return [v is True for v in values]
+        return _checked(await self._router.submit_async(lambda: self._native.submit("exists", keys)), "exists").hits
 
     async def adelete(self, keys: Sequence[Key]) -> list[bool]:
-        values = await self._router.watch(lambda: self._native.submit("delete", keys))
-        raise_failures("delete", values)
-        return [v is True for v in values]
+        return _checked(await self._router.submit_async(lambda: self._native.submit("delete", keys)), "delete").hits
 
     # -- for integrators: submit now, collect when event_fd() is readable -------------------
 
     def submit_put(self, keys: Sequence[Key], pages: Sequence[Page], lengths: Sequence[int] | None = None) -> int:
-        return self._native.submit("set", keys, pages, _lengths(lengths))
+        return self._native.submit("set", keys, pages, lengths)
 
     def submit_get(self, keys: Sequence[Key], pages: Sequence[Page]) -> int:
         return self._native.submit("get", keys, pages)
@@ -179,9 +179,13 @@ class PagedRespStore(Closeable):
     def submit_delete(self, keys: Sequence[Key]) -> int:
         return self._native.submit("delete", keys)
 
+    def drain(self) -> list[BatchResult]:
+        """Completed ``submit_*`` batches; clears the eventfd."""
+        return self._router.take_unclaimed()
+
     def drain_completions(self) -> list[tuple[int, bool, str, list[bool] | None]]:
-        """Completed ``submit_*`` batches as ``(id, ok, error, per_key)``; clears the eventfd."""
-        return [lmcache_tuple(i, op, values) for i, op, values in self._router.take_unclaimed()]
+        """Completed ``submit_*`` batches as LMCache's ``(id, ok, error, per_key)``."""
+        return [result.to_lmcache() for result in self._router.take_unclaimed()]
 
     def event_fd(self) -> int:
         """Readable while completed ``submit_*`` batches wait to be drained."""
@@ -192,7 +196,7 @@ class PagedRespStore(Closeable):
     def close(self) -> None:
         """Completes or fails everything in flight; later calls raise ClosedError. Idempotent."""
         self._native.close()
-        self._router.close()
+        self._router.close(ClosedError("the store was closed"))
 
     @property
     def closed(self) -> bool:
@@ -259,6 +263,7 @@ class PagedRespStore(Closeable):
         )
 
 
-def _lengths(lengths: Sequence[int] | None) -> list[int] | None:
-    return None if lengths is None else [int(n) for n in lengths]
-
+def _checked(result: BatchResult, what: str) -> BatchResult:
+    """The result, after raising BatchError if a key failed."""
+    result.check(what)
+    return result

@@ -15,7 +15,7 @@ import json
 import sys
 
 from lmcache_resp import _native
-from lmcache_resp.config import resolve_connection
+from lmcache_resp.settings import RespSettings
 from lmcache_resp.errors import RespError
 
 
@@ -35,16 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.num_workers < 1:
         parser.error(f"--num-workers must be at least 1, got {args.num_workers}")
     try:
-        settings = resolve_connection(args.host, args.port, url=args.url)
-        plan = _native.explain_placement(
-            settings.host,
-            settings.port,
-            unix_path=settings.unix_path,
-            cpu_affinity=args.cpu_affinity,
-            num_workers=args.num_workers,
-            topology_xml=args.topology_xml,
-            interface=args.interface,
+        settings = RespSettings.resolve(
+            args.url, host=args.host, port=args.port, cpu_affinity=args.cpu_affinity, num_workers=args.num_workers
         )
+        plan = _native.explain_placement(settings, topology_xml=args.topology_xml, interface=args.interface)
     except RespError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

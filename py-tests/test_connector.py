@@ -82,16 +82,35 @@ def test_a_miss_is_a_false_bit_never_a_hang_or_batch_error(redis_server: RedisSe
 def test_per_key_failures_are_reported_with_the_key(redis_server: RedisServer) -> None:
     connector = connector_for(redis_server)
     driver = LMCacheLikeDriver(connector)
-    redis_server.redis_py().set("too-big", b"x" * 5000)
-    redis_server.redis_py().set("fits", b"y" * 10)
+    redis_server.redis_py().lpush("a-list", b"x")
+    redis_server.redis_py().set("fits", b"y" * 4096)
     _pool, views = lmcache_pool([4096, 4096])
-    fid = connector.submit_batch_get(["too-big", "fits"], views)
+    fid = connector.submit_batch_get(["a-list", "fits"], views)
     _id, ok, error, per_key = driver.wait(fid)
     assert not ok and per_key == [False, True]
-    assert "key 0" in error and "5000 bytes" in error
+    assert "key 0: ServerError: WRONGTYPE" in error, error
+    assert bytes(views[1]) == b"y" * 4096
     # The connection stayed in sync.
     fid = connector.submit_batch_get(["fits"], views[1:])
     assert driver.wait(fid)[1:] == (True, "", [True])
+    connector.close()
+
+
+def test_a_value_of_another_length_than_its_chunk_is_a_miss_as_lmcache_reports_it(redis_server: RedisServer) -> None:
+    """LMCache's chunks have fixed sizes: a stored value of another length is not this chunk.
+    LMCache's built-in client reports it as a miss; so does this connector, and the buffer
+    stays untouched (a shorter value is never a hit over a half-filled buffer)."""
+    connector = connector_for(redis_server)
+    driver = LMCacheLikeDriver(connector)
+    redis_server.redis_py().set("shorter", b"s" * 1000)
+    redis_server.redis_py().set("longer", b"l" * 3000)
+    redis_server.redis_py().set("exact", b"e" * 2000)
+    pool, views = lmcache_pool([2000, 2000, 2000])
+    pool[:] = 7
+    fid = connector.submit_batch_get(["shorter", "longer", "exact"], views)
+    assert driver.wait(fid) == (fid, True, "", [False, False, True])
+    assert bytes(views[0]) == bytes(views[1]) == b"\x07" * 2000, "misses leave their buffers untouched"
+    assert bytes(views[2]) == b"e" * 2000
     connector.close()
 
 

@@ -130,15 +130,18 @@ def test_non_mp_per_key_failure_is_a_false_bit_and_a_warning_without_the_passwor
     password = "s3cret-default-pw"
     settings = RespSettings.resolve(host="127.0.0.1", port=secure_server.port, password=password, num_workers=2)
 
+    secure_server.redis_py().lpush("a-list", b"x")
+
     async def scenario() -> list[bool]:
         async with RespConnectorClient.from_settings(settings) as client:
-            await client.batch_set(["too-big", "fits"], [memoryview(bytearray(5000)), memoryview(bytearray(10))])
-            _pool, outs = lmcache_pool([4096, 4096, 4096])
-            return await client.batch_get(["too-big", "fits", "absent"], outs)
+            await client.batch_set(["shorter", "fits"], [memoryview(bytearray(1000)), memoryview(bytearray(4096))])
+            _pool, outs = lmcache_pool([4096, 4096, 4096, 4096])
+            return await client.batch_get(["a-list", "fits", "absent", "shorter"], outs)
 
-    assert run(scenario) == [False, True, False]
+    assert run(scenario) == [False, True, False, False]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("'too-big'" in w and "5000 bytes" in w for w in warnings), warnings
+    assert any("'a-list'" in w and "WRONGTYPE" in w for w in warnings), warnings
+    assert not any("'shorter'" in w or "'absent'" in w for w in warnings), "misses are not failures"
     assert password not in caplog.text
 
 

@@ -13,9 +13,8 @@ import pytest
 from conftest import RedisServer
 
 from lmcache_resp import PagedRespStore, RespConnector, _native
-from lmcache_resp.config import Secret
 from lmcache_resp.errors import InvalidInputError
-from lmcache_resp.settings import EvictionSettings, RespSettings
+from lmcache_resp.settings import EvictionSettings, RespSettings, Secret
 
 EMPTY: dict[str, str] = {}
 ENV = {
@@ -204,22 +203,34 @@ def test_eviction_without_capacity_is_accepted_with_a_warning(caplog: pytest.Log
     s = RespSettings.resolve(env=EMPTY, eviction={"eviction_policy": "noop"})
     assert s.eviction.eviction_policy == "noop" and s.capacity_bytes == 0
     assert "no effect without max_capacity_gb" in caplog.text
-    assert "capacity_bytes" not in s.native_kwargs(), "capacity keywords go to the native layer only when on"
 
 
-def test_native_kwargs_carry_capacity_in_bytes_and_the_policy_in_lower_case() -> None:
-    s = RespSettings.resolve(env=EMPTY, max_capacity_gb=1.5, eviction={"eviction_policy": "LRU"})
-    kwargs = s.native_kwargs()
-    assert kwargs["capacity_bytes"] == 1_500_000_000
-    assert (kwargs["eviction_policy"], kwargs["trigger_watermark"], kwargs["eviction_ratio"]) == ("lru", 0.8, 0.2)
+def test_capacity_is_in_decimal_bytes_and_the_policy_is_kept() -> None:
+    s = RespSettings.resolve(env=EMPTY, max_capacity_gb=1.5, eviction={"eviction_policy": "lru"})
+    assert s.capacity_bytes == 1_500_000_000
+    assert s.eviction == EvictionSettings("LRU", 0.8, 0.2)
 
 
-def test_direct_construction_is_validated_too() -> None:
+def test_direct_construction_is_validated_too_and_reads_no_environment() -> None:
     with pytest.raises(InvalidInputError, match="num_workers must be an integer in 1..1024"):
         RespSettings(num_workers=0)
-    with pytest.raises(InvalidInputError, match="password must be a Secret"):
-        RespSettings(password="plain")  # type: ignore[arg-type]
-    assert RespSettings(eviction={"eviction_policy": "noop"}).eviction.eviction_policy == "noop"  # type: ignore[arg-type]
+    assert RespSettings(password="plain").password == Secret("plain")
+    assert RespSettings(eviction={"eviction_policy": "noop"}).eviction.eviction_policy == "noop"
+    assert RespSettings(eviction=EvictionSettings("noop")).eviction.eviction_policy == "noop"
+    with pytest.raises(InvalidInputError, match="eviction.eviction_ratio must be in"):
+        EvictionSettings(eviction_ratio=2)
+    # resolve() reads os.environ; the constructor reads only the env it is given.
+    assert RespSettings(env={"LMCACHE_RESP_HOST": "env-host"}).host == "env-host"
+    assert RespSettings().host == "localhost"
+
+
+def test_every_default_lives_in_one_place() -> None:
+    s = RespSettings()
+    assert (s.timeout, s.connect_timeout, s.num_workers, s.connections_per_worker) == (10.0, 5.0, 8, 1)
+    assert (s.max_inflight_bytes, s.max_inflight_requests, s.prefault, s.cluster) == (1 << 20, 256, True, False)
+    # The connect timeout never exceeds the timeout, for every user of the settings alike.
+    assert RespSettings(timeout=2).connect_timeout == 2.0
+    assert RespSettings(timeout=2, connect_timeout=0.5).connect_timeout == 0.5
 
 
 # -- secrets ------------------------------------------------------------------------------------
@@ -233,10 +244,10 @@ def test_secrets_never_print() -> None:
         RespSettings.from_lmcache({"type": "resp", "password": "hunter2"}, env=EMPTY),
     ):
         assert s.password == Secret("hunter2")
-        for shown in (repr(s), str(s), repr(s.to_dict()), json.dumps(s.to_dict()), repr(s.connection)):
+        for shown in (repr(s), str(s), repr(s.to_dict()), json.dumps(s.to_dict()), repr(s.password)):
             assert "hunter2" not in shown
         assert s.to_dict()["password"] == "***"
-        assert s.native_kwargs()["password"] == "hunter2", "the native constructor is the one place it is revealed"
+        assert s.password is not None and s.password.reveal() == "hunter2"
 
 
 def test_env_password_is_read_once_at_construction() -> None:
@@ -293,3 +304,98 @@ def test_capacity_settings_reach_the_native_layer(redis_server: RedisServer, cle
         assert stats is not None
         assert (stats["capacity_bytes"], str(stats["policy"]).lower()) == (2_000_000, "lru")
         assert {"stored_bytes", "reserved_bytes", "keys", "evictions", "evicted_bytes", "eviction_runs"} <= set(stats)
+
+
+# -- connection fields: URLs, the environment, validation -----------------------------------------
+
+
+def test_connection_defaults() -> None:
+    s = RespSettings.resolve(env=EMPTY)
+    assert (s.host, s.port, s.unix_path, s.username, s.password, s.db, s.timeout) == (
+        "localhost", 6379, None, None, None, 0, 10.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("resp://h:1", {"host": "h", "port": 1}),
+        ("redis://h", {"host": "h", "port": 6379}),
+        ("redis://u:p%40ss@h:2/5", {"host": "h", "port": 2, "username": "u", "password": Secret("p@ss"), "db": 5}),
+        ("redis://:pw@h:3", {"host": "h", "port": 3, "password": Secret("pw")}),
+        ("redis://[::1]:4", {"host": "::1", "port": 4}),
+        ("unix:///run/redis.sock", {"unix_path": "/run/redis.sock", "host": None}),
+        ("unix:///run/redis.sock?db=2", {"unix_path": "/run/redis.sock", "db": 2}),
+        ("redis://u:pa/ss#w?rd@h:7/1", {"host": "h", "port": 7, "password": Secret("pa/ss#w?rd"), "db": 1}),
+    ],
+)
+def test_urls(url: str, expected: dict[str, object]) -> None:
+    s = RespSettings.resolve(url, env=EMPTY)
+    assert {k: getattr(s, k) for k in expected} == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("rediss://h:1", "TLS is not supported"),
+        ("http://h", "unsupported URL scheme"),
+        ("redis://h:99999", "invalid URL"),
+        ("redis://h/notadb", "non-negative integer"),
+        ("unix://", "no socket path"),
+        ("redis://:1", "has no host"),
+    ],
+)
+def test_bad_urls(url: str, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        RespSettings.resolve(url, env=EMPTY)
+
+
+@pytest.mark.parametrize("password", ["topsecret", "top/secret", "top#secret", "top?secret", "t/o#p?s"])
+def test_url_errors_never_show_the_password(password: str) -> None:
+    for url in (f"rediss://user:{password}@h:1", f"redis://user:{password}@h:99999", f"redis://user:{password}@h/x",
+                f"redis://user:{password}@h:1?bogus=1"):
+        with pytest.raises(InvalidInputError) as info:
+            RespSettings.resolve(url, env=EMPTY)
+        assert password not in str(info.value), url
+        assert "***" in str(info.value) or "user" not in str(info.value), url
+
+
+def test_unix_socket_selection() -> None:
+    s = RespSettings.resolve("unix:///tmp/r.sock", env={"LMCACHE_RESP_HOST": "ignored"})
+    assert (s.unix_path, s.host) == ("/tmp/r.sock", None)
+    assert s.endpoint == "unix:/tmp/r.sock"
+    # Explicit host/port win over a unix URL.
+    s = RespSettings.resolve("unix:///tmp/r.sock", env=EMPTY, host="h", port=1)
+    assert (s.unix_path, s.host, s.port) == (None, "h", 1)
+    with pytest.raises(InvalidInputError, match="not both"):
+        RespSettings.resolve(env=EMPTY, host="h", unix_path="/tmp/x")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "env", "message"),
+    [
+        ({"port": True}, EMPTY, "port must be an integer"),
+        ({}, {"LMCACHE_RESP_PORT": "http"}, "LMCACHE_RESP_PORT must be an integer in 1..65535"),
+        ({"timeout": float("nan")}, EMPTY, "timeout must be a positive number"),
+        ({"host": 5}, EMPTY, "host must be a str, not int"),
+        ({"password": 5}, EMPTY, "password must be a str, not int"),
+        ({"num_workers": [1]}, EMPTY, r"num_workers must be an integer in 1\.\.1024, got \[1\]"),
+        ({"prefault": "maybe"}, EMPTY, "prefault must be true or false, got 'maybe'"),
+    ],
+)
+def test_invalid_values_name_the_field_and_range(kwargs: dict[str, object], env: dict[str, str], message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        RespSettings.resolve(env=env, **kwargs)
+
+
+def test_secret_values_never_print_and_never_pickle() -> None:
+    import pickle
+
+    s = RespSettings.resolve(env=EMPTY, password="hunter2", username="bob")
+    assert "hunter2" not in repr(s) and "hunter2" not in str(s)
+    assert repr(s.password) == "Secret('***')" and str(s.password) == "***"
+    assert s.password is not None and s.password.reveal() == "hunter2"
+    with pytest.raises(TypeError, match="not picklable"):
+        pickle.dumps(s.password)
+    with pytest.raises(InvalidInputError, match="password must be a str, not int"):
+        Secret(5)  # type: ignore[arg-type]

@@ -1,8 +1,11 @@
 //! A real, throwaway `redis-server` for tests: a free port, a temp dir, no persistence.
 //! Started through `redis-test-server.sh`, the same script the Python tests use.
 
+pub mod proxy;
+
 use lmcache_resp_core::Secret;
 use lmcache_resp_core::net::{ConnectOptions, Endpoint};
+use lmcache_resp_core::settings::Settings;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -107,6 +110,13 @@ impl RedisServer {
 
     pub fn endpoint(&self) -> Endpoint {
         Endpoint::Tcp { host: "127.0.0.1".into(), port: self.port }
+    }
+
+    /// Settings for this server, with the credentials it was configured with.
+    pub fn settings(&self) -> Settings {
+        let mut settings = Settings::new(self.endpoint());
+        settings.password = self.config.password.as_deref().map(Secret::new);
+        settings
     }
 
     /// Options with the credentials this server was configured with (the default user's).

@@ -2,6 +2,7 @@
 //! every operation it affects, and it crosses the completion rings as a kind plus a message.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What went wrong, as a caller would branch on it.
@@ -27,33 +28,88 @@ pub enum ErrorKind {
     /// A page was misused: double free, a page of another store, a freed page, a page still
     /// in use by an operation.
     Page = 9,
+    /// A system call failed (memory, file descriptors, threads); the error keeps its source.
+    Os = 10,
+    /// A GET had started receiving into its destination when its connection broke, and the
+    /// retry did not deliver a value covering what was written: the destination holds part
+    /// of a value and must not be read.
+    PartialRead = 11,
+    /// The object was created by another process: it was inherited through fork().
+    Forked = 12,
+    /// The I/O engine stopped working (a worker thread died, or its shared memory held
+    /// impossible values); every later call fails at once.
+    EngineFailed = 13,
 }
 
 impl ErrorKind {
     pub fn from_code(code: u8) -> Option<ErrorKind> {
         use ErrorKind::*;
-        [Connection, Authentication, Timeout, Server, ValueTooLarge, Protocol, Closed, InvalidInput, Page]
-            .into_iter()
-            .find(|kind| *kind as u8 == code)
+        [
+            Connection,
+            Authentication,
+            Timeout,
+            Server,
+            ValueTooLarge,
+            Protocol,
+            Closed,
+            InvalidInput,
+            Page,
+            Os,
+            PartialRead,
+            Forked,
+            EngineFailed,
+        ]
+        .into_iter()
+        .find(|kind| *kind as u8 == code)
     }
 
     /// Permanent errors are not retried: repeating the operation cannot help.
     pub fn is_permanent(self) -> bool {
-        matches!(self, ErrorKind::Authentication | ErrorKind::InvalidInput | ErrorKind::Closed | ErrorKind::Page)
+        matches!(
+            self,
+            ErrorKind::Authentication
+                | ErrorKind::InvalidInput
+                | ErrorKind::Closed
+                | ErrorKind::Page
+                | ErrorKind::Forked
+                | ErrorKind::EngineFailed
+        )
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Error {
     kind: ErrorKind,
     message: String,
+    /// The OS error behind an [`ErrorKind::Os`] error (shared: errors are cloned to every
+    /// operation they affect). It does not cross the completion rings, which carry text.
+    source: Option<Arc<std::io::Error>>,
 }
+
+/// Errors are equal when they say the same; the source is detail.
+impl PartialEq for Error {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind && self.message == other.message
+    }
+}
+
+impl Eq for Error {}
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into() }
+        Error { kind, message: message.into(), source: None }
+    }
+
+    /// A failed system call: `what` says what was being done.
+    pub fn os(what: impl fmt::Display, source: std::io::Error) -> Self {
+        Error { kind: ErrorKind::Os, message: format!("{what}: {source}"), source: Some(Arc::new(source)) }
+    }
+
+    /// The OS error number, for [`ErrorKind::Os`] errors that have one.
+    pub fn os_code(&self) -> Option<i32> {
+        self.source.as_ref().and_then(|s| s.raw_os_error())
     }
 
     pub fn kind(&self) -> ErrorKind {
@@ -113,7 +169,11 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 impl From<crate::resp::ProtocolError> for Error {
     fn from(err: crate::resp::ProtocolError) -> Self {
@@ -134,5 +194,18 @@ mod tests {
         }
         assert_eq!(ErrorKind::from_code(ErrorKind::ValueTooLarge as u8), Some(ErrorKind::ValueTooLarge));
         assert_eq!(ErrorKind::from_code(0), None);
+        assert_eq!(ErrorKind::from_code(ErrorKind::EngineFailed as u8), Some(ErrorKind::EngineFailed));
+    }
+
+    #[test]
+    fn os_errors_keep_their_source() {
+        use std::error::Error as _;
+        let err = Error::os("eventfd", std::io::Error::from_raw_os_error(libc::EMFILE));
+        assert_eq!(err.kind(), ErrorKind::Os);
+        assert_eq!(err.os_code(), Some(libc::EMFILE));
+        assert!(err.message().starts_with("eventfd: "), "{err}");
+        let source = err.source().expect("a source");
+        assert_eq!(source.to_string(), std::io::Error::from_raw_os_error(libc::EMFILE).to_string());
+        assert_eq!(err.clone(), err);
     }
 }

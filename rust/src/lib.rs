@@ -21,6 +21,7 @@ mod python;
 pub mod resp;
 pub mod ring;
 pub mod secret;
+pub mod settings;
 pub mod store;
 
 pub use error::{Error, ErrorKind, Result};

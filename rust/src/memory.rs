@@ -1,6 +1,7 @@
 //! Memory that operations read from (SET) or receive into (GET) while the caller is not
 //! looking: arena pages and caller-provided buffers.
 
+use crate::error::{Error, Result};
 use std::ptr::NonNull;
 
 /// A byte range outside Rust's ownership, addressed by raw pointer.
@@ -56,5 +57,54 @@ impl RawBuf {
         // valid and unshared while the operation runs; `src` is ordinary Rust memory and
         // cannot overlap caller-owned page memory.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len()) }
+    }
+}
+
+/// Memory this process may use at most: the host's RAM, or less where its cgroup says so.
+pub fn memory_limit() -> Option<u64> {
+    // SAFETY: sysinfo fills the struct it is given and nothing else.
+    let ram = unsafe {
+        let mut info: libc::sysinfo = std::mem::zeroed();
+        (libc::sysinfo(&mut info) == 0).then(|| info.totalram as u64 * info.mem_unit as u64)
+    };
+    let cgroup = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+        .iter()
+        .find_map(|path| std::fs::read_to_string(path).ok()?.trim().parse::<u64>().ok());
+    match (ram, cgroup) {
+        (Some(ram), Some(limit)) => Some(ram.min(limit)),
+        (ram, limit) => ram.or(limit),
+    }
+}
+
+/// Refuses `bytes` of `what` when they exceed the memory this process may use: such an arena
+/// would be killed by the OOM killer on first touch, not fail cleanly.
+pub fn check_fits(bytes: u64, what: &str) -> Result<()> {
+    check_fits_in(bytes, what, memory_limit())
+}
+
+fn check_fits_in(bytes: u64, what: &str, limit: Option<u64>) -> Result<()> {
+    match limit {
+        Some(limit) if bytes > limit => Err(Error::invalid(format!(
+            "{what} would take {bytes} bytes ({:.1} GiB), more than the {limit} bytes ({:.1} GiB) of memory this \
+             process may use: use fewer or smaller pages",
+            bytes as f64 / (1u64 << 30) as f64,
+            limit as f64 / (1u64 << 30) as f64
+        ))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_limit_is_known_and_checked() {
+        let limit = memory_limit().expect("sysinfo works on Linux");
+        assert!(limit > 1 << 20);
+        assert!(check_fits(limit / 2, "x").is_ok());
+        let err = check_fits(limit.saturating_mul(4), "the page arena").unwrap_err();
+        assert!(err.message().starts_with("the page arena would take"), "{err}");
+        assert!(check_fits_in(10, "x", None).is_ok(), "unknown limit: no check");
     }
 }

@@ -76,3 +76,33 @@ fn placement_error(err: impl std::fmt::Display) -> Error {
 fn unpinned(workers: usize, why: String) -> Placement {
     Placement { worker_cpus: vec![None; workers], cpuset: Vec::new(), memory_node: None, explanation: vec![why] }
 }
+
+/// Puts the page arena where the plan says: bound to `node` and faulted in there, or (without
+/// a node) just faulted in when `prefault` asks, so the first batch does not pay for page
+/// faults. Returns the line that explains what happened; a failure costs speed, not
+/// correctness, so it is reported rather than fatal.
+pub fn place_arena(arena: &crate::arena::Arena, node: Option<u32>, prefault: bool) -> String {
+    let size = arena.size();
+    match node {
+        Some(node) => {
+            // SAFETY: the mapping is `size` bytes, alive while `arena` is, and nothing else
+            // uses it yet (no page has been handed out). Prefaulting keeps the (zero)
+            // contents.
+            let outcome = unsafe {
+                numa::bind_memory(arena.base(), size, node).and_then(|()| numa::prefault(arena.base(), size))
+            };
+            match outcome {
+                Ok(()) => format!("the arena ({size} bytes) is bound to NUMA node {node} and pre-faulted"),
+                Err(err) => format!("the arena could not be bound to NUMA node {node} ({err}); the kernel places it"),
+            }
+        }
+        None if prefault => {
+            // SAFETY: as above.
+            match unsafe { numa::prefault(arena.base(), size) } {
+                Ok(()) => format!("the arena ({size} bytes) is pre-faulted (prefault=false turns this off)"),
+                Err(err) => format!("the arena could not be pre-faulted ({err}); pages fault in on first use"),
+            }
+        }
+        None => format!("the arena ({size} bytes) is not pre-faulted (prefault=false): pages fault in on first use"),
+    }
+}

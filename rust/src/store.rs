@@ -1,17 +1,18 @@
-//! The paged store: the engine plus a pool of pages in its arena. Pages are checked on every
-//! use and counted while operations use them, so a page is never freed (and handed to someone
-//! else) while a GET may still write into it.
+//! The paged store: the engine plus a pool of pages in its shared-memory arena. Pages are
+//! checked on every use and counted while operations use them, so a page is never freed (and
+//! handed to someone else) while a GET may still write into it.
 
 use crate::arena::{PageHandle, PagePool, PoolError};
+use crate::capacity::TrackedEngine;
 use crate::conn::Op;
-use crate::engine::{BatchResult, Engine, EngineConfig, Item, Region};
+use crate::engine::{Batch, BatchResult, EngineConfig, Item, Memory};
 use crate::error::{Error, ErrorKind, Result};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 pub struct PagedStore {
-    engine: Engine,
+    engine: TrackedEngine,
     pool: PagePool,
     /// Operations in flight per page.
     busy: Vec<AtomicU32>,
@@ -31,8 +32,9 @@ impl PagedStore {
             return Err(Error::invalid("page_size must be at least 1 byte"));
         }
         let num_pages = config.num_pages;
-        let engine = Engine::start(config)?;
-        let pool = PagePool::new(engine.arena().clone()).map_err(page_error)?;
+        let engine = TrackedEngine::start(config)?;
+        let arena = engine.pages().expect("an engine started with pages has an arena").clone();
+        let pool = PagePool::new(arena).map_err(page_error)?;
         Ok(PagedStore {
             engine,
             pool,
@@ -42,7 +44,7 @@ impl PagedStore {
         })
     }
 
-    pub fn engine(&self) -> &Engine {
+    pub fn engine(&self) -> &TrackedEngine {
         &self.engine
     }
 
@@ -50,22 +52,18 @@ impl PagedStore {
         &self.pool
     }
 
-    fn check_open(&self) -> Result<()> {
-        if self.engine.is_closed() { Err(Error::closed("the store")) } else { Ok(()) }
-    }
-
     pub fn allocate(&self) -> Result<Option<PageHandle>> {
-        self.check_open()?;
+        self.engine.check_usable()?;
         Ok(self.pool.allocate())
     }
 
     pub fn allocate_many(&self, n: usize) -> Result<Vec<PageHandle>> {
-        self.check_open()?;
+        self.engine.check_usable()?;
         self.pool.allocate_many(n).map_err(page_error)
     }
 
     pub fn free(&self, page: &PageHandle) -> Result<()> {
-        self.check_open()?;
+        self.engine.check_usable()?;
         let _guard = self.lock_pages();
         // An invalid handle gets the pool's own verdict (double free, stale, foreign) below.
         if self.pool.check(page).is_ok() && self.busy[page.index as usize].load(Ordering::Acquire) > 0 {
@@ -97,11 +95,14 @@ impl PagedStore {
         pages: &[PageHandle],
         lengths: Option<&[u64]>,
     ) -> Result<Vec<Item<'k>>> {
-        self.check_open()?;
+        self.engine.check_usable()?;
         if keys.len() != pages.len() {
             return Err(Error::invalid(format!("{} keys but {} pages", keys.len(), pages.len())));
         }
         if let Some(lengths) = lengths {
+            if op != Op::Set {
+                return Err(Error::invalid("lengths apply to SET only: GET receives up to a whole page"));
+            }
             if lengths.len() != keys.len() {
                 return Err(Error::invalid(format!("{} keys but {} lengths", keys.len(), lengths.len())));
             }
@@ -121,15 +122,11 @@ impl PagedStore {
                 Some(lengths) => lengths[i],
                 None => page_size,
             };
-            items.push(Item {
-                key,
-                region: Region::Arena,
-                offset: self.pool.page_offset(page).map_err(page_error)?,
-                len,
-            });
+            let offset = self.pool.page_offset(page).map_err(page_error)?;
+            items.push(Item { key, memory: Memory::Arena { offset, len } });
         }
         if op == Op::Get {
-            let mut seen = std::collections::HashSet::with_capacity(pages.len());
+            let mut seen = HashSet::with_capacity(pages.len());
             if let Some(twice) = pages.iter().find(|p| !seen.insert(p.index)) {
                 return Err(Error::invalid(format!("page {} appears twice in one GET batch", twice.index)));
             }
@@ -150,22 +147,21 @@ impl PagedStore {
     /// page; by default whole pages move.
     pub fn run(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>) -> Result<BatchResult> {
         let items = self.claim(op, keys, pages, lengths)?;
-        let result = self.engine.run(op, &items);
+        let result = self.engine.run(Batch::new(op, &items));
         self.release(pages.iter().map(|p| p.index));
         result
     }
 
     /// Runs a batch of page-less operations (EXISTS, DEL).
     pub fn run_keys(&self, op: Op, keys: &[&[u8]]) -> Result<BatchResult> {
-        self.check_open()?;
-        self.engine.run(op, &key_items(keys))
+        self.engine.run(Batch::new(op, &key_items(keys)))
     }
 
     /// Submits a batch for `drain`; its pages stay busy until then.
     pub fn submit(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>) -> Result<u64> {
         let items = self.claim(op, keys, pages, lengths)?;
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        match self.engine.submit(op, &items) {
+        match self.engine.submit(Batch::new(op, &items)) {
             Ok(id) => {
                 pending.insert(id, pages.iter().map(|p| p.index).collect());
                 Ok(id)
@@ -179,13 +175,12 @@ impl PagedStore {
     }
 
     pub fn submit_keys(&self, op: Op, keys: &[&[u8]]) -> Result<u64> {
-        self.check_open()?;
-        self.engine.submit(op, &key_items(keys))
+        self.engine.submit(Batch::new(op, &key_items(keys)))
     }
 
     /// Finished `submit`ted batches; their pages are no longer busy.
-    pub fn drain(&self) -> Vec<BatchResult> {
-        let results = self.engine.drain();
+    pub fn drain(&self) -> Result<Vec<BatchResult>> {
+        let results = self.engine.drain()?;
         if !results.is_empty() {
             let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
             for result in &results {
@@ -194,17 +189,20 @@ impl PagedStore {
                 }
             }
         }
-        results
+        Ok(results)
     }
 
     /// Completes or fails everything in flight, then closes the pool; `drain` still hands out
     /// the last results.
     pub fn close(&self) {
         self.engine.close();
+        if self.engine.is_inherited() {
+            return;
+        }
         self.pool.close();
     }
 }
 
 fn key_items<'k>(keys: &[&'k [u8]]) -> Vec<Item<'k>> {
-    keys.iter().map(|key| Item { key, region: Region::Process, offset: 0, len: 0 }).collect()
+    keys.iter().map(|key| Item::key_only(key)).collect()
 }

@@ -271,6 +271,24 @@ impl Conn {
         self.expire_unsent(now, out);
     }
 
+    /// Closes the socket at once and fails every request, those on the wire too: nothing
+    /// reads from or writes into their memory afterwards (the engine failed and must let go
+    /// of every buffer now).
+    pub fn abort(&mut self, err: &Error, out: &mut Vec<Completion>) {
+        self.stream = None;
+        self.note_partial_write();
+        self.reader.reset();
+        self.sent = 0;
+        self.write_offset = 0;
+        self.inflight_bytes = 0;
+        self.write_blocked = false;
+        self.state = ConnState::Disconnected;
+        let all: Vec<Request> = self.queue.drain(..).collect();
+        for request in all {
+            self.finish(request, Outcome::Failed(err.clone()), out);
+        }
+    }
+
     /// Fails requests that have not started to go out (the store is closing). Requests on the
     /// wire finish normally or at their deadline.
     pub fn fail_unsent(&mut self, err: &Error, out: &mut Vec<Completion>) {
@@ -404,6 +422,7 @@ impl Conn {
     /// otherwise they fail: with a timeout if theirs passed, else with `err`.
     fn drop_connection(&mut self, now: Instant, err: &Error, out: &mut Vec<Completion>) {
         self.stream = None;
+        self.note_partial_write();
         self.reader.reset();
         let in_flight = self.sent + usize::from(self.write_offset > 0);
         let on_wire: Vec<Request> = self.queue.drain(..in_flight).collect();
@@ -433,6 +452,15 @@ impl Conn {
     }
 
     fn finish(&mut self, request: Request, outcome: Outcome, out: &mut Vec<Completion>) {
+        let outcome = match outcome {
+            Outcome::Failed(err) if request.wrote_partially && err.kind() != ErrorKind::PartialRead => {
+                Outcome::Failed(Error::new(
+                    ErrorKind::PartialRead,
+                    format!("{err}; part of a value had already been received into the destination: do not read it"),
+                ))
+            }
+            outcome => outcome,
+        };
         if let Kind::User(_) = request.kind {
             self.outstanding_cost -= request.pipeline_cost();
             self.outstanding_requests -= 1;
@@ -511,8 +539,11 @@ impl Conn {
         let mut budget = READ_BUDGET;
         loop {
             let Some(stream) = &self.stream else { return };
-            let dest = if self.sent > 0 { self.queue[0].destination() } else { None };
-            match self.reader.next(stream, dest, &mut budget) {
+            let (dest, exact) = match self.queue.front() {
+                Some(front) if self.sent > 0 => (front.destination(), front.exact_length),
+                _ => (None, false),
+            };
+            match self.reader.next(stream, dest, exact, &mut budget) {
                 Ok(None) => return,
                 Ok(Some(_)) if self.sent == 0 => {
                     let err = Error::new(
@@ -541,6 +572,14 @@ impl Conn {
                     return self.connection_broke(now, err, out);
                 }
             }
+        }
+    }
+
+    /// The reader is about to forget a payload it was receiving into the oldest request's
+    /// destination: that request must not end in a miss.
+    fn note_partial_write(&mut self) {
+        if self.reader.wrote_partially() && self.sent > 0 {
+            self.queue[0].wrote_partially = true;
         }
     }
 
@@ -575,21 +614,23 @@ impl Conn {
                 }
             }
             Kind::User(op) => {
-                let capacity = request.destination().map_or(0, |d| d.len());
-                let outcome = user_outcome(op, event, capacity);
+                let outcome = user_outcome(op, event, &request, &self.options.endpoint);
                 self.finish(request, outcome, out);
             }
         }
     }
 }
 
-fn user_outcome(op: Op, event: ReadEvent, capacity: usize) -> Outcome {
-    match (op, event) {
+fn user_outcome(op: Op, event: ReadEvent, request: &Request, endpoint: &impl std::fmt::Display) -> Outcome {
+    let capacity = request.destination().map_or(0, |d| d.len());
+    let outcome = match (op, event) {
         (_, ReadEvent::Reply(Reply::Error(text))) => Outcome::Failed(Error::server(&text)),
         (Op::Set, ReadEvent::Reply(Reply::Simple(ok))) if ok == b"OK" => Outcome::Done,
         (Op::Ping, ReadEvent::Reply(Reply::Simple(pong))) if pong == b"PONG" => Outcome::Done,
         (Op::Get, ReadEvent::Reply(Reply::Nil)) => Outcome::Miss,
         (Op::Get, ReadEvent::Bulk { len, fitted: true }) => Outcome::Hit(len),
+        // A fixed-size chunk of another size is not this chunk: a miss, destination untouched.
+        (Op::Get, ReadEvent::Bulk { len, fitted: false }) if request.exact_length && len != capacity => Outcome::Miss,
         (Op::Get, ReadEvent::Bulk { len, fitted: false }) => {
             Outcome::Failed(Error::value_too_large(len as u64, capacity as u64))
         }
@@ -597,6 +638,19 @@ fn user_outcome(op: Op, event: ReadEvent, capacity: usize) -> Outcome {
         (op, other) => {
             Outcome::Failed(Error::new(ErrorKind::Protocol, format!("unexpected reply to {}: {other:?}", op.name())))
         }
+    };
+    match outcome {
+        // The retry answered after an earlier attempt had written part of a value: only a
+        // value that was received whole into the destination is good.
+        Outcome::Miss if request.wrote_partially => Outcome::Failed(Error::new(
+            ErrorKind::PartialRead,
+            format!(
+                "GET: the connection to {endpoint} broke while the value was being received, and the retry \
+                 found {}: the destination holds part of the earlier value; do not read it",
+                if request.exact_length { "no value of the expected length" } else { "no value" }
+            ),
+        )),
+        outcome => outcome,
     }
 }
 

@@ -20,7 +20,8 @@ const PEEK: usize = 64;
 pub enum ReadEvent {
     Reply(Reply),
     /// A bulk string: its length, and whether it fitted the destination and was received into
-    /// it (`false`: there was no destination or it was too small; the payload was discarded).
+    /// it (`false`: there was no destination, it was too small, or an exact-length GET got
+    /// another length; the payload was discarded).
     Bulk {
         len: usize,
         fitted: bool,
@@ -88,13 +89,21 @@ impl Reader {
         self.start == self.end && self.parser.is_idle()
     }
 
+    /// Part of a payload has been written into the oldest request's destination and the rest
+    /// has not arrived: if the connection breaks now, the destination holds a partial value.
+    pub fn wrote_partially(&self) -> bool {
+        matches!(self.sink, Sink::Into { written, .. } if written > 0)
+    }
+
     /// Reads until one reply is complete. `dest` is where a bulk reply to the oldest
-    /// outstanding request belongs (its GET destination). Returns `Ok(None)` when the socket
-    /// has nothing more now or `budget` bytes have been read in this turn.
+    /// outstanding request belongs (its GET destination); with `exact`, only a payload of
+    /// exactly its length is received there. Returns `Ok(None)` when the socket has nothing
+    /// more now or `budget` bytes have been read in this turn.
     pub fn next(
         &mut self,
         stream: &Stream,
         dest: Option<RawBuf>,
+        exact: bool,
         budget: &mut usize,
     ) -> Result<Option<ReadEvent>, ReadError> {
         loop {
@@ -111,7 +120,9 @@ impl Reader {
                 Some(Event::BulkStart(len)) => {
                     self.bulk_len = len;
                     self.sink = match dest {
-                        Some(dest) if len <= dest.len() => Sink::Into { dest, written: 0 },
+                        Some(dest) if len == dest.len() || (len < dest.len() && !exact) => {
+                            Sink::Into { dest, written: 0 }
+                        }
                         _ => Sink::Discard,
                     };
                 }

@@ -86,6 +86,12 @@ pub struct Request {
     pub deadline: Instant,
     /// How many times sending has started.
     pub attempts: u8,
+    /// GET: only a value of exactly the destination's length is received; any other length
+    /// is a miss and leaves the destination untouched.
+    pub exact_length: bool,
+    /// GET: an earlier attempt wrote part of a value into the destination before its
+    /// connection broke. The request may then end only in a hit or an error, never a miss.
+    pub wrote_partially: bool,
 }
 
 impl Request {
@@ -102,11 +108,35 @@ impl Request {
             Op::Get | Op::Set => Some(data.expect("GET and SET need a buffer")),
             _ => None,
         };
-        Request { kind: Kind::User(op), tag, header: command.header(), data, deadline, attempts: 0 }
+        Request {
+            kind: Kind::User(op),
+            tag,
+            header: command.header(),
+            data,
+            deadline,
+            attempts: 0,
+            exact_length: false,
+            wrote_partially: false,
+        }
+    }
+
+    /// A GET that accepts only a value of exactly the destination's length.
+    pub fn with_exact_length(mut self, exact: bool) -> Request {
+        self.exact_length = exact;
+        self
     }
 
     pub fn handshake(step: Step, header: Vec<u8>, deadline: Instant) -> Request {
-        Request { kind: Kind::Handshake(step), tag: 0, header, data: None, deadline, attempts: 0 }
+        Request {
+            kind: Kind::Handshake(step),
+            tag: 0,
+            header,
+            data: None,
+            deadline,
+            attempts: 0,
+            exact_length: false,
+            wrote_partially: false,
+        }
     }
 
     pub fn op(&self) -> Option<Op> {

@@ -136,6 +136,23 @@ impl Batches {
         }
     }
 
+    /// The engine stopped: every key still open fails with `err`, and its batch completes.
+    /// Returns the slots that completed.
+    pub fn fail_open(&mut self, err: &crate::error::Error) -> Vec<u32> {
+        let open: Vec<u32> = (0..self.slots.len() as u32)
+            .filter(|&slot| self.slots[slot as usize].as_ref().is_some_and(|b| !b.is_complete()))
+            .collect();
+        for &slot in &open {
+            let batch = self.slots[slot as usize].as_mut().expect("open slot");
+            for outcome in batch.outcomes.iter_mut().filter(|o| o.is_none()) {
+                *outcome = Some(Outcome::Failed(err.clone()));
+                batch.arrived += 1;
+            }
+            self.complete(slot);
+        }
+        open
+    }
+
     pub fn take_ready(&mut self) -> Vec<BatchResult> {
         self.ready.drain(..).collect()
     }
@@ -198,6 +215,22 @@ mod tests {
         assert!(!batches.has_ready());
         assert_eq!(batches.take_completed(slot), None);
         assert!(batches.open(5, Op::Del, 1, Delivery::Drain).is_some(), "the slot was freed");
+    }
+
+    #[test]
+    fn failing_open_batches_completes_each_with_the_error_for_the_keys_left() {
+        let mut batches = Batches::new(3);
+        let waited = batches.open(1, Op::Get, 2, Delivery::Wait).unwrap();
+        let drained = batches.open(2, Op::Set, 1, Delivery::Drain).unwrap();
+        batches.record(waited, 0, Outcome::Hit(3)).unwrap();
+        let err = crate::error::Error::new(crate::error::ErrorKind::EngineFailed, "worker died");
+        let mut failed = batches.fail_open(&err);
+        failed.sort();
+        assert_eq!(failed, vec![waited.min(drained), waited.max(drained)]);
+        let result = batches.take_completed(waited).unwrap();
+        assert_eq!(result.outcomes, vec![Outcome::Hit(3), Outcome::Failed(err.clone())]);
+        assert_eq!(batches.take_ready()[0].outcomes, vec![Outcome::Failed(err.clone())]);
+        assert!(batches.fail_open(&err).is_empty(), "nothing left open");
     }
 
     #[test]

@@ -35,15 +35,15 @@ impl AsFd for EventFd {
     }
 }
 
-/// Sleeps while `word` holds `expected`, at most `timeout`. Shared (not process-private):
-/// the word lives in the shared-memory arena.
+/// Sleeps while `word` holds `expected`, at most `timeout`. The counters live in the engine's
+/// private memory, so the futex is process-private (cheaper in the kernel).
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let timeout =
         rustix::thread::futex::Timespec { tv_sec: timeout.as_secs() as _, tv_nsec: timeout.subsec_nanos() as _ };
     // EAGAIN (the value changed), ETIMEDOUT and EINTR all mean: look again.
-    let _ = futex::wait(word, futex::Flags::empty(), expected, Some(&timeout));
+    let _ = futex::wait(word, futex::Flags::PRIVATE, expected, Some(&timeout));
 }
 
 pub fn futex_wake_all(word: &AtomicU32) {
-    let _ = futex::wake(word, futex::Flags::empty(), i32::MAX as u32);
+    let _ = futex::wake(word, futex::Flags::PRIVATE, i32::MAX as u32);
 }

@@ -7,26 +7,29 @@
 use crate::conn::{Op, Outcome};
 use crate::error::{Error, ErrorKind};
 
-/// Where a descriptor's offset points.
+/// What memory a descriptor's operation reads (SET) or receives into (GET).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Region {
-    /// An offset from the start of the engine's shared-memory arena (its pages).
-    Arena = 0,
-    /// An address in this process (buffers registered by the submitter, e.g. LMCache's own
-    /// pinned pool). Meaningless to another process, so never used across processes.
-    Process = 1,
+    /// None: EXISTS, DEL, PING.
+    None = 0,
+    /// `offset` from the start of the engine's shared-memory arena: inside one of its pages.
+    Arena = 1,
+    /// A buffer of the submitting process, registered in the engine's process-local table
+    /// under the descriptor's tag. No address ever crosses the ring: another process that
+    /// maps the arena can name only buffers of batches in flight, by their tag.
+    Buffer = 2,
 }
 
 impl Region {
     fn from_code(code: u8) -> Option<Region> {
-        match code {
-            0 => Some(Region::Arena),
-            1 => Some(Region::Process),
-            _ => None,
-        }
+        [Region::None, Region::Arena, Region::Buffer].into_iter().find(|r| *r as u8 == code)
     }
 }
+
+/// Descriptor flag: a GET whose value must be exactly `len` bytes; any other length is a miss
+/// and the destination is left untouched (LMCache's fixed-size chunks).
+pub const FLAG_EXACT_LENGTH: u8 = 1;
 
 /// A batch slot and a key index within the batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +54,9 @@ pub struct Descriptor<'a> {
     pub op: Op,
     pub tag: Tag,
     pub region: Region,
+    /// [`FLAG_EXACT_LENGTH`] or 0.
+    pub flags: u8,
+    /// Arena offset (`Region::Arena`); 0 otherwise.
     pub offset: u64,
     /// SET: value length. GET: destination capacity. EXISTS/DEL: 0.
     pub len: u64,
@@ -68,6 +74,7 @@ impl<'a> Descriptor<'a> {
         let mut out = [0u8; SUBMISSION_HEADER_LEN];
         out[0] = self.op as u8;
         out[1] = self.region as u8;
+        out[2] = self.flags;
         out[4..8].copy_from_slice(&(self.key.len() as u32).to_le_bytes());
         out[8..16].copy_from_slice(&self.tag.pack().to_le_bytes());
         out[16..24].copy_from_slice(&self.offset.to_le_bytes());
@@ -83,6 +90,10 @@ impl<'a> Descriptor<'a> {
         }
         let op = Op::from_code(record[0]).ok_or_else(|| format!("unknown op code {}", record[0]))?;
         let region = Region::from_code(record[1]).ok_or_else(|| format!("unknown region {}", record[1]))?;
+        let flags = record[2];
+        if flags & !FLAG_EXACT_LENGTH != 0 {
+            return Err(format!("unknown descriptor flags {flags:#x}"));
+        }
         let key_len = u32_at(record, 4) as usize;
         let key = record
             .get(SUBMISSION_HEADER_LEN..SUBMISSION_HEADER_LEN + key_len)
@@ -91,6 +102,7 @@ impl<'a> Descriptor<'a> {
             op,
             tag: Tag::unpack(u64_at(record, 8)),
             region,
+            flags,
             offset: u64_at(record, 16),
             len: u64_at(record, 24),
             deadline_ns: u64_at(record, 32),
@@ -161,8 +173,9 @@ mod tests {
         let descriptor = Descriptor {
             op: Op::Get,
             tag: Tag { slot: 7, index: 123_456 },
-            region: Region::Process,
-            offset: 0x7fff_1234_5000,
+            region: Region::Arena,
+            flags: FLAG_EXACT_LENGTH,
+            offset: 0x1234_5000,
             len: 4 << 20,
             deadline_ns: 987_654_321,
             key,
@@ -171,6 +184,10 @@ mod tests {
         record.extend_from_slice(key);
         assert_eq!(Descriptor::decode(&record).unwrap(), descriptor);
         assert!(Descriptor::decode(&record[..record.len() - 1]).unwrap_err().contains("overruns"));
+        record[2] = 0x80;
+        assert!(Descriptor::decode(&record).unwrap_err().contains("unknown descriptor flags"));
+        record[1] = 9;
+        assert!(Descriptor::decode(&record).unwrap_err().contains("unknown region"));
         record[0] = 99;
         assert!(Descriptor::decode(&record).unwrap_err().contains("unknown op"));
     }

@@ -1,18 +1,20 @@
 //! One I/O worker thread: takes descriptors from its submission ring, spreads them over its
 //! connections, drives the sockets, and posts completions to its completion ring.
 
+use super::buffers::Access;
 use super::clock;
 use super::notify::{EventFd, futex_wake_all};
-use super::records::{Descriptor, Region, Tag, encode_completion};
+use super::records::{Descriptor, FLAG_EXACT_LENGTH, Region, Tag, encode_completion};
 use super::{BATCH_COUNT_MASK, BATCH_WAITER_FLAG, Shared};
-use crate::conn::{Completion, Conn, Outcome, PipelineLimits, Request};
-use crate::error::Error;
+use crate::conn::{Completion, Conn, Op, Outcome, PipelineLimits, Request};
+use crate::error::{Error, ErrorKind};
 use crate::memory::RawBuf;
 use crate::net::Readiness;
 use crate::net::socket::{poll_flags, timeout_until};
 use crate::ring::{Consumer, Producer, PushError};
 use rustix::event::{PollFd, PollFlags, poll};
 use std::os::fd::AsFd;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -23,20 +25,54 @@ const MAX_MESSAGE: usize = 2048;
 const FULL_RING_RETRY: Duration = Duration::from_millis(1);
 
 pub struct Worker {
-    pub shared: Arc<Shared>,
-    pub submissions: Consumer,
-    pub completions: Producer,
-    pub doorbell: Arc<EventFd>,
-    pub conns: Vec<Conn>,
+    shared: Arc<Shared>,
+    submissions: Consumer,
+    completions: Producer,
+    doorbell: Arc<EventFd>,
+    conns: Vec<Conn>,
     /// Completions not yet in the completion ring (it was full).
-    pub finished: Vec<Completion>,
-    pub record: Vec<u8>,
+    finished: Vec<Completion>,
+    record: Vec<u8>,
+}
+
+/// Runs a worker; whatever stops it other than a normal shutdown (an error or a panic) fails
+/// the engine, so that callers get an error at once instead of waiting for their deadlines.
+pub fn run_guarded(index: usize, worker: Worker) {
+    let shared = worker.shared.clone();
+    let outcome = catch_unwind(AssertUnwindSafe(move || worker.run()));
+    let failure = match outcome {
+        Ok(Ok(())) => return,
+        Ok(Err(err)) => err,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown cause".into());
+            Error::new(ErrorKind::EngineFailed, format!("I/O worker {index} died: {what}"))
+        }
+    };
+    shared.fail(failure);
 }
 
 impl Worker {
-    pub fn run(mut self) {
+    pub fn new(
+        shared: Arc<Shared>,
+        submissions: Consumer,
+        completions: Producer,
+        doorbell: Arc<EventFd>,
+        conns: Vec<Conn>,
+    ) -> Worker {
+        Worker { shared, submissions, completions, doorbell, conns, finished: Vec::new(), record: Vec::new() }
+    }
+
+    fn run(mut self) -> Result<(), Error> {
         let mut readiness = vec![Readiness::OPTIMISTIC; self.conns.len()];
         loop {
+            if let Some(err) = self.shared.failure().cloned() {
+                self.abort(&err);
+                return Ok(());
+            }
             let now = Instant::now();
             let sealed = self.shared.sealed.load(Ordering::Acquire);
             if sealed {
@@ -46,27 +82,44 @@ impl Worker {
                 }
             }
             if self.finished.is_empty() {
-                self.take_submissions(now, sealed);
+                self.take_submissions(now, sealed)?;
             }
             for (conn, ready) in self.conns.iter_mut().zip(&readiness) {
                 conn.drive(now, *ready, &mut self.finished);
                 conn.expire(now, &mut self.finished);
             }
-            self.post_completions();
+            self.post_completions()?;
             if sealed
                 && self.finished.is_empty()
                 && self.conns.iter().all(Conn::is_empty)
                 && self.submissions.is_empty()
             {
-                return;
+                return Ok(());
             }
             self.wait(&mut readiness);
         }
     }
 
+    /// The engine failed: drop every connection (nothing touches caller memory afterwards),
+    /// fail what was taken or is still queued, and post what fits. The front-end fails
+    /// whatever does not fit once this thread has exited.
+    fn abort(&mut self, err: &Error) {
+        for conn in &mut self.conns {
+            conn.abort(err, &mut self.finished);
+        }
+        while let Ok(true) = self.submissions.try_pop_into(&mut self.record) {
+            if let Ok(descriptor) = Descriptor::decode(&self.record) {
+                let tag = descriptor.tag.pack();
+                self.finished.push(Completion { tag, outcome: Outcome::Failed(err.clone()) });
+            }
+        }
+        self.submissions.release();
+        let _ = self.post_completions();
+    }
+
     /// Moves descriptors from the ring onto connections while they have room: the ring is
     /// the queue, and a full ring is the submitters' backpressure.
-    fn take_submissions(&mut self, now: Instant, sealed: bool) {
+    fn take_submissions(&mut self, now: Instant, sealed: bool) -> Result<(), Error> {
         let now_ns = clock::now_ns();
         let limits = self.shared.pipeline;
         let mut took = false;
@@ -76,13 +129,11 @@ impl Worker {
             match self.submissions.try_pop_into(&mut self.record) {
                 Ok(true) => {}
                 Ok(false) => break,
-                Err(err) => panic!("submission ring corrupt: {err}"),
+                Err(err) => return Err(Error::new(ErrorKind::EngineFailed, format!("submission ring corrupt: {err}"))),
             }
             took = true;
-            let descriptor = match Descriptor::decode(&self.record) {
-                Ok(descriptor) => descriptor,
-                Err(err) => panic!("malformed submission record: {err}"),
-            };
+            let descriptor = Descriptor::decode(&self.record)
+                .map_err(|err| Error::new(ErrorKind::EngineFailed, format!("malformed submission record: {err}")))?;
             let tag = descriptor.tag.pack();
             if sealed {
                 self.finished.push(Completion { tag, outcome: Outcome::Failed(Error::closed("the store")) });
@@ -96,19 +147,22 @@ impl Worker {
                 }
             };
             let deadline = clock::instant_at(descriptor.deadline_ns, now_ns, now);
-            conn.push(Request::new(descriptor.op, descriptor.key, data, tag, deadline), &mut self.finished);
+            let request = Request::new(descriptor.op, descriptor.key, data, tag, deadline)
+                .with_exact_length(descriptor.flags & FLAG_EXACT_LENGTH != 0);
+            conn.push(request, &mut self.finished);
         }
         if took {
             self.submissions.release();
         }
+        Ok(())
     }
 
     /// Posts finished operations, then counts them off their batches. Only after a batch's
     /// last completion is in the ring is its submitter woken: once per burst on the eventfd,
     /// or on the batch counter's futex for a thread waiting for that batch.
-    fn post_completions(&mut self) {
+    fn post_completions(&mut self) -> Result<(), Error> {
         if self.finished.is_empty() {
-            return;
+            return Ok(());
         }
         let mut posted = 0;
         for completion in &self.finished {
@@ -118,11 +172,13 @@ impl Worker {
                 Ok(()) => posted += 1,
                 Err(PushError::Full) => break,
                 Err(PushError::TooLarge { .. }) => unreachable!("completion records are small"),
-                Err(PushError::Corrupt(what)) => panic!("completion ring corrupt: {what}"),
+                Err(PushError::Corrupt(what)) => {
+                    return Err(Error::new(ErrorKind::EngineFailed, format!("completion ring corrupt: {what}")));
+                }
             }
         }
         if posted == 0 {
-            return;
+            return Ok(());
         }
         self.completions.publish();
         let mut per_slot: Vec<(u32, u32)> = Vec::new();
@@ -135,7 +191,7 @@ impl Worker {
         }
         let mut signal_drainers = false;
         for (slot, count) in per_slot {
-            let counter = self.shared.arena.batch_counter(slot as usize);
+            let counter = self.shared.counter(slot);
             let before = counter.fetch_sub(count, Ordering::AcqRel);
             if before & BATCH_COUNT_MASK == count {
                 if before & BATCH_WAITER_FLAG != 0 {
@@ -148,6 +204,7 @@ impl Worker {
         if signal_drainers {
             self.shared.completion_event.signal();
         }
+        Ok(())
     }
 
     fn has_room(&self) -> bool {
@@ -202,31 +259,37 @@ fn has_room(conn: &Conn, limits: PipelineLimits) -> bool {
         && conn.outstanding_requests() < 2 * limits.max_inflight_requests
 }
 
-/// The memory a descriptor names, checked against the arena's bounds.
+/// The memory a descriptor names: a range inside one page of the arena, or a buffer the
+/// submitter registered for this key with the access the operation needs.
 fn resolve(shared: &Shared, descriptor: &Descriptor<'_>) -> Result<Option<RawBuf>, Error> {
-    if descriptor.len == 0 && !matches!(descriptor.op, crate::conn::Op::Get | crate::conn::Op::Set) {
-        return Ok(None);
-    }
-    let len = usize::try_from(descriptor.len).map_err(|_| Error::invalid("length does not fit in memory"))?;
-    let ptr = match descriptor.region {
-        Region::Arena => {
-            let end = descriptor.offset.checked_add(descriptor.len);
-            if end.is_none_or(|end| end > shared.arena.size() as u64) {
-                return Err(Error::invalid(format!(
-                    "range {}+{} is outside the {}-byte arena",
-                    descriptor.offset,
-                    descriptor.len,
-                    shared.arena.size()
-                )));
-            }
-            shared.arena.base().wrapping_add(descriptor.offset as usize)
-        }
-        Region::Process => descriptor.offset as usize as *mut u8,
+    let access = match descriptor.op {
+        Op::Get => Access::Write,
+        Op::Set => Access::Read,
+        _ if descriptor.region == Region::None => return Ok(None),
+        op => return Err(Error::invalid(format!("{} takes no memory", op.name()))),
     };
-    // SAFETY: arena ranges were bounds-checked above and the arena outlives every worker
-    // (`Shared` holds it). Process ranges were validated by the submitter, who keeps them
-    // alive and reserved until the batch's completion is drained (the engine's contract).
-    Ok(Some(unsafe { RawBuf::new(ptr, len) }))
+    match descriptor.region {
+        Region::None => Err(Error::invalid(format!("{} needs a page or a buffer", descriptor.op.name()))),
+        Region::Arena => {
+            let arena = shared.pages.as_ref().ok_or_else(|| Error::invalid("this engine has no page arena"))?;
+            let (offset, len) = (descriptor.offset, descriptor.len);
+            let page = arena.page_index_of_offset(offset).filter(|&page| {
+                let page_end = arena.page_offset(page) + arena.page_size() as u64;
+                offset.checked_add(len).is_some_and(|end| end <= page_end)
+            });
+            if page.is_none() {
+                return Err(Error::invalid(format!("memory range {offset}+{len} is not inside one page of the arena")));
+            }
+            // SAFETY: the range lies inside one page of the arena (checked above), which the
+            // engine keeps mapped while any worker runs (`Shared` holds it). The submitter
+            // keeps the page reserved for this operation until its batch completes.
+            Ok(Some(unsafe { RawBuf::new(arena.base().wrapping_add(offset as usize), len as usize) }))
+        }
+        Region::Buffer => {
+            let tag = descriptor.tag;
+            shared.buffers.get(tag.slot, tag.index, access, descriptor.len).map(Some).map_err(Error::invalid)
+        }
+    }
 }
 
 fn truncate(message: &str, max: usize) -> &str {

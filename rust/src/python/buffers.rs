@@ -4,11 +4,51 @@ use super::errors::invalid_input;
 use crate::memory::RawBuf;
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyString};
 
-/// Longest key accepted. LMCache keys are a few hundred bytes; anything near this is a bug,
-/// and it bounds what a descriptor ring must hold.
-pub const MAX_KEY_LEN: usize = 256 * 1024;
+use crate::engine::MAX_KEY_LEN;
+
+/// The elements of a batch argument (`keys`, `pages`, `buffers`, `lengths`): any iterable but
+/// a lone str or bytes, which would silently become one key per character.
+pub fn batch_list<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() || obj.is_instance_of::<PyByteArray>() {
+        let type_name = obj.get_type().name()?;
+        return Err(invalid_input(format!(
+            "{what} must be a list (or other sequence) with one entry per key, not a single {type_name}: \
+             wrap it in a list"
+        )));
+    }
+    obj.try_iter()
+        .map_err(|_| {
+            let type_name = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+            pyo3::exceptions::PyTypeError::new_err(format!("{what} must be a sequence, not {type_name}"))
+        })?
+        .collect()
+}
+
+/// The keys of a batch, as the bytes that go on the wire.
+pub fn key_list<'py>(keys: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    batch_list(keys, "keys")
+}
+
+/// SET lengths: whole numbers of bytes (not floats, not bools, which would be truncated or
+/// misread).
+pub fn lengths_of(lengths: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<u64>>> {
+    let Some(lengths) = lengths else { return Ok(None) };
+    batch_list(lengths, "lengths")?
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            if n.is_instance_of::<PyBool>() || !n.is_instance_of::<PyInt>() {
+                let type_name = n.get_type().name()?;
+                return Err(invalid_input(format!("lengths[{i}] must be an int number of bytes, got {type_name} {n}")));
+            }
+            n.extract::<u64>()
+                .map_err(|_| invalid_input(format!("lengths[{i}] must be a number of bytes >= 0, got {n}")))
+        })
+        .collect::<PyResult<Vec<u64>>>()
+        .map(Some)
+}
 
 /// A key's bytes: UTF-8 of a `str`, or the bytes of `bytes` (binary-safe).
 pub fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {

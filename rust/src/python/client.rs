@@ -1,16 +1,12 @@
-//! `_native.RedisClient`: the blocking zero-copy client. Configuration (URL, environment) is
-//! resolved in Python; this class takes the resolved values.
+//! `_native.RedisClient`: the blocking zero-copy client, built from a `Settings`.
 
 use super::buffers::{Access, HeldBuffer, key_bytes};
 use super::errors::{invalid_input, to_py_err};
+use super::settings::settings_of;
 use crate::client::BlockingClient;
 use crate::error::Error;
-use crate::net::{ConnectOptions, Endpoint};
-use crate::secret::Secret;
 use pyo3::prelude::*;
-use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::Duration;
 
 #[pyclass(module = "lmcache_resp._native", frozen)]
 pub struct RedisClient {
@@ -18,40 +14,8 @@ pub struct RedisClient {
     /// taken with the GIL released.
     inner: Mutex<Option<BlockingClient>>,
     description: String,
-}
-
-pub fn seconds(value: f64, name: &str) -> PyResult<Duration> {
-    if !(value.is_finite() && value > 0.0) {
-        return Err(invalid_input(format!("{name} must be a positive number of seconds, got {value}")));
-    }
-    Ok(Duration::from_secs_f64(value))
-}
-
-/// The server from the resolved settings: a Unix socket path wins over a host.
-pub fn endpoint(host: Option<String>, port: u16, unix_path: Option<PathBuf>) -> PyResult<Endpoint> {
-    match (unix_path, host) {
-        (Some(path), _) => Ok(Endpoint::Unix { path }),
-        (None, Some(host)) if !host.is_empty() => Ok(Endpoint::Tcp { host, port }),
-        (None, _) => Err(invalid_input("a host or a unix socket path is required")),
-    }
-}
-
-/// Endpoint and credentials from the resolved settings.
-pub fn connect_options(
-    host: Option<String>,
-    port: u16,
-    unix_path: Option<PathBuf>,
-    username: Option<String>,
-    password: Option<String>,
-    db: u32,
-    connect_timeout: Duration,
-) -> PyResult<ConnectOptions> {
-    let mut options = ConnectOptions::new(endpoint(host, port, unix_path)?);
-    options.username = username.filter(|u| !u.is_empty());
-    options.password = password.filter(|p| !p.is_empty()).map(Secret::new);
-    options.db = db;
-    options.connect_timeout = connect_timeout;
-    Ok(options)
+    /// A forked child shares the socket with its parent: it must not use it.
+    owner_pid: u32,
 }
 
 impl RedisClient {
@@ -61,6 +25,17 @@ impl RedisClient {
         py: Python<'_>,
         call: impl FnOnce(&mut BlockingClient) -> crate::Result<T> + Send,
     ) -> PyResult<T> {
+        if std::process::id() != self.owner_pid {
+            return Err(to_py_err(&Error::new(
+                crate::ErrorKind::Forked,
+                format!(
+                    "this RedisClient was created by process {} and cannot be used in process {}, which inherited \
+                     it through fork(): its connection belongs to the parent; create a new client",
+                    self.owner_pid,
+                    std::process::id()
+                ),
+            )));
+        }
         py.detach(|| {
             let mut guard = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             match guard.as_mut() {
@@ -74,26 +49,18 @@ impl RedisClient {
 
 #[pymethods]
 impl RedisClient {
+    /// Connects to the first server of `settings`, authenticates and pings.
     #[new]
-    #[pyo3(signature = (host, port, *, unix_path=None, username=None, password=None, db=0, timeout=10.0, connect_timeout=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        host: Option<String>,
-        port: u16,
-        unix_path: Option<PathBuf>,
-        username: Option<String>,
-        password: Option<String>,
-        db: u32,
-        timeout: f64,
-        connect_timeout: Option<f64>,
-    ) -> PyResult<Self> {
-        let timeout = seconds(timeout, "timeout")?;
-        let connect_timeout = connect_timeout.map_or(Ok(timeout), |t| seconds(t, "connect_timeout"))?;
-        let options = connect_options(host, port, unix_path, username, password, db, connect_timeout)?;
-        let description = describe(&options, timeout);
+    fn new(py: Python<'_>, settings: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let settings = settings_of(settings)?;
+        if settings.endpoints.len() > 1 {
+            return Err(invalid_input("RedisClient talks to one server: give one host, not a list"));
+        }
+        let options = settings.connect_options(settings.endpoint());
+        let timeout = settings.timeout;
+        let description = settings.to_string();
         let client = py.detach(|| BlockingClient::connect(options, timeout)).map_err(|err| to_py_err(&err))?;
-        Ok(RedisClient { inner: Mutex::new(Some(client)), description })
+        Ok(RedisClient { inner: Mutex::new(Some(client)), description, owner_pid: std::process::id() })
     }
 
     /// Stores the bytes of `buffer` under `key`.
@@ -147,16 +114,4 @@ impl RedisClient {
         let state = if self.closed() { ", closed" } else { "" };
         format!("<_native.RedisClient {}{state}>", self.description)
     }
-}
-
-/// A description for reprs: never the password.
-pub fn describe(options: &ConnectOptions, timeout: Duration) -> String {
-    let mut text = format!("endpoint={} db={} timeout={}s", options.endpoint, options.db, timeout.as_secs_f64());
-    if let Some(user) = &options.username {
-        text.push_str(&format!(" username={user:?}"));
-    }
-    if options.password.is_some() {
-        text.push_str(" password=***");
-    }
-    text
 }

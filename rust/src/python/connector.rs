@@ -2,97 +2,43 @@
 //! Buffers are taken during submit; their exporters are held until the batch is drained, so
 //! the memory cannot go away under a worker even if the caller drops its views.
 
-use super::buffers::{Access, HeldBuffer, key_bytes};
-use super::engine_config::EngineArgs;
+use super::buffers::{Access, HeldBuffer, batch_list, key_bytes, key_list};
 use super::errors::{invalid_input, to_py_err};
-use super::results::{lmcache_tuple, op_from_name, rich_tuple};
+use super::facts::{capacity_dict, placement_dict};
+use super::results::{BatchResult, op_from_name};
+use super::settings::settings_of;
+use crate::capacity::TrackedEngine;
 use crate::conn::Op;
-use crate::engine::{BatchResult, Engine, Item, Region};
+use crate::engine::{Batch, EngineConfig, Item, Memory};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::PyDict;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 
 #[pyclass(module = "lmcache_resp._native", frozen)]
 pub struct Connector {
-    engine: Engine,
+    engine: TrackedEngine,
     /// Buffers of submitted batches, by batch id, released when the batch is drained.
     held: Mutex<HashMap<u64, Vec<HeldBuffer>>>,
 }
 
 // Lock order: `held` is only ever taken with the GIL released (inside `detach`), so a thread
 // holding the GIL never waits for it while its holder waits for the GIL.
-impl Connector {
-    fn drain_results(&self, py: Python<'_>) -> Vec<BatchResult> {
-        let (results, released) = py.detach(|| {
-            let results = self.engine.drain();
-            let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-            let released: Vec<Vec<HeldBuffer>> = results.iter().filter_map(|r| held.remove(&r.id)).collect();
-            (results, released)
-        });
-        // Released here, with the GIL held, after the workers are done with them.
-        drop(released);
-        results
-    }
-}
 
 #[pymethods]
 impl Connector {
     #[new]
-    #[pyo3(signature = (host, port, *, unix_path=None, username=None, password=None, db=0, timeout=10.0,
-        connect_timeout=None, num_workers=8, connections_per_worker=1, max_inflight_bytes=None,
-        max_inflight_requests=None, cpu_affinity=None, capacity_bytes=0, eviction_policy="lru",
-        trigger_watermark=0.8, eviction_ratio=0.2))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        host: Option<String>,
-        port: u16,
-        unix_path: Option<std::path::PathBuf>,
-        username: Option<String>,
-        password: Option<String>,
-        db: u32,
-        timeout: f64,
-        connect_timeout: Option<f64>,
-        num_workers: usize,
-        connections_per_worker: usize,
-        max_inflight_bytes: Option<usize>,
-        max_inflight_requests: Option<usize>,
-        cpu_affinity: Option<String>,
-        capacity_bytes: u64,
-        eviction_policy: &str,
-        trigger_watermark: f64,
-        eviction_ratio: f64,
-    ) -> PyResult<Self> {
-        let config = EngineArgs {
-            host,
-            port,
-            unix_path,
-            username,
-            password,
-            db,
-            timeout,
-            connect_timeout,
-            num_workers,
-            connections_per_worker,
-            max_inflight_bytes,
-            max_inflight_requests,
-            cpu_affinity,
-            capacity_bytes,
-            eviction_policy: eviction_policy.to_owned(),
-            trigger_watermark,
-            eviction_ratio,
-            page_size: 0,
-            num_pages: 0,
-        }
-        .into_config()?;
-        let engine = py.detach(|| Engine::start(config)).map_err(|e| to_py_err(&e))?;
+    fn new(py: Python<'_>, settings: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let config = EngineConfig::new(settings_of(settings)?);
+        let engine = py.detach(|| TrackedEngine::start(config)).map_err(|e| to_py_err(&e))?;
         Ok(Connector { engine, held: Mutex::new(HashMap::new()) })
     }
 
-    /// Submits a batch over caller buffers (GET: writable; SET: any contiguous buffer; sizes
-    /// may differ per key, in bytes). EXISTS and DELETE take keys only. Returns the batch id.
+    /// Submits a batch over caller buffers (GET: writable, and only a value of exactly the
+    /// buffer's length is read into it: LMCache's chunks have fixed sizes, so any other length
+    /// is a miss; SET: any contiguous buffer; sizes may differ per key, in bytes). EXISTS and
+    /// DELETE take keys only. Returns the batch id.
     #[pyo3(signature = (op, keys, buffers=None))]
     fn submit(
         &self,
@@ -102,16 +48,16 @@ impl Connector {
         buffers: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
         let op = op_from_name(op)?;
-        let keys: Vec<Bound<'_, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
+        let keys = key_list(keys)?;
         let key_slices = keys.iter().map(key_bytes).collect::<PyResult<Vec<&[u8]>>>()?;
         let held: Vec<HeldBuffer> = match (op, buffers) {
             (Op::Get | Op::Set, Some(buffers)) => {
                 let access = if op == Op::Get { Access::Write } else { Access::Read };
-                buffers
-                    .try_iter()?
+                batch_list(buffers, "buffers")?
+                    .iter()
                     .enumerate()
                     .map(|(i, b)| {
-                        HeldBuffer::get(&b?, access).map_err(|e| {
+                        HeldBuffer::get(b, access).map_err(|e| {
                             let message = format!("buffer {i}: {}", e.value(py));
                             PyErr::from_type(e.get_type(py), message)
                         })
@@ -119,29 +65,26 @@ impl Connector {
                     .collect::<PyResult<_>>()?
             }
             (Op::Get | Op::Set, None) => return Err(invalid_input("get and set need one buffer per key")),
-            (_, _) => Vec::new(),
+            (_, Some(_)) => return Err(invalid_input("exists and delete take keys only, no buffers")),
+            (_, None) => Vec::new(),
         };
-        if !held.is_empty() && held.len() != key_slices.len() {
+        if matches!(op, Op::Get | Op::Set) && held.len() != key_slices.len() {
             return Err(invalid_input(format!("{} keys but {} buffers", key_slices.len(), held.len())));
         }
         let items: Vec<Item<'_>> = key_slices
             .iter()
             .enumerate()
             .map(|(i, key)| match held.get(i) {
-                Some(buffer) => Item {
-                    key,
-                    region: Region::Process,
-                    offset: buffer.raw().as_ptr() as u64,
-                    len: buffer.raw().len() as u64,
-                },
-                None => Item { key, region: Region::Process, offset: 0, len: 0 },
+                Some(buffer) => Item { key, memory: Memory::Buffer(buffer.raw()) },
+                None => Item::key_only(key),
             })
             .collect();
+        let batch = Batch::new(op, &items).with_exact_length(true);
         // Holding the map across the submit means no drain can see the batch before its
         // buffers are filed.
         let outcome = py.detach(|| {
             let mut map = self.held.lock().unwrap_or_else(|p| p.into_inner());
-            match self.engine.submit(op, &items) {
+            match self.engine.submit(batch) {
                 Ok(id) => {
                     if !held.is_empty() {
                         map.insert(id, held);
@@ -157,14 +100,19 @@ impl Connector {
         })
     }
 
-    /// LMCache's completion tuples `(future_id, ok, error, per_key)`.
-    fn drain_completions<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
-        self.drain_results(py).iter().map(|r| lmcache_tuple(py, r)).collect()
-    }
-
-    /// `(id, op, per_key_values)` with lengths and exceptions (see PagedStore.drain).
-    fn drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
-        self.drain_results(py).iter().map(|r| rich_tuple(py, r)).collect()
+    /// Finished batches; clears the eventfd's readiness.
+    fn drain(&self, py: Python<'_>) -> PyResult<Vec<BatchResult>> {
+        let (results, released) = py
+            .detach(|| {
+                let results = self.engine.drain()?;
+                let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+                let released: Vec<Vec<HeldBuffer>> = results.iter().filter_map(|r| held.remove(&r.id)).collect();
+                Ok((results, released))
+            })
+            .map_err(|e: crate::Error| to_py_err(&e))?;
+        // Released here, with the GIL held, after the workers are done with them.
+        drop(released);
+        Ok(results.into_iter().map(BatchResult).collect())
     }
 
     fn event_fd(&self) -> i32 {
@@ -191,8 +139,8 @@ impl Connector {
     }
 
     #[getter]
-    fn placement<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-        super::engine_config::placement_dict(py, self.engine.placement())
+    fn placement<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        placement_dict(py, self.engine.placement())
     }
 
     #[getter]
@@ -202,7 +150,19 @@ impl Connector {
 
     /// Capacity tracking figures, or None when tracking is off.
     #[getter]
-    fn capacity_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, pyo3::types::PyDict>>> {
-        super::engine_config::capacity_dict(py, &self.engine)
+    fn capacity_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        capacity_dict(py, &self.engine)
+    }
+
+    /// Pushes garbage into a worker's ring: the engine must fail cleanly (tests only).
+    fn _corrupt_ring_for_test(&self, worker: usize) -> PyResult<()> {
+        self.engine.corrupt_ring_for_test(worker).map_err(|e| to_py_err(&e))
+    }
+}
+
+impl Drop for Connector {
+    fn drop(&mut self) {
+        // Closing waits for the workers: never with the GIL held.
+        Python::attach(|py| py.detach(|| self.engine.close()));
     }
 }

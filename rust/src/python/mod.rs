@@ -4,9 +4,10 @@
 mod buffers;
 mod client;
 mod connector;
-mod engine_config;
 mod errors;
+mod facts;
 mod results;
+mod settings;
 mod store;
 
 use pyo3::prelude::*;
@@ -34,29 +35,24 @@ fn loopback_ceiling<'py>(
 
 /// Plans placement without starting anything: for `python -m lmcache_resp.topology`.
 #[pyfunction]
-#[pyo3(signature = (host, port, *, unix_path=None, cpu_affinity=None, num_workers=8, topology_xml=None, interface=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (settings, *, topology_xml=None, interface=None))]
 fn explain_placement<'py>(
     py: Python<'py>,
-    host: Option<String>,
-    port: u16,
-    unix_path: Option<std::path::PathBuf>,
-    cpu_affinity: Option<String>,
-    num_workers: usize,
+    settings: &Bound<'py, PyAny>,
     topology_xml: Option<std::path::PathBuf>,
     interface: Option<String>,
 ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-    let affinity = engine_config::parse_affinity(cpu_affinity.as_deref())?;
-    let endpoint = client::endpoint(host, port, unix_path)?;
+    let settings = settings::settings_of(settings)?;
     let source =
         crate::placement::PlanSource { topology_xml: topology_xml.as_deref(), interface: interface.as_deref() };
     let placement = py
         .detach(|| {
+            let endpoint = settings.endpoint();
             let addresses = endpoint.resolve()?;
-            crate::placement::plan(&endpoint, &addresses, &affinity, num_workers, source)
+            crate::placement::plan(endpoint, &addresses, &settings.cpu_affinity, settings.num_workers, source)
         })
         .map_err(|e| errors::to_py_err(&e))?;
-    engine_config::placement_dict(py, &placement)
+    facts::placement_dict(py, &placement)
 }
 
 #[pymodule(name = "_native")]
@@ -66,6 +62,10 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::PagedStore>()?;
     m.add_class::<store::Page>()?;
     m.add_class::<connector::Connector>()?;
+    m.add_class::<results::BatchResult>()?;
+    m.add_class::<settings::PySettings>()?;
+    m.add_class::<settings::PyEviction>()?;
+    m.add_class::<settings::PySecret>()?;
     m.add("MAX_KEY_LEN", crate::engine::MAX_KEY_LEN)?;
     m.add_function(wrap_pyfunction!(loopback_ceiling, m)?)?;
     m.add_function(wrap_pyfunction!(explain_placement, m)?)?;

@@ -1,8 +1,10 @@
-//! Batch results as Python values.
+//! `_native.BatchResult`: one finished batch, typed. The store, the connector and LMCache's
+//! completion tuples all read it; nothing parses error text.
 
-use super::errors::to_py_exception;
+use super::errors::{class_name, exception_class, to_py_exception};
 use crate::conn::{Op, Outcome};
-use crate::engine::BatchResult;
+use crate::engine::BatchResult as CoreResult;
+use crate::error::Error;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
@@ -28,57 +30,127 @@ pub fn op_name(op: Op) -> &'static str {
     }
 }
 
-/// One key's result: GET -> bytes received (int) or None for a miss; SET -> None;
-/// EXISTS/DELETE -> bool; a failure -> the exception object.
-pub fn outcome_value(py: Python<'_>, outcome: &Outcome) -> PyResult<Py<PyAny>> {
-    Ok(match outcome {
-        Outcome::Done | Outcome::Miss => py.None(),
-        Outcome::Hit(len) => len.into_pyobject(py)?.into_any().unbind(),
-        Outcome::Bool(flag) => flag.into_pyobject(py)?.to_owned().into_any().unbind(),
-        Outcome::Failed(err) => to_py_exception(py, err),
-    })
-}
+/// A finished batch: one outcome per key, in submission order.
+#[pyclass(module = "lmcache_resp._native", frozen)]
+pub struct BatchResult(pub CoreResult);
 
-pub fn outcome_values<'py>(py: Python<'py>, result: &BatchResult) -> PyResult<Bound<'py, PyList>> {
-    let values = result.outcomes.iter().map(|o| outcome_value(py, o)).collect::<PyResult<Vec<_>>>()?;
-    PyList::new(py, values)
-}
-
-/// `(id, op, per_key_values)`.
-pub fn rich_tuple<'py>(py: Python<'py>, result: &BatchResult) -> PyResult<Bound<'py, PyTuple>> {
-    let values = outcome_values(py, result)?;
-    (result.id, op_name(result.op), values).into_pyobject(py)
-}
-
-/// LMCache's completion tuple `(future_id, ok, error, per_key)`: `ok` is false when any key
-/// failed (a miss is not a failure); `error` names the failures; `per_key` is None for SET and
-/// one bool per key otherwise (GET: value received, EXISTS: exists, DELETE: deleted; a failed
-/// key is False).
-pub fn lmcache_tuple<'py>(py: Python<'py>, result: &BatchResult) -> PyResult<Bound<'py, PyTuple>> {
-    let failures: Vec<(usize, &crate::error::Error)> = result
-        .outcomes
-        .iter()
-        .enumerate()
-        .filter_map(|(i, o)| match o {
+impl BatchResult {
+    fn failed(&self) -> impl Iterator<Item = (usize, &Error)> {
+        self.0.outcomes.iter().enumerate().filter_map(|(i, o)| match o {
             Outcome::Failed(err) => Some((i, err)),
             _ => None,
         })
-        .collect();
-    let ok = failures.is_empty();
-    let error = summarize_failures(&failures, result.outcomes.len());
-    let per_key: Option<Vec<bool>> = match result.op {
-        Op::Set | Op::Ping => None,
-        _ => Some(result.outcomes.iter().map(|o| matches!(o, Outcome::Hit(_) | Outcome::Bool(true))).collect()),
-    };
-    (result.id, ok, error, per_key).into_pyobject(py)
+    }
+
+    /// "3 of 500 keys failed: key 7: ValueTooLargeError: ...; ..." (at most three shown).
+    fn summary(&self) -> String {
+        let failed: Vec<(usize, &Error)> = self.failed().collect();
+        if failed.is_empty() {
+            return String::new();
+        }
+        let shown: Vec<String> =
+            failed.iter().take(3).map(|(i, err)| format!("key {i}: {}: {err}", class_name(err.kind()))).collect();
+        let more = if failed.len() > 3 { format!("; and {} more", failed.len() - 3) } else { String::new() };
+        format!("{} of {} keys failed: {}{more}", failed.len(), self.0.outcomes.len(), shown.join("; "))
+    }
 }
 
-/// "3 of 500 keys failed: key 7: <message>; key 9: <message>; ..." (at most three shown).
-pub fn summarize_failures(failures: &[(usize, &crate::error::Error)], total: usize) -> String {
-    if failures.is_empty() {
-        return String::new();
+#[pymethods]
+impl BatchResult {
+    /// The id `submit` returned (unique for the store's or connector's lifetime).
+    #[getter]
+    fn id(&self) -> u64 {
+        self.0.id
     }
-    let shown: Vec<String> = failures.iter().take(3).map(|(i, err)| format!("key {i}: {err}")).collect();
-    let more = if failures.len() > 3 { format!("; and {} more", failures.len() - 3) } else { String::new() };
-    format!("{} of {total} keys failed: {}{more}", failures.len(), shown.join("; "))
+
+    /// `"get"`, `"set"`, `"exists"` or `"delete"`.
+    #[getter]
+    fn op(&self) -> &'static str {
+        op_name(self.0.op)
+    }
+
+    /// True when no key failed (a miss is not a failure).
+    #[getter]
+    fn ok(&self) -> bool {
+        self.failed().next().is_none()
+    }
+
+    /// Per key: GET read a value, SET stored it, EXISTS found the key, DELETE removed it.
+    /// A failed key is False.
+    #[getter]
+    fn hits(&self) -> Vec<bool> {
+        self.0
+            .outcomes
+            .iter()
+            .map(|o| {
+                matches!(o, Outcome::Hit(_) | Outcome::Bool(true)) || (self.0.op == Op::Set && *o == Outcome::Done)
+            })
+            .collect()
+    }
+
+    /// Per key, GET only: the bytes received, or None (a miss or a failure).
+    #[getter]
+    fn lengths(&self) -> Vec<Option<usize>> {
+        self.0.outcomes.iter().map(|o| if let Outcome::Hit(len) = o { Some(*len) } else { None }).collect()
+    }
+
+    /// `(key index, exception)` of every key that failed.
+    #[getter]
+    fn failures<'py>(&self, py: Python<'py>) -> Vec<(usize, Py<PyAny>)> {
+        self.failed().map(|(i, err)| (i, to_py_exception(py, err))).collect()
+    }
+
+    /// A summary of the failures ("" when none): which keys, which errors.
+    #[getter]
+    fn error(&self) -> String {
+        self.summary()
+    }
+
+    /// Per key: GET -> bytes received or None for a miss; SET -> None; EXISTS/DELETE ->
+    /// bool; a failed key -> its exception.
+    #[getter]
+    fn values<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let values = self
+            .0
+            .outcomes
+            .iter()
+            .map(|outcome| -> PyResult<Py<PyAny>> {
+                Ok(match outcome {
+                    Outcome::Done | Outcome::Miss => py.None(),
+                    Outcome::Hit(len) => len.into_pyobject(py)?.into_any().unbind(),
+                    Outcome::Bool(flag) => flag.into_pyobject(py)?.to_owned().into_any().unbind(),
+                    Outcome::Failed(err) => to_py_exception(py, err),
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, values)
+    }
+
+    /// Raises BatchError (caused by the first failure) if any key failed; `what` names the
+    /// call in the message.
+    #[pyo3(signature = (what=None))]
+    fn check(&self, py: Python<'_>, what: Option<&str>) -> PyResult<()> {
+        let Some((_, first)) = self.failed().next() else { return Ok(()) };
+        let message = format!("{}: {}", what.unwrap_or(op_name(self.0.op)), self.summary());
+        let batch_error = exception_class(py, "BatchError")?.call1((message, self.values(py)?))?;
+        let cause = to_py_exception(py, first);
+        batch_error.setattr("__cause__", cause)?;
+        Err(PyErr::from_value(batch_error))
+    }
+
+    /// LMCache's completion `(future_id, ok, error, per_key)`: `per_key` is None for SET and
+    /// one bool per key otherwise; a miss is not a failure, a failed key is False.
+    fn to_lmcache<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let per_key = (self.0.op != Op::Set).then(|| self.hits());
+        (self.0.id, self.ok(), self.summary(), per_key).into_pyobject(py)
+    }
+
+    fn __len__(&self) -> usize {
+        self.0.outcomes.len()
+    }
+
+    fn __repr__(&self) -> String {
+        let failed = self.failed().count();
+        format!("<BatchResult {} {} of {} keys, {failed} failed>", self.0.id, op_name(self.0.op), self.0.outcomes.len())
+    }
 }

@@ -1,19 +1,22 @@
 //! `_native.PagedStore` and `_native.Page`: the paged store and zero-copy views of its pages.
 
-use super::buffers::key_bytes;
-use super::engine_config::EngineArgs;
+use super::buffers::{batch_list, key_bytes, key_list, lengths_of};
 use super::errors::{invalid_input, to_py_err};
-use super::results::{lmcache_tuple, op_from_name, outcome_values, rich_tuple};
+use super::facts::{capacity_dict, placement_dict};
+use super::results::{BatchResult, op_from_name};
+use super::settings::settings_of;
 use crate::arena::{Arena, PageHandle};
 use crate::conn::Op;
-use crate::error::Error;
+use crate::engine::EngineConfig;
+use crate::error::{Error, ErrorKind};
 use crate::store::PagedStore as CoreStore;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::PyDict;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::raw::c_int;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 #[pyclass(module = "lmcache_resp._native", frozen)]
@@ -32,22 +35,19 @@ pub struct Page {
     address: usize,
     size: usize,
     offset: u64,
+    /// Buffer views (memoryview, numpy, torch) alive now: while there are any, the page is
+    /// not freed, since they would read and write the next owner's data.
+    exports: AtomicUsize,
 }
 
-fn key_list<'py>(keys: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
-    keys.try_iter()?.collect()
-}
-
-fn page_handles(pages: &Bound<'_, PyAny>) -> PyResult<Vec<PageHandle>> {
-    pages
-        .try_iter()?
+fn page_handles<'py>(pages: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, Page>>> {
+    batch_list(pages, "pages")?
+        .into_iter()
         .map(|page| {
-            let page = page?;
-            let page = page.cast::<Page>().map_err(|_| {
-                let name = page.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+            page.cast_into::<Page>().map_err(|e| {
+                let name = e.into_inner().get_type().name().map(|n| n.to_string()).unwrap_or_default();
                 pyo3::exceptions::PyTypeError::new_err(format!("expected Page objects from allocate(), got {name}"))
-            })?;
-            Ok(page.get().handle)
+            })
         })
         .collect()
 }
@@ -58,70 +58,70 @@ impl PagedStore {
         let offset = self.store.pool().page_offset(&handle).map_err(|e| to_py_err(&Error::invalid(e.to_string())))?;
         Ok(Page {
             handle,
-            _arena: self.store.engine().arena().clone(),
+            _arena: self.store.pool().arena().clone(),
             store: Arc::downgrade(&self.store),
             address: ptr as usize,
             size: self.store.pool().page_size(),
             offset,
+            exports: AtomicUsize::new(0),
         })
     }
+
+    fn batch(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        keys: &Bound<'_, PyAny>,
+        pages: Option<&Bound<'_, PyAny>>,
+        lengths: Option<&Bound<'_, PyAny>>,
+        wait: bool,
+    ) -> PyResult<Batched> {
+        let op = op_from_name(op)?;
+        let keys = key_list(keys)?;
+        let key_slices = keys.iter().map(key_bytes).collect::<PyResult<Vec<&[u8]>>>()?;
+        let lengths = lengths_of(lengths)?;
+        let store = &self.store;
+        match (op, pages) {
+            (Op::Get | Op::Set, Some(pages)) => {
+                let handles: Vec<PageHandle> = page_handles(pages)?.iter().map(|p| p.get().handle).collect();
+                py.detach(|| {
+                    if wait {
+                        store.run(op, &key_slices, &handles, lengths.as_deref()).map(Batched::Done)
+                    } else {
+                        store.submit(op, &key_slices, &handles, lengths.as_deref()).map(Batched::Submitted)
+                    }
+                })
+            }
+            (Op::Get | Op::Set, None) => return Err(invalid_input("get and set need pages")),
+            (_, Some(_)) => return Err(invalid_input("exists and delete take keys only, no pages")),
+            (_, None) => py.detach(|| {
+                if wait {
+                    store.run_keys(op, &key_slices).map(Batched::Done)
+                } else {
+                    store.submit_keys(op, &key_slices).map(Batched::Submitted)
+                }
+            }),
+        }
+        .map_err(|e| to_py_err(&e))
+    }
+}
+
+enum Batched {
+    Done(crate::engine::BatchResult),
+    Submitted(u64),
 }
 
 #[pymethods]
 impl PagedStore {
     #[new]
-    #[pyo3(signature = (host, port, *, page_size, num_pages, unix_path=None, username=None, password=None, db=0,
-        timeout=10.0, connect_timeout=None, num_workers=8, connections_per_worker=1, max_inflight_bytes=None,
-        max_inflight_requests=None, cpu_affinity=None, capacity_bytes=0, eviction_policy="lru",
-        trigger_watermark=0.8, eviction_ratio=0.2))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        host: Option<String>,
-        port: u16,
-        page_size: usize,
-        num_pages: usize,
-        unix_path: Option<std::path::PathBuf>,
-        username: Option<String>,
-        password: Option<String>,
-        db: u32,
-        timeout: f64,
-        connect_timeout: Option<f64>,
-        num_workers: usize,
-        connections_per_worker: usize,
-        max_inflight_bytes: Option<usize>,
-        max_inflight_requests: Option<usize>,
-        cpu_affinity: Option<String>,
-        capacity_bytes: u64,
-        eviction_policy: &str,
-        trigger_watermark: f64,
-        eviction_ratio: f64,
-    ) -> PyResult<Self> {
+    #[pyo3(signature = (settings, *, page_size, num_pages))]
+    fn new(py: Python<'_>, settings: &Bound<'_, PyAny>, page_size: usize, num_pages: usize) -> PyResult<Self> {
         if page_size == 0 {
             return Err(invalid_input("page_size must be at least 1 byte"));
         }
-        let config = EngineArgs {
-            host,
-            port,
-            unix_path,
-            username,
-            password,
-            db,
-            timeout,
-            connect_timeout,
-            num_workers,
-            connections_per_worker,
-            max_inflight_bytes,
-            max_inflight_requests,
-            cpu_affinity,
-            capacity_bytes,
-            eviction_policy: eviction_policy.to_owned(),
-            trigger_watermark,
-            eviction_ratio,
-            page_size,
-            num_pages,
-        }
-        .into_config()?;
+        let mut config = EngineConfig::new(settings_of(settings)?);
+        config.page_size = page_size;
+        config.num_pages = num_pages;
         let store = py.detach(|| CoreStore::start(config)).map_err(|e| to_py_err(&e))?;
         Ok(PagedStore { store: Arc::new(store) })
     }
@@ -140,37 +140,41 @@ impl PagedStore {
         handles.into_iter().map(|h| self.new_page(h)).collect()
     }
 
+    /// Returns a page to the pool; refused while views of it (memoryview, numpy, torch) are
+    /// alive or an operation uses it.
     fn free(&self, page: &Bound<'_, Page>) -> PyResult<()> {
-        self.store.free(&page.get().handle).map_err(|e| to_py_err(&e))
-    }
-
-    /// Runs a batch and waits for it: one value per key (see `outcome_value`).
-    #[pyo3(signature = (op, keys, pages=None, lengths=None))]
-    fn run<'py>(
-        &self,
-        py: Python<'py>,
-        op: &str,
-        keys: &Bound<'py, PyAny>,
-        pages: Option<&Bound<'py, PyAny>>,
-        lengths: Option<Vec<u64>>,
-    ) -> PyResult<Bound<'py, PyList>> {
-        let op = op_from_name(op)?;
-        let keys = key_list(keys)?;
-        let key_slices = keys.iter().map(key_bytes).collect::<PyResult<Vec<&[u8]>>>()?;
-        let store = &self.store;
-        let result = match (op, pages) {
-            (Op::Get | Op::Set, Some(pages)) => {
-                let handles = page_handles(pages)?;
-                py.detach(|| store.run(op, &key_slices, &handles, lengths.as_deref()))
-            }
-            (Op::Get | Op::Set, None) => return Err(invalid_input("get and set need pages")),
-            (_, _) => py.detach(|| store.run_keys(op, &key_slices)),
+        let page = page.get();
+        let views = page.exports.load(Ordering::Acquire);
+        if views > 0 && self.store.pool().check(&page.handle).is_ok() {
+            return Err(to_py_err(&Error::new(
+                ErrorKind::Page,
+                format!(
+                    "page {} still has {views} live view(s) (memoryview, numpy or torch): they would read and write \
+                     the next owner's data; drop them (del the arrays) before free()",
+                    page.handle.index
+                ),
+            )));
         }
-        .map_err(|e| to_py_err(&e))?;
-        outcome_values(py, &result)
+        self.store.free(&page.handle).map_err(|e| to_py_err(&e))
     }
 
-    /// Submits a batch for `drain`/`drain_completions`; returns its id.
+    /// Runs a batch and waits for it.
+    #[pyo3(signature = (op, keys, pages=None, lengths=None))]
+    fn run(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        keys: &Bound<'_, PyAny>,
+        pages: Option<&Bound<'_, PyAny>>,
+        lengths: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<BatchResult> {
+        match self.batch(py, op, keys, pages, lengths, true)? {
+            Batched::Done(result) => Ok(BatchResult(result)),
+            Batched::Submitted(_) => unreachable!("run waits"),
+        }
+    }
+
+    /// Submits a batch for `drain`; returns its id.
     #[pyo3(signature = (op, keys, pages=None, lengths=None))]
     fn submit(
         &self,
@@ -178,33 +182,18 @@ impl PagedStore {
         op: &str,
         keys: &Bound<'_, PyAny>,
         pages: Option<&Bound<'_, PyAny>>,
-        lengths: Option<Vec<u64>>,
+        lengths: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
-        let op = op_from_name(op)?;
-        let keys = key_list(keys)?;
-        let key_slices = keys.iter().map(key_bytes).collect::<PyResult<Vec<&[u8]>>>()?;
-        let store = &self.store;
-        match (op, pages) {
-            (Op::Get | Op::Set, Some(pages)) => {
-                let handles = page_handles(pages)?;
-                py.detach(|| store.submit(op, &key_slices, &handles, lengths.as_deref()))
-            }
-            (Op::Get | Op::Set, None) => return Err(invalid_input("get and set need pages")),
-            (_, _) => py.detach(|| store.submit_keys(op, &key_slices)),
+        match self.batch(py, op, keys, pages, lengths, false)? {
+            Batched::Submitted(id) => Ok(id),
+            Batched::Done(_) => unreachable!("submit does not wait"),
         }
-        .map_err(|e| to_py_err(&e))
     }
 
-    /// Finished submitted batches as `(id, op, values)`; clears the eventfd's readiness.
-    fn drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
-        let results = py.detach(|| self.store.drain());
-        results.iter().map(|r| rich_tuple(py, r)).collect()
-    }
-
-    /// Finished submitted batches as LMCache's `(future_id, ok, error, per_key)` tuples.
-    fn drain_completions<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
-        let results = py.detach(|| self.store.drain());
-        results.iter().map(|r| lmcache_tuple(py, r)).collect()
+    /// Finished submitted batches; clears the eventfd's readiness.
+    fn drain(&self, py: Python<'_>) -> PyResult<Vec<BatchResult>> {
+        let results = py.detach(|| self.store.drain()).map_err(|e| to_py_err(&e))?;
+        Ok(results.into_iter().map(BatchResult).collect())
     }
 
     fn event_fd(&self) -> i32 {
@@ -243,17 +232,17 @@ impl PagedStore {
     /// The arena's memfd (another process can map it through /proc/<pid>/fd/<fd>).
     #[getter]
     fn arena_fd(&self) -> i32 {
-        self.store.engine().arena().fd().as_fd().as_raw_fd()
+        self.store.pool().arena().fd().as_fd().as_raw_fd()
     }
 
     #[getter]
     fn arena_name(&self) -> String {
-        self.store.engine().arena().name().to_owned()
+        self.store.pool().arena().name().to_owned()
     }
 
     #[getter]
     fn arena_size(&self) -> usize {
-        self.store.engine().arena().size()
+        self.store.pool().arena().size()
     }
 
     #[getter]
@@ -263,8 +252,8 @@ impl PagedStore {
 
     /// Where the I/O threads run and the arena lives, and why.
     #[getter]
-    fn placement<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-        super::engine_config::placement_dict(py, self.store.engine().placement())
+    fn placement<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        placement_dict(py, self.store.engine().placement())
     }
 
     /// `(kernel thread id, planned CPU or None)` per I/O worker.
@@ -275,8 +264,20 @@ impl PagedStore {
 
     /// Capacity tracking figures, or None when tracking is off.
     #[getter]
-    fn capacity_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, pyo3::types::PyDict>>> {
-        super::engine_config::capacity_dict(py, self.store.engine())
+    fn capacity_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        capacity_dict(py, self.store.engine())
+    }
+
+    /// Pushes garbage into a worker's ring: the store must fail cleanly (tests only).
+    fn _corrupt_ring_for_test(&self, worker: usize) -> PyResult<()> {
+        self.store.engine().corrupt_ring_for_test(worker).map_err(|e| to_py_err(&e))
+    }
+}
+
+impl Drop for PagedStore {
+    fn drop(&mut self) {
+        // Closing waits for the workers: never with the GIL held.
+        Python::attach(|py| py.detach(|| self.store.close()));
     }
 }
 
@@ -423,8 +424,20 @@ impl Page {
         let rc = unsafe {
             ffi::PyBuffer_FillInfo(view, slf.as_ptr(), page.address as *mut _, page.size as ffi::Py_ssize_t, 0, flags)
         };
-        if rc == -1 { Err(PyErr::fetch(slf.py())) } else { Ok(()) }
+        if rc == -1 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        page.exports.fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
-    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
+        self.exports.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Views of the page alive now (memoryview, numpy, torch).
+    #[getter]
+    fn views(&self) -> usize {
+        self.exports.load(Ordering::Acquire)
+    }
 }

@@ -2,7 +2,8 @@
 //! `eviction` block): which keys this client stored, how many bytes they hold, and which to
 //! delete when the footprint passes the watermark.
 //!
-//! Pure bookkeeping: the engine feeds it batch outcomes and sends the DELs it asks for.
+//! Pure bookkeeping: the layer in `capacity/mod.rs` feeds it batch outcomes and sends the DELs
+//! it asks for.
 
 use crate::error::{Error, Result};
 use std::collections::HashMap;

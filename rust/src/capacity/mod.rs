@@ -1,0 +1,183 @@
+//! Client-side capacity tracking as a layer over the engine: [`TrackedEngine`] is the engine
+//! plus, when `max_capacity_gb` is set, a [`Tracker`] that learns what each batch stored,
+//! used or removed, and eviction's DELs sent through the engine in the background.
+
+mod tracker;
+
+pub use tracker::{CapacityConfig, CapacityStats, EvictionPolicy, Tracker};
+
+use crate::conn::{Op, Outcome};
+use crate::engine::{Batch, BatchResult, Engine, EngineConfig, Item};
+use crate::error::Result;
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+/// The engine, with capacity tracking when the settings ask for it. Everything the engine
+/// offers is reachable through `Deref`; batches go through this layer's methods so that the
+/// tracker sees them.
+pub struct TrackedEngine {
+    engine: Engine,
+    tracking: Option<Mutex<Tracking>>,
+}
+
+/// The tracker, and the keys of tracked batches until their results are known.
+struct Tracking {
+    tracker: Tracker,
+    pending: HashMap<u64, (Op, TrackedKeys)>,
+}
+
+/// Each key of a tracked batch with its length.
+type TrackedKeys = Vec<(Box<[u8]>, u64)>;
+
+impl TrackedEngine {
+    pub fn start(config: EngineConfig) -> Result<TrackedEngine> {
+        let capacity = config.settings.capacity();
+        if let Some(capacity) = &capacity {
+            capacity.validate()?;
+        }
+        let engine = Engine::start(config)?;
+        let tracking =
+            capacity.map(|config| Mutex::new(Tracking { tracker: Tracker::new(config), pending: HashMap::new() }));
+        Ok(TrackedEngine { engine, tracking })
+    }
+
+    /// Submits a batch for `drain`.
+    pub fn submit(&self, batch: Batch<'_>) -> Result<u64> {
+        let Some(mut tracking) = self.tracking_for(&batch) else { return self.engine.submit(batch) };
+        // Filed under the lock held across the submit: a drain cannot observe the batch's
+        // result before the tracker knows its keys.
+        let reserved = self.reserve(&mut tracking, &batch);
+        let submitted = self.engine.submit(batch);
+        match &submitted {
+            Ok(id) => tracking.file(*id, &batch),
+            Err(_) => tracking.tracker.unreserve(reserved),
+        }
+        submitted
+    }
+
+    /// Runs a batch and waits for it.
+    pub fn run(&self, batch: Batch<'_>) -> Result<BatchResult> {
+        let Some(mut tracking) = self.tracking_for(&batch) else { return self.engine.run(batch) };
+        let reserved = self.reserve(&mut tracking, &batch);
+        let ticket = match self.engine.submit_waiting(batch) {
+            Ok(ticket) => ticket,
+            Err(err) => {
+                tracking.tracker.unreserve(reserved);
+                return Err(err);
+            }
+        };
+        let id = ticket.id;
+        tracking.file(id, &batch);
+        drop(tracking);
+        match self.engine.wait(ticket) {
+            Ok(result) => {
+                self.observe(std::slice::from_ref(&result));
+                Ok(result)
+            }
+            Err(err) => {
+                self.forget(id);
+                Err(err)
+            }
+        }
+    }
+
+    /// Finished `submit`ted batches.
+    pub fn drain(&self) -> Result<Vec<BatchResult>> {
+        let results = self.engine.drain()?;
+        self.observe(&results);
+        Ok(results)
+    }
+
+    /// Capacity settings and figures, when tracking is on.
+    pub fn capacity(&self) -> Option<(CapacityConfig, CapacityStats)> {
+        self.tracking.as_ref().map(|t| {
+            let tracking = lock(t);
+            (*tracking.tracker.config(), tracking.tracker.stats())
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The tracking lock, for a batch worth tracking.
+    fn tracking_for(&self, batch: &Batch<'_>) -> Option<MutexGuard<'_, Tracking>> {
+        let tracking = self.tracking.as_ref()?;
+        (!batch.items.is_empty() && batch.op != Op::Ping).then(|| lock(tracking))
+    }
+
+    /// For a SET, reserves its bytes, evicting first if they would not fit; returns them.
+    fn reserve(&self, tracking: &mut Tracking, batch: &Batch<'_>) -> u64 {
+        if batch.op != Op::Set {
+            return 0;
+        }
+        let bytes = batch.items.iter().map(Item::len).sum();
+        let victims = tracking.tracker.reserve(bytes);
+        self.evict(victims);
+        bytes
+    }
+
+    /// Feeds finished batches to the tracker, then evicts if it asks to.
+    fn observe(&self, results: &[BatchResult]) {
+        let Some(tracking) = &self.tracking else { return };
+        let victims = {
+            let mut tracking = lock(tracking);
+            for result in results {
+                let Some((op, keys)) = tracking.pending.remove(&result.id) else { continue };
+                let tracker = &mut tracking.tracker;
+                for ((key, len), outcome) in keys.iter().zip(&result.outcomes) {
+                    match (op, outcome) {
+                        (Op::Set, Outcome::Done) => tracker.stored(key, *len),
+                        (Op::Get, Outcome::Hit(_)) | (Op::Exists, Outcome::Bool(true)) => tracker.touched(key),
+                        (Op::Get, Outcome::Miss) | (Op::Exists | Op::Del, Outcome::Bool(_)) => tracker.removed(key),
+                        _ => {}
+                    }
+                }
+                if op == Op::Set {
+                    tracker.unreserve(keys.iter().map(|(_, len)| len).sum());
+                }
+            }
+            tracking.tracker.victims()
+        };
+        self.evict(victims);
+    }
+
+    /// Deletes keys the tracker gave up, in the background: the DELs go through the workers
+    /// like any batch, and nobody waits for them.
+    fn evict(&self, victims: Vec<Box<[u8]>>) {
+        if victims.is_empty() {
+            return;
+        }
+        let items: Vec<Item<'_>> = victims.iter().map(|key| Item::key_only(key)).collect();
+        // Fails only once the engine is closing or failed, when nothing can be deleted anyway.
+        let _ = self.engine.submit_detached(Batch::new(Op::Del, &items));
+    }
+
+    /// A tracked batch whose result will never be seen: forget it.
+    fn forget(&self, id: u64) {
+        let Some(tracking) = &self.tracking else { return };
+        let mut tracking = lock(tracking);
+        if let Some((Op::Set, keys)) = tracking.pending.remove(&id) {
+            tracking.tracker.unreserve(keys.iter().map(|(_, len)| len).sum());
+        }
+    }
+}
+
+impl Tracking {
+    fn file(&mut self, id: u64, batch: &Batch<'_>) {
+        let keys = batch.items.iter().map(|item| (Box::from(item.key), item.len())).collect();
+        self.pending.insert(id, (batch.op, keys));
+    }
+}
+
+impl std::ops::Deref for TrackedEngine {
+    type Target = Engine;
+
+    fn deref(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+fn lock(tracking: &Mutex<Tracking>) -> MutexGuard<'_, Tracking> {
+    tracking.lock().unwrap_or_else(|p| p.into_inner())
+}

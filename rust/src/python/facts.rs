@@ -1,0 +1,34 @@
+//! What an engine can tell about itself, as dicts: where it runs and what it tracks.
+
+use super::settings::policy_name;
+use crate::capacity::TrackedEngine;
+use lmcache_resp_numa::Placement;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// The placement: `worker_cpus`, `cpuset`, `memory_node`, `explanation`.
+pub fn placement_dict<'py>(py: Python<'py>, placement: &Placement) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    out.set_item("worker_cpus", placement.worker_cpus.clone())?;
+    out.set_item("cpuset", placement.cpuset.clone())?;
+    out.set_item("memory_node", placement.memory_node)?;
+    out.set_item("explanation", placement.explanation.clone())?;
+    Ok(out)
+}
+
+/// Capacity figures, or None when tracking is off.
+pub fn capacity_dict<'py>(py: Python<'py>, engine: &TrackedEngine) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let Some((config, stats)) = engine.capacity() else { return Ok(None) };
+    let out = PyDict::new(py);
+    out.set_item("capacity_bytes", stats.capacity_bytes)?;
+    out.set_item("stored_bytes", stats.stored_bytes)?;
+    out.set_item("reserved_bytes", stats.reserved_bytes)?;
+    out.set_item("keys", stats.keys)?;
+    out.set_item("evictions", stats.evictions)?;
+    out.set_item("evicted_bytes", stats.evicted_bytes)?;
+    out.set_item("eviction_runs", stats.eviction_runs)?;
+    out.set_item("policy", policy_name(config.policy))?;
+    out.set_item("trigger_watermark", config.trigger_watermark)?;
+    out.set_item("eviction_ratio", config.eviction_ratio)?;
+    Ok(Some(out))
+}

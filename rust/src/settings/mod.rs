@@ -1,0 +1,420 @@
+//! Every setting of a client, store or connector: one type, its defaults, and the one place
+//! values are checked.
+//!
+//! Settings come from four sources, resolved field by field: explicit values (keyword
+//! arguments, LMCache's adapter params), then the URL (its authority, path and query), then
+//! the `LMCACHE_RESP_*` environment variables (host, port, username and password only), then
+//! the defaults below. Callers gather the sources; [`Settings::resolve`] decides.
+
+mod names;
+pub mod url;
+pub mod value;
+
+pub use names::{ENV_VARS, EVICTION_FIELDS, FIELDS, QUERY_FIELDS};
+pub use value::Value;
+
+use crate::capacity::{CapacityConfig, EvictionPolicy};
+use crate::conn::PipelineLimits;
+use crate::error::{Error, Result};
+use crate::net::{ConnectOptions, Endpoint};
+use crate::secret::Secret;
+use lmcache_resp_numa::CpuAffinity;
+use std::fmt;
+use std::time::Duration;
+use value::Given;
+
+/// The defaults, in one place.
+pub mod defaults {
+    use std::time::Duration;
+
+    pub const HOST: &str = "localhost";
+    pub const PORT: u16 = 6379;
+    pub const TIMEOUT: Duration = Duration::from_secs(10);
+    /// Connecting (TCP plus AUTH/SELECT/PING) takes at most this long by default, and never
+    /// longer than `timeout`: a dead server is reported in seconds, not after a whole timeout.
+    pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    pub const NUM_WORKERS: usize = 8;
+    pub const CONNECTIONS_PER_WORKER: usize = 1;
+    /// Pages are faulted in when the arena is created, so the first batch does not pay for it.
+    pub const PREFAULT: bool = true;
+    pub const TRIGGER_WATERMARK: f64 = 0.8;
+    pub const EVICTION_RATIO: f64 = 0.2;
+
+    pub const MAX_NUM_WORKERS: u64 = 1024;
+    pub const MAX_CONNECTIONS_PER_WORKER: u64 = 64;
+    pub const MAX_INFLIGHT_BYTES: u64 = 1 << 40;
+    pub const MAX_INFLIGHT_REQUESTS: u64 = 1 << 20;
+}
+
+/// `max_capacity_gb` is in decimal gigabytes, as LMCache counts it.
+pub const BYTES_PER_GB: f64 = 1e9;
+
+/// Client-side eviction once `max_capacity_gb` is set.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Eviction {
+    pub policy: EvictionPolicy,
+    /// Evict once tracked bytes pass this share of the capacity.
+    pub trigger_watermark: f64,
+    /// Share of the tracked keys deleted per eviction.
+    pub eviction_ratio: f64,
+}
+
+impl Default for Eviction {
+    fn default() -> Self {
+        Eviction {
+            policy: EvictionPolicy::Lru,
+            trigger_watermark: defaults::TRIGGER_WATERMARK,
+            eviction_ratio: defaults::EVICTION_RATIO,
+        }
+    }
+}
+
+impl Eviction {
+    /// Checks and builds a block from its three fields (each optional: defaults fill in).
+    pub fn from_values(policy: Option<&Value>, watermark: Option<&Value>, ratio: Option<&Value>) -> Result<Eviction> {
+        let mut eviction = Eviction::default();
+        if let Some(value) = policy {
+            eviction.policy = eviction_policy(&Given { name: "eviction.eviction_policy", value })?;
+        }
+        if let Some(value) = watermark {
+            eviction.trigger_watermark = Given { name: "eviction.trigger_watermark", value }.fraction()?;
+        }
+        if let Some(value) = ratio {
+            eviction.eviction_ratio = Given { name: "eviction.eviction_ratio", value }.fraction()?;
+        }
+        Ok(eviction)
+    }
+}
+
+fn eviction_policy(given: &Given<'_>) -> Result<EvictionPolicy> {
+    let refuse = || Error::invalid(format!("{} must be one of 'LRU', 'noop', got {}", given.name, given.value));
+    match given.value {
+        Value::Text(text) => text.trim().parse().map_err(|_| refuse()),
+        _ => Err(refuse()),
+    }
+}
+
+/// Resolved settings: every field has a checked value.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The servers: one, several independent ones (static sharding), or a cluster's seeds.
+    pub endpoints: Vec<Endpoint>,
+    /// The endpoints are seeds of a Redis Cluster.
+    pub cluster: bool,
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+    pub db: u32,
+    /// Every operation completes, with success or an error, within this time.
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    pub num_workers: usize,
+    pub connections_per_worker: usize,
+    pub pipeline: PipelineLimits,
+    pub cpu_affinity: CpuAffinity,
+    /// Client-side capacity tracking; 0 tracks nothing.
+    pub max_capacity_gb: f64,
+    pub eviction: Eviction,
+    /// Fault the arena's pages in at creation.
+    pub prefault: bool,
+    /// Settings accepted but without effect, for the caller to log.
+    pub warnings: Vec<String>,
+}
+
+impl Settings {
+    /// Defaults for one server.
+    pub fn new(endpoint: Endpoint) -> Settings {
+        Settings {
+            endpoints: vec![endpoint],
+            cluster: false,
+            username: None,
+            password: None,
+            db: 0,
+            timeout: defaults::TIMEOUT,
+            connect_timeout: defaults::MAX_CONNECT_TIMEOUT.min(defaults::TIMEOUT),
+            num_workers: defaults::NUM_WORKERS,
+            connections_per_worker: defaults::CONNECTIONS_PER_WORKER,
+            pipeline: PipelineLimits::default(),
+            cpu_affinity: CpuAffinity::Auto,
+            max_capacity_gb: 0.0,
+            eviction: Eviction::default(),
+            prefault: defaults::PREFAULT,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The first (for one server, the only) endpoint.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoints[0]
+    }
+
+    /// How to reach and log in to `endpoint`.
+    pub fn connect_options(&self, endpoint: &Endpoint) -> ConnectOptions {
+        ConnectOptions {
+            endpoint: endpoint.clone(),
+            username: self.username.clone(),
+            password: self.password.clone(),
+            db: self.db,
+            connect_timeout: self.connect_timeout,
+        }
+    }
+
+    pub fn capacity_bytes(&self) -> u64 {
+        (self.max_capacity_gb * BYTES_PER_GB) as u64
+    }
+
+    /// Capacity tracking, when `max_capacity_gb` > 0.
+    pub fn capacity(&self) -> Option<CapacityConfig> {
+        (self.capacity_bytes() > 0).then(|| CapacityConfig {
+            capacity_bytes: self.capacity_bytes(),
+            policy: self.eviction.policy,
+            trigger_watermark: self.eviction.trigger_watermark,
+            eviction_ratio: self.eviction.eviction_ratio,
+        })
+    }
+
+    /// Resolves every field from the sources: explicit > URL > environment > default.
+    pub fn resolve(sources: &Sources<'_>) -> Result<Settings> {
+        Resolver::new(sources)?.resolve()
+    }
+}
+
+/// Where settings come from. `explicit` holds what the caller set (absent = not set); `env`
+/// holds environment variables (only those in [`ENV_VARS`] are read).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sources<'a> {
+    pub explicit: &'a [(String, Value)],
+    pub url: Option<&'a str>,
+    pub env: &'a [(String, String)],
+}
+
+/// The password never shows.
+impl fmt::Display for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let endpoints: Vec<String> = self.endpoints.iter().map(ToString::to_string).collect();
+        write!(f, "endpoints=[{}]", endpoints.join(", "))?;
+        if self.cluster {
+            f.write_str(" cluster")?;
+        }
+        write!(f, " db={} timeout={}s", self.db, self.timeout.as_secs_f64())?;
+        if let Some(user) = &self.username {
+            write!(f, " username={user:?}")?;
+        }
+        if self.password.is_some() {
+            f.write_str(" password=***")?;
+        }
+        write!(f, " num_workers={}", self.num_workers)
+    }
+}
+
+struct Resolver<'a> {
+    explicit: &'a [(String, Value)],
+    /// Eviction fields from an explicit `eviction` block.
+    explicit_eviction: &'a [(String, Value)],
+    url: url::ParsedUrl,
+    query: Vec<(String, Value)>,
+    /// The environment's values, which are read as text, with the variable each came from.
+    env_values: Vec<(&'static str, &'static str, Value)>,
+}
+
+impl<'a> Resolver<'a> {
+    fn new(sources: &Sources<'a>) -> Result<Resolver<'a>> {
+        let unknown: Vec<&str> =
+            sources.explicit.iter().map(|(k, _)| k.as_str()).filter(|k| !FIELDS.contains(k)).collect();
+        if !unknown.is_empty() {
+            return Err(names::unknown(&unknown, FIELDS, "setting(s)"));
+        }
+        let explicit_eviction = match sources.explicit.iter().rev().find(|(k, _)| k == "eviction") {
+            Some((_, value)) => {
+                let block = Given { name: "eviction", value }.map("{\"eviction_policy\": \"LRU\"}")?;
+                let unknown: Vec<&str> =
+                    block.iter().map(|(k, _)| k.as_str()).filter(|k| !EVICTION_FIELDS.contains(k)).collect();
+                if !unknown.is_empty() {
+                    return Err(names::unknown(&unknown, EVICTION_FIELDS, "eviction setting(s)"));
+                }
+                block
+            }
+            None => &[],
+        };
+        let url = sources.url.map(url::parse).transpose()?.unwrap_or_default();
+        let unknown: Vec<&str> =
+            url.query.iter().map(|(k, _)| k.as_str()).filter(|k| !QUERY_FIELDS.contains(k)).collect();
+        if !unknown.is_empty() {
+            let shown = url::redact(sources.url.unwrap_or_default());
+            let mut accepted = QUERY_FIELDS.to_vec();
+            accepted.push("db");
+            return Err(names::unknown(&unknown, &accepted, &format!("parameter(s) in URL {shown:?}")));
+        }
+        let query = url.query.iter().map(|(k, v)| (k.clone(), Value::Text(v.clone()))).collect();
+        let env_values = ENV_VARS
+            .iter()
+            .filter_map(|(field, var)| {
+                let value = sources.env.iter().rev().find(|(k, _)| k == var).map(|(_, v)| v)?;
+                (!value.is_empty()).then(|| (*field, *var, Value::Text(value.clone())))
+            })
+            .collect();
+        Ok(Resolver { explicit: sources.explicit, explicit_eviction, url, query, env_values })
+    }
+
+    fn explicit(&self, name: &str) -> Option<&'a Value> {
+        self.explicit.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v)
+    }
+
+    fn query_value(&self, name: &str) -> Option<&Value> {
+        self.query.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v)
+    }
+
+    /// Explicit, then query: what a tuning field is given as, named for the message.
+    fn tuning<'s>(&'s self, name: &'s str) -> Option<Given<'s>> {
+        self.explicit(name).or_else(|| self.query_value(name)).map(|value| Given { name, value })
+    }
+
+    fn env_value(&self, field: &str) -> Option<Given<'_>> {
+        self.env_values.iter().find(|(f, _, _)| *f == field).map(|(_, var, value)| Given { name: var, value })
+    }
+
+    fn resolve(self) -> Result<Settings> {
+        let endpoints = self.endpoints()?;
+        let mut settings = Settings::new(endpoints[0].clone());
+        settings.endpoints = endpoints;
+        settings.username = self.credential("username", self.url.username.clone())?;
+        settings.password = match self.explicit("password") {
+            Some(Value::Text(text)) if text.is_empty() => None,
+            Some(value) => Some(Given { name: "password", value }.secret()?),
+            None => match &self.url.password {
+                Some(password) => Some(password.clone()),
+                None => self.env_value("password").map(|g| g.secret()).transpose()?,
+            },
+        };
+        settings.db = match self.explicit("db") {
+            Some(value) => Given { name: "db", value }.integer(0, (1 << 31) - 1)? as u32,
+            None => self.url.db.unwrap_or(0),
+        };
+        if let Some(given) = self.tuning("timeout") {
+            settings.timeout = given.seconds()?;
+        }
+        settings.connect_timeout = match self.tuning("connect_timeout") {
+            Some(given) => given.seconds()?,
+            None => defaults::MAX_CONNECT_TIMEOUT.min(settings.timeout),
+        };
+        if let Some(given) = self.tuning("num_workers") {
+            settings.num_workers = given.integer(1, defaults::MAX_NUM_WORKERS)? as usize;
+        }
+        if let Some(given) = self.tuning("connections_per_worker") {
+            settings.connections_per_worker = given.integer(1, defaults::MAX_CONNECTIONS_PER_WORKER)? as usize;
+        }
+        if let Some(given) = self.tuning("max_inflight_bytes") {
+            settings.pipeline.max_inflight_bytes = given.integer(1, defaults::MAX_INFLIGHT_BYTES)? as usize;
+        }
+        if let Some(given) = self.tuning("max_inflight_requests") {
+            settings.pipeline.max_inflight_requests = given.integer(1, defaults::MAX_INFLIGHT_REQUESTS)? as usize;
+        }
+        if let Some(given) = self.tuning("cpu_affinity") {
+            settings.cpu_affinity = cpu_affinity(&given)?;
+        }
+        if let Some(given) = self.tuning("max_capacity_gb") {
+            settings.max_capacity_gb = given.number(">= 0")?;
+            if settings.max_capacity_gb < 0.0 {
+                return Err(Error::invalid(format!("max_capacity_gb must be a number >= 0, got {}", given.value)));
+            }
+        }
+        let eviction_field = |name: &str| {
+            self.explicit_eviction
+                .iter()
+                .rev()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v)
+                .or_else(|| self.query_value(name))
+        };
+        let [policy, watermark, ratio] = [0, 1, 2].map(|i| eviction_field(EVICTION_FIELDS[i]));
+        settings.eviction = Eviction::from_values(policy, watermark, ratio)?;
+        if (policy.is_some() || watermark.is_some() || ratio.is_some()) && settings.capacity_bytes() == 0 {
+            settings
+                .warnings
+                .push("eviction settings have no effect without max_capacity_gb > 0 (capacity tracking is off)".into());
+        }
+        if let Some(given) = self.tuning("prefault") {
+            settings.prefault = given.flag()?;
+        }
+        if let Some(given) = self.tuning("cluster") {
+            settings.cluster = given.flag()?;
+        }
+        Ok(settings)
+    }
+
+    /// Username: explicit (empty = none, the environment is not consulted), URL, environment.
+    fn credential(&self, field: &str, from_url: Option<String>) -> Result<Option<String>> {
+        let text = match self.explicit(field) {
+            Some(value) => Some(Given { name: field, value }.text()?.to_owned()),
+            None => match from_url {
+                Some(text) => Some(text),
+                None => self.env_value(field).map(|g| g.text().map(str::to_owned)).transpose()?,
+            },
+        };
+        Ok(text.filter(|t| !t.is_empty()))
+    }
+
+    /// One Unix socket, one TCP server, or several (seeds of a cluster, or shards).
+    fn endpoints(&self) -> Result<Vec<Endpoint>> {
+        // An empty explicit host means "not set", as LMCache's configs use it.
+        let host = self.explicit("host").filter(|v| !matches!(v, Value::Text(t) if t.is_empty()));
+        let port = self.explicit("port");
+        let unix_path = self.explicit("unix_path");
+        if unix_path.is_some() && (host.is_some() || port.is_some()) {
+            return Err(Error::invalid("give either host/port or unix_path, not both"));
+        }
+        let explicit_tcp = host.is_some() || port.is_some();
+        if let Some(value) = unix_path {
+            return Ok(vec![Endpoint::Unix { path: Given { name: "unix_path", value }.text()?.into() }]);
+        }
+        if let (Some(path), false) = (&self.url.unix_path, explicit_tcp) {
+            return Ok(vec![Endpoint::Unix { path: path.into() }]);
+        }
+        let default_port = || -> Result<u16> {
+            match self.env_value("port") {
+                Some(given) => Ok(given.integer(1, 65535)? as u16),
+                None => Ok(defaults::PORT),
+            }
+        };
+        if self.url.hosts.len() > 1 && !explicit_tcp {
+            let port = default_port()?;
+            return Ok(self
+                .url
+                .hosts
+                .iter()
+                .map(|(host, p)| Endpoint::Tcp { host: host.clone(), port: p.unwrap_or(port) })
+                .collect());
+        }
+        let from_url = self.url.hosts.first();
+        let host = match host {
+            Some(value) => Given { name: "host", value }.text()?.to_owned(),
+            None => match from_url {
+                Some((host, _)) => host.clone(),
+                None => match self.env_value("host") {
+                    Some(given) => given.text()?.to_owned(),
+                    None => defaults::HOST.to_owned(),
+                },
+            },
+        };
+        let port = match (port, from_url.and_then(|(_, p)| *p)) {
+            (Some(value), _) => Given { name: "port", value }.integer(1, 65535)? as u16,
+            (None, Some(port)) => port,
+            (None, None) => default_port()?,
+        };
+        Ok(vec![Endpoint::Tcp { host, port }])
+    }
+}
+
+fn cpu_affinity(given: &Given<'_>) -> Result<CpuAffinity> {
+    let text = given.text().map_err(|_| affinity_error(given, "it is not a str"))?;
+    text.parse().map_err(|err: lmcache_resp_numa::NumaError| affinity_error(given, &err.to_string()))
+}
+
+fn affinity_error(given: &Given<'_>, why: &str) -> Error {
+    Error::invalid(format!(
+        "cpu_affinity must be 'auto', 'none', 'numa:N' or a CPU list like '0-3,8', got {} ({why})",
+        given.value
+    ))
+}
+
+#[cfg(test)]
+mod tests;

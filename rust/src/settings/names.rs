@@ -1,0 +1,144 @@
+//! Which setting names exist where, and the "did you mean" for the ones that do not.
+
+use crate::error::Error;
+
+/// Every setting a caller may give by name.
+pub const FIELDS: &[&str] = &[
+    "host",
+    "port",
+    "unix_path",
+    "username",
+    "password",
+    "db",
+    "timeout",
+    "connect_timeout",
+    "num_workers",
+    "connections_per_worker",
+    "max_inflight_bytes",
+    "max_inflight_requests",
+    "cpu_affinity",
+    "max_capacity_gb",
+    "eviction",
+    "prefault",
+    "cluster",
+];
+
+/// The fields of the `eviction` block.
+pub const EVICTION_FIELDS: &[&str] = &["eviction_policy", "trigger_watermark", "eviction_ratio"];
+
+/// What a URL's query may set: everything its authority and path cannot carry (`db` is handled
+/// with the path). Eviction fields go flat: `?trigger_watermark=0.9`.
+pub const QUERY_FIELDS: &[&str] = &[
+    "timeout",
+    "connect_timeout",
+    "num_workers",
+    "connections_per_worker",
+    "max_inflight_bytes",
+    "max_inflight_requests",
+    "cpu_affinity",
+    "max_capacity_gb",
+    "prefault",
+    "cluster",
+    "eviction_policy",
+    "trigger_watermark",
+    "eviction_ratio",
+];
+
+/// The environment variables read, and the field each fills. Only where a setting is as
+/// deployment-specific as a secret; the rest comes from arguments, URLs or LMCache's config.
+pub const ENV_VARS: &[(&str, &str)] = &[
+    ("host", "LMCACHE_RESP_HOST"),
+    ("port", "LMCACHE_RESP_PORT"),
+    ("username", "LMCACHE_RESP_USERNAME"),
+    ("password", "LMCACHE_RESP_PASSWORD"),
+];
+
+/// An error naming each unknown key (never its value: it could be a password), with the
+/// closest accepted name where one is close.
+pub fn unknown(keys: &[&str], accepted: &[&str], where_: &str) -> Error {
+    // A misspelt eviction field given at the top level is suggested under its block's name.
+    let suggestions: Vec<(&str, String)> = accepted
+        .iter()
+        .map(|name| (*name, name.to_string()))
+        .chain(
+            accepted
+                .contains(&"eviction")
+                .then(|| EVICTION_FIELDS.iter().map(|name| (*name, format!("eviction.{name}"))))
+                .into_iter()
+                .flatten(),
+        )
+        .collect();
+    let mut keys = keys.to_vec();
+    keys.sort_unstable();
+    keys.dedup();
+    let parts: Vec<String> = keys
+        .iter()
+        .map(|key| match closest(key, suggestions.iter().map(|(name, _)| *name)) {
+            Some(name) => {
+                let shown = &suggestions.iter().find(|(n, _)| *n == name).expect("suggested from the list").1;
+                format!("'{key}' (did you mean '{shown}'?)")
+            }
+            None => format!("'{key}'"),
+        })
+        .collect();
+    let mut accepted = accepted.to_vec();
+    accepted.sort_unstable();
+    Error::invalid(format!("unknown {where_}: {}; accepted: {}", parts.join(", "), accepted.join(", ")))
+}
+
+/// The candidate most like `key`, if any is alike enough to be a typo of it.
+fn closest<'a>(key: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .map(|candidate| (similarity(key, candidate), candidate))
+        .filter(|(score, _)| *score >= 0.6)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, candidate)| candidate)
+}
+
+/// 1 minus the edit distance (with transpositions, so `hots` is one step from `host`) over
+/// the longer length.
+fn similarity(a: &str, b: &str) -> f64 {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let longest = a.len().max(b.len());
+    if longest == 0 {
+        return 1.0;
+    }
+    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (rows[i - 1][j] + 1).min(rows[i][j - 1] + 1).min(rows[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = best;
+        }
+    }
+    1.0 - rows[a.len()][b.len()] as f64 / longest as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typos_get_the_closest_name() {
+        let err = unknown(&["num_worker", "hots"], FIELDS, "setting(s)");
+        assert!(
+            err.message().starts_with(
+                "unknown setting(s): 'hots' (did you mean 'host'?), 'num_worker' (did you mean 'num_workers'?); accepted: "
+            ),
+            "{err}"
+        );
+        let err = unknown(&["trigger_watermak"], FIELDS, "setting(s)");
+        assert!(err.message().contains("'trigger_watermak' (did you mean 'eviction.trigger_watermark'?)"), "{err}");
+        let err = unknown(&["zzz"], FIELDS, "setting(s)");
+        assert!(err.message().starts_with("unknown setting(s): 'zzz'; accepted: cluster, connect_timeout"), "{err}");
+    }
+}

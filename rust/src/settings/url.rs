@@ -1,0 +1,210 @@
+//! Server URLs: `resp://host:port`, `redis://[user:pass@]host:port[,host:port...][/db]` and
+//! `unix:///path/to/redis.sock`, with settings in the query (`?num_workers=16&cluster=true`).
+//!
+//! Hand-written rather than a general URL parser because the forms are not quite URLs: a seed
+//! list `h1:p1,h2:p2` is not a valid authority, and a password may contain `/`, `#` or `?`
+//! unencoded. The user information runs up to the *last* `@` of the URL, so such a password is
+//! still found, parsed and redacted: no error message ever shows it.
+
+use crate::error::{Error, Result};
+use crate::secret::Secret;
+
+/// What a URL says. Fields it does not mention are `None`/empty.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ParsedUrl {
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+    /// `(host, port)` per server named; the port is `None` where the URL leaves it out.
+    pub hosts: Vec<(String, Option<u16>)>,
+    pub unix_path: Option<String>,
+    pub db: Option<u32>,
+    /// Query parameters in order, percent-decoded; later ones win.
+    pub query: Vec<(String, String)>,
+}
+
+const SCHEMES: [&str; 3] = ["resp", "redis", "unix"];
+
+/// The URL with its password replaced by `***`, whatever else is wrong with it.
+pub fn redact(url: &str) -> String {
+    let Some(authority_start) = url.find("://").map(|i| i + 3) else { return url.to_owned() };
+    let Some(at) = url[authority_start..].rfind('@').map(|i| authority_start + i) else { return url.to_owned() };
+    match url[authority_start..at].find(':') {
+        Some(colon) => format!("{}***{}", &url[..authority_start + colon + 1], &url[at..]),
+        None => url.to_owned(),
+    }
+}
+
+pub fn parse(url: &str) -> Result<ParsedUrl> {
+    let shown = redact(url);
+    let invalid = |why: &str| Error::invalid(format!("invalid URL {shown:?}: {why}"));
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| invalid("expected scheme://..."))?;
+    let scheme = scheme.to_ascii_lowercase();
+    if !SCHEMES.contains(&scheme.as_str()) {
+        let hint = if matches!(scheme.as_str(), "rediss" | "resps") { " (TLS is not supported)" } else { "" };
+        return Err(Error::invalid(format!(
+            "unsupported URL scheme {scheme:?}{hint} in {shown:?}: use resp://, redis:// or unix://"
+        )));
+    }
+    let mut parsed = ParsedUrl::default();
+    let rest = match rest.rfind('@') {
+        Some(at) => {
+            let (user, password) = match rest[..at].split_once(':') {
+                Some((user, password)) => (user, Some(password)),
+                None => (&rest[..at], None),
+            };
+            parsed.username = Some(decode(user, &invalid)?).filter(|u| !u.is_empty());
+            parsed.password =
+                password.map(|p| decode(p, &invalid)).transpose()?.filter(|p| !p.is_empty()).map(Secret::new);
+            &rest[at + 1..]
+        }
+        None => rest,
+    };
+    let rest = rest.split_once('#').map_or(rest, |(before, _)| before);
+    let (location, query) = rest.split_once('?').unwrap_or((rest, ""));
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        parsed.query.push((decode(key, &invalid)?, decode(value, &invalid)?));
+    }
+    if scheme == "unix" {
+        let path = decode(location, &invalid)?;
+        if !path.starts_with('/') {
+            return Err(Error::invalid(format!(
+                "unix URL {shown:?} has no socket path: use unix:///path/to/redis.sock"
+            )));
+        }
+        parsed.unix_path = Some(path);
+    } else {
+        let (authority, path) = location.find('/').map_or((location, ""), |slash| location.split_at(slash));
+        for server in authority.split(',') {
+            parsed.hosts.push(host_and_port(server, &invalid)?);
+        }
+        if parsed.hosts.iter().any(|(host, _)| host.is_empty()) {
+            return Err(Error::invalid(format!("URL {shown:?} has no host: use {scheme}://host:port")));
+        }
+        let db = path.trim_matches('/');
+        if !db.is_empty() {
+            parsed.db = Some(database(db, &format!("database in URL {shown:?}"))?);
+        }
+    }
+    if let Some((_, db)) = parsed.query.iter().rev().find(|(key, _)| key == "db") {
+        parsed.db = Some(database(db, &format!("db parameter in URL {shown:?}"))?);
+    }
+    parsed.query.retain(|(key, _)| key != "db");
+    Ok(parsed)
+}
+
+fn host_and_port(server: &str, invalid: &impl Fn(&str) -> Error) -> Result<(String, Option<u16>)> {
+    let (host, port) = if let Some(bracketed) = server.strip_prefix('[') {
+        let (host, after) = bracketed.split_once(']').ok_or_else(|| invalid("unclosed '[' in an IPv6 host"))?;
+        match after {
+            "" => (host, None),
+            _ => (host, Some(after.strip_prefix(':').ok_or_else(|| invalid("expected :port after ']'"))?)),
+        }
+    } else {
+        match server.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (server, None),
+        }
+    };
+    let port = match port {
+        None => None,
+        Some(text) => Some(
+            text.parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0 && text.bytes().all(|b| b.is_ascii_digit()))
+                .ok_or_else(|| invalid(&format!("port must be an integer in 1..65535, got {text:?}")))?,
+        ),
+    };
+    Ok((host.to_ascii_lowercase(), port))
+}
+
+fn database(text: &str, what: &str) -> Result<u32> {
+    text.parse::<u32>()
+        .ok()
+        .filter(|db| *db < 1 << 31 && text.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| Error::invalid(format!("{what} must be a non-negative integer, got {text:?}")))
+}
+
+/// Percent-decoding (`%40` -> `@`); the result must be UTF-8.
+fn decode(text: &str, invalid: &impl Fn(&str) -> Error) -> Result<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok());
+            out.push(hex.ok_or_else(|| invalid("a '%' is not followed by two hex digits"))?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| invalid("percent-encoding that is not UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(list: &[(&str, Option<u16>)]) -> Vec<(String, Option<u16>)> {
+        list.iter().map(|(h, p)| (h.to_string(), *p)).collect()
+    }
+
+    #[test]
+    fn the_three_schemes() {
+        let url = parse("resp://h:1").unwrap();
+        assert_eq!(url.hosts, hosts(&[("h", Some(1))]));
+        assert_eq!(parse("redis://h").unwrap().hosts, hosts(&[("h", None)]));
+        let url = parse("redis://u:p%40ss@h:2/5").unwrap();
+        assert_eq!((url.username.as_deref(), url.password, url.db), (Some("u"), Some(Secret::new("p@ss")), Some(5)));
+        let url = parse("redis://:pw@h:3").unwrap();
+        assert_eq!((url.username, url.password), (None, Some(Secret::new("pw"))));
+        assert_eq!(parse("redis://[::1]:4").unwrap().hosts, hosts(&[("::1", Some(4))]));
+        let url = parse("unix:///run/redis.sock?db=2").unwrap();
+        assert_eq!((url.unix_path.as_deref(), url.db), (Some("/run/redis.sock"), Some(2)));
+    }
+
+    #[test]
+    fn seed_lists_and_queries() {
+        let url = parse("redis://h1:7000,h2:7001,[::1]:7002?cluster=true&num_workers=4&db=1").unwrap();
+        assert_eq!(url.hosts, hosts(&[("h1", Some(7000)), ("h2", Some(7001)), ("::1", Some(7002))]));
+        assert_eq!(url.query, vec![("cluster".into(), "true".into()), ("num_workers".into(), "4".into())]);
+        assert_eq!(url.db, Some(1));
+    }
+
+    #[test]
+    fn passwords_with_reserved_characters_are_found_and_never_shown() {
+        for password in ["pa/ss", "pa#ss", "pa?ss", "p@ss", "a/b#c?d"] {
+            let raw = format!("redis://user:{password}@h:1/2");
+            let url = parse(&raw).unwrap();
+            assert_eq!(url.password, Some(Secret::new(password)), "{raw}");
+            assert_eq!((url.hosts[0].0.as_str(), url.db), ("h", Some(2)));
+            assert_eq!(redact(&raw), "redis://user:***@h:1/2");
+            let bad = format!("rediss://user:{password}@h:1");
+            assert!(!parse(&bad).unwrap_err().message().contains(password));
+            let bad = format!("redis://user:{password}@h:99999");
+            assert!(!parse(&bad).unwrap_err().message().contains(password));
+        }
+    }
+
+    #[test]
+    fn bad_urls_say_what_is_wrong() {
+        for (url, message) in [
+            ("rediss://h:1", "TLS is not supported"),
+            ("http://h", "unsupported URL scheme"),
+            ("redis://h:99999", "invalid URL"),
+            ("redis://h:0", "port must be an integer in 1..65535"),
+            ("redis://h/notadb", "must be a non-negative integer, got \"notadb\""),
+            ("unix://", "no socket path"),
+            ("redis://:1", "has no host"),
+            ("redis://h1:1,:2", "has no host"),
+            ("h:1", "expected scheme://"),
+            ("redis://[::1:4", "unclosed"),
+            ("redis://u%zz:p@h", "two hex digits"),
+        ] {
+            let err = parse(url).unwrap_err();
+            assert!(err.message().contains(message), "{url}: {err}");
+        }
+    }
+}
