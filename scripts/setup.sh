@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(redis-server redis-tools pkg-config libhwloc-dev libudev-dev build-essential python3-venv python3-dev curl ca-certificates)
+packages=(redis-server redis-tools pkg-config libhwloc-dev libudev-dev build-essential bzip2 python3-venv python3-dev curl ca-certificates)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

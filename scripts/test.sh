@@ -12,5 +12,6 @@ cargo test --workspace --quiet
 echo "==> loom model of the SPSC rings"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p lmcache-resp --release --lib --quiet ring::loom_tests
 
+scripts/check-wheel.sh
 echo "==> pytest (includes mypy.stubtest of the native module and mypy --strict of the package)"
 .venv/bin/python -m pytest -q py-tests

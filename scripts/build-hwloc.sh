@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Builds a static, position-independent libhwloc for the release wheel and prints the prefix it
+# installed into (lib/libhwloc.a, lib/pkgconfig/hwloc.pc, include/). Safe to run again: a
+# finished build is reused. scripts/release.sh points pkg-config at it, so hwlocality-sys links
+# hwloc statically and the wheel's module needs no libhwloc (nor libudev) on the target machine.
+#
+# The source is hwloc's own release tarball, as Debian 12 ships it in its `hwloc` source
+# package (2.9.0-1, whose orig tarball is upstream's hwloc-2.9.0.tar.bz2). It is fetched with
+# `apt-get source` into a private apt state under target/, so the machine's apt configuration
+# is not touched, and checked against a pinned SHA-256. HWLOC_TARBALL=/path/to/hwloc-2.9.0.tar.bz2
+# uses a local copy instead (e.g. on a machine that is not Debian).
+#
+# Why not hwlocality's `vendored` feature: its build script downloads the hwloc tarball from
+# hwloc's own web site at build time and regenerates the build system with autoreconf. CI and
+# the development machines reach only the package registries (crates.io, PyPI, Debian), so that
+# download fails there.
+#
+# hwloc is configured for what lmcache-resp uses: CPU/NUMA topology, binding, and Linux I/O
+# discovery (PCI devices and network/OpenFabrics OS devices from sysfs, which NIC locality
+# needs). Everything that would pull in another shared library is off: libudev, libpciaccess,
+# libxml2 (hwloc's built-in XML parser reads the XML topologies), CUDA/OpenCL/NVML/ROCm/Level
+# Zero/GL, cairo and plugin loading.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+version=2.9.0
+debian_version=2.9.0-1
+sha256=b3fb1a43a14d8fbcd8e976de5ede2ea7ce1d768ed173adb33c7ceaaf098dc970
+work="$PWD/target/hwloc"
+prefix="$work/hwloc-$version-static"
+configure_flags=(
+    --enable-static --disable-shared --with-pic
+    --disable-libudev --disable-libxml2 --disable-cairo --without-x
+    --disable-opencl --disable-cuda --disable-nvml --disable-rsmi --disable-levelzero --disable-gl
+    --disable-plugin-dlopen --disable-plugin-ltdl --disable-doxygen --disable-readme
+    --disable-dependency-tracking
+    # Linux PCI discovery reads sysfs; keep hwloc from also linking libpciaccess if it is installed.
+    ac_cv_header_pciaccess_h=no
+)
+stamp="$prefix/.built-with"
+signature="$version ${configure_flags[*]}"
+
+log() { echo "$@" >&2; }
+
+if [ -f "$prefix/lib/libhwloc.a" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$signature" ]; then
+    echo "$prefix"
+    exit 0
+fi
+
+mkdir -p "$work"
+tarball="$work/hwloc_$version.orig.tar.bz2"
+if [ -n "${HWLOC_TARBALL:-}" ]; then
+    cp "$HWLOC_TARBALL" "$tarball"
+elif ! echo "$sha256  $tarball" | sha256sum --check --status 2>/dev/null; then
+    log "==> fetching hwloc $debian_version source (apt-get source, private apt state in $work/apt)"
+    apt="$work/apt"
+    rm -rf "$apt"
+    mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
+    # shellcheck disable=SC1091
+    codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+    # The Debian mirror this machine already uses, as a deb-src entry for the release's main.
+    mirror=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE) $(COMPONENT) $(IDENTIFIER)' 2>/dev/null |
+        awk -v c="$codename" '$2 == c && $3 == "main" && $4 == "Packages" { print $1; exit }')
+    if [ -z "$codename" ] || [ -z "$mirror" ]; then
+        log "error: no Debian '${codename:-?} main' apt source configured here; set HWLOC_TARBALL to hwloc-$version.tar.bz2"
+        exit 1
+    fi
+    keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+    signed_by=""
+    [ -f "$keyring" ] && signed_by="[signed-by=$keyring] "
+    echo "deb-src $signed_by$mirror $codename main" >"$apt/sources.list"
+    apt_opts=(
+        -q -o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=$apt/none"
+        -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o "APT::Sandbox::User=root"
+    )
+    apt-get "${apt_opts[@]}" update >&2
+    (cd "$apt" && apt-get "${apt_opts[@]}" source --download-only "hwloc=$debian_version" >&2)
+    cp "$apt/hwloc_$version.orig.tar.bz2" "$tarball"
+    rm -rf "$apt"
+fi
+echo "$sha256  $tarball" | sha256sum --check --status || {
+    log "error: $tarball is not hwloc $version (SHA-256 mismatch)"
+    exit 1
+}
+
+log "==> building static hwloc $version into $prefix"
+rm -rf "$work/src" "$prefix"
+mkdir -p "$work/src"
+tar -xjf "$tarball" -C "$work/src"
+src="$work/src/hwloc-$version"
+jobs=$(nproc 2>/dev/null || echo 2)
+(
+    cd "$src"
+    # PKG_CONFIG_LIBDIR: pkg-config finds none of the optional libraries above.
+    PKG_CONFIG_LIBDIR=/nonexistent CFLAGS="-O2" ./configure -q --prefix="$prefix" "${configure_flags[@]}"
+    make -s -j"$jobs" -C hwloc
+    # The library, its headers and hwloc.pc; the command-line tools and tests are not needed.
+    make -s -C hwloc install
+    make -s -C include install
+    make -s install-hwlocpkgconfigDATA
+) >"$work/build.log" 2>&1 || {
+    log "error: building hwloc failed; the last lines of $work/build.log:"
+    tail -n 30 "$work/build.log" >&2
+    exit 1
+}
+if grep -q -e '-ludev\|-lxml2\|-lpciaccess' "$prefix/lib/pkgconfig/hwloc.pc"; then
+    log "error: the static hwloc still wants an extra shared library:"
+    grep Libs "$prefix/lib/pkgconfig/hwloc.pc" >&2
+    exit 1
+fi
+echo "$signature" >"$stamp"
+echo "$prefix"
