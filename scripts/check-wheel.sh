@@ -87,7 +87,7 @@ for lib in hidden:
         raise SystemExit(f"{lib} still loads: hiding it did not work")
 
 import lmcache_resp
-from lmcache_resp import PagedRespStore, _native
+from lmcache_resp import PagedRespStore, RespSettings, _native
 
 module = Path(_native.__file__).resolve()
 assert repo not in module.parents and "site-packages" in module.parts, module
@@ -95,12 +95,12 @@ assert repo not in Path(lmcache_resp.__file__).resolve().parents, lmcache_resp._
 print(f"    imported {module}")
 
 plan = _native.explain_placement(
-    "10.0.0.9", 6379, topology_xml=str(workdir / "two-numa-nic.xml"), interface="eth1", num_workers=4
+    RespSettings(host="10.0.0.9", num_workers=4), topology_xml=str(workdir / "two-numa-nic.xml"), interface="eth1"
 )
 assert plan["worker_cpus"] == [4, 6, 5, 7] and plan["memory_node"] == 1, plan
 print(f"    XML fixture: eth1 -> CPUs {plan['worker_cpus']}, memory node {plan['memory_node']}")
 
-host = _native.explain_placement("127.0.0.1", 6379, cpu_affinity="numa:0", num_workers=2)
+host = _native.explain_placement(RespSettings(host="127.0.0.1", cpu_affinity="numa:0", num_workers=2))
 assert host["memory_node"] == 0 and host["cpuset"], host
 print(f"    this host: numa:0 -> CPUs {host['cpuset']}")
 
