@@ -2,7 +2,7 @@
 # The one way tests start a throwaway redis-server (used by native-tests/ and py-tests/).
 #
 #   redis-test-server.sh DIR PORT [--password PW] [--acl-user NAME:PW] [--unix-socket PATH]
-#                                 [--io-threads N]
+#                                 [--io-threads N] [--conf 'DIRECTIVE ARGS']
 #
 # Writes DIR/redis.conf (no persistence, never port 6379 unless asked) and execs redis-server,
 # so the caller's child process is the server: terminate it to stop the server.
@@ -33,6 +33,7 @@ while [ $# -gt 0 ]; do
         --acl-user) echo "user ${2%%:*} on >${2#*:} ~* &* +@all" >>"$conf"; shift 2 ;;
         --unix-socket) printf 'unixsocket %s\nunixsocketperm 700\n' "$2" >>"$conf"; shift 2 ;;
         --io-threads) printf 'io-threads %s\nio-threads-do-reads yes\n' "$2" >>"$conf"; shift 2 ;;
+        --conf) printf '%s\n' "$2" >>"$conf"; shift 2 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done

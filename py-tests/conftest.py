@@ -33,8 +33,10 @@ class RedisServer:
         password: str | None = None,
         acl_user: tuple[str, str] | None = None,
         unix_socket: bool = False,
+        conf: tuple[str, ...] = (),
     ) -> None:
         self.directory = directory
+        self.conf = conf
         self.password = password
         self.acl_user = acl_user
         self.unix_path = str(directory / "redis.sock") if unix_socket else None
@@ -57,6 +59,8 @@ class RedisServer:
             args += ["--acl-user", f"{self.acl_user[0]}:{self.acl_user[1]}"]
         if self.unix_path:
             args += ["--unix-socket", self.unix_path]
+        for line in self.conf:
+            args += ["--conf", line]
         process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 10
         while True:

@@ -9,8 +9,8 @@ export PATH="$HOME/.cargo/bin:$PATH"
 echo "==> cargo test (workspace: codec, rings, arena, engine, numa, real-redis tests, fuzz corpus replay)"
 cargo test --workspace --quiet
 
-echo "==> loom model of the SPSC rings"
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p lmcache-resp --release --lib --quiet ring::loom_tests
+echo "==> loom models: the SPSC rings, the batch counter's futex wake-up, the eventfd drain order"
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p lmcache-resp --release --lib --quiet loom_tests
 
 scripts/check-wheel.sh
 echo "==> pytest (includes mypy.stubtest of the native module and mypy --strict of the package)"

@@ -5,7 +5,7 @@ use super::batches::{BatchResult, Recorded};
 use super::notify::futex_wait;
 use super::records::{Tag, decode_completion};
 use super::submit::Ticket;
-use super::{BATCH_COUNT_MASK, Engine, FrontEnd, WAIT_GRACE};
+use super::{Engine, FrontEnd, WAIT_GRACE};
 use crate::conn::Outcome;
 use crate::error::{Error, ErrorKind, Result};
 use std::sync::atomic::Ordering;
@@ -37,7 +37,7 @@ impl Engine {
                 }
             }
             let value = counter.load(Ordering::Acquire);
-            if value & BATCH_COUNT_MASK == 0 {
+            if !super::counter::is_open(value) {
                 // The last completion was published before the count reached zero.
                 continue;
             }

@@ -22,6 +22,9 @@ mod buffers;
 pub mod clock;
 mod complete;
 mod control;
+mod counter;
+#[cfg(all(test, loom))]
+mod loom_tests;
 mod notify;
 pub mod records;
 mod submit;
@@ -56,10 +59,6 @@ use std::time::Duration;
 
 /// Longest key accepted; it bounds what a submission record must hold.
 pub const MAX_KEY_LEN: usize = 256 * 1024;
-
-/// Batch counter bits: the keys still open, and whether a thread waits on the futex.
-pub(crate) const BATCH_COUNT_MASK: u32 = 0x7fff_ffff;
-pub(crate) const BATCH_WAITER_FLAG: u32 = 0x8000_0000;
 
 /// How long a waiting thread gives the workers past a batch's deadline before it concludes
 /// the engine is broken (it never should be: workers fail everything at its deadline).
@@ -187,6 +186,21 @@ impl Shared {
 
     pub fn counter(&self, slot: u32) -> &AtomicU32 {
         self.control.counter(slot as usize)
+    }
+
+    /// Counts `keys` completions (already published) off the batch in `slot`; wakes the
+    /// waiting thread if they were its last. Returns whether drainers must be signalled (the
+    /// caller signals the eventfd once for a burst).
+    pub fn count_off(&self, slot: u32, keys: u32) -> bool {
+        let counter = self.counter(slot);
+        match counter::wake_for(counter.fetch_sub(keys, Ordering::AcqRel), keys) {
+            counter::Wake::Nobody => false,
+            counter::Wake::Waiter => {
+                notify::futex_wake_all(counter);
+                false
+            }
+            counter::Wake::Drainers => true,
+        }
     }
 }
 

@@ -4,10 +4,10 @@
 use super::batches::{self, Delivery};
 use super::buffers::Access;
 use super::clock;
-use super::notify::futex_wake_all;
+use super::counter;
 use super::records::{Descriptor, FLAG_EXACT_LENGTH, Region, Tag};
 use super::tiling::{self, tile};
-use super::{BATCH_COUNT_MASK, BATCH_WAITER_FLAG, Batch, Engine, Lane, MAX_KEY_LEN, Memory};
+use super::{Batch, Engine, Lane, MAX_KEY_LEN, Memory};
 use crate::conn::{Op, Outcome};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ring::PushError;
@@ -72,8 +72,8 @@ impl Engine {
             self.shared.buffers.register(slot, buffers);
         }
         // Discarded batches need no wake-up; the futex flag keeps them off the eventfd.
-        let flag = if delivery == Delivery::Drain { 0 } else { BATCH_WAITER_FLAG };
-        self.shared.counter(slot).store(items.len() as u32 | flag, Ordering::Release);
+        let armed = counter::armed(items.len() as u32, delivery != Delivery::Drain);
+        self.shared.counter(slot).store(armed, Ordering::Release);
 
         let tiles = if batch.op == Op::Ping {
             // PING batches open and check every connection: they must reach every worker.
@@ -153,7 +153,7 @@ impl Engine {
     }
 
     fn validate(&self, batch: &Batch<'_>) -> Result<()> {
-        if batch.items.len() > BATCH_COUNT_MASK as usize {
+        if batch.items.len() > counter::COUNT_MASK as usize {
             return Err(Error::invalid("a batch holds at most 2^31 - 1 keys"));
         }
         if matches!(batch.op, Op::Set | Op::Del) {
@@ -267,14 +267,8 @@ impl Engine {
                 self.file(&mut front, slot, index as u32, Outcome::Failed(err.clone()));
             }
         }
-        let counter = self.shared.counter(slot);
-        let before = counter.fetch_sub(count, Ordering::AcqRel);
-        if before & BATCH_COUNT_MASK == count {
-            if before & BATCH_WAITER_FLAG != 0 {
-                futex_wake_all(counter);
-            } else {
-                self.shared.completion_event.signal();
-            }
+        if self.shared.count_off(slot, count) {
+            self.shared.completion_event.signal();
         }
     }
 }

@@ -1,11 +1,11 @@
 //! One I/O worker thread: takes descriptors from its submission ring, spreads them over its
 //! connections, drives the sockets, and posts completions to its completion ring.
 
+use super::Shared;
 use super::buffers::Access;
 use super::clock;
-use super::notify::{EventFd, futex_wake_all};
+use super::notify::EventFd;
 use super::records::{Descriptor, FLAG_EXACT_LENGTH, Region, Tag, encode_completion};
-use super::{BATCH_COUNT_MASK, BATCH_WAITER_FLAG, Shared};
 use crate::conn::{Completion, Conn, Op, Outcome, PipelineLimits, Request};
 use crate::error::{Error, ErrorKind};
 use crate::memory::RawBuf;
@@ -191,15 +191,7 @@ impl Worker {
         }
         let mut signal_drainers = false;
         for (slot, count) in per_slot {
-            let counter = self.shared.counter(slot);
-            let before = counter.fetch_sub(count, Ordering::AcqRel);
-            if before & BATCH_COUNT_MASK == count {
-                if before & BATCH_WAITER_FLAG != 0 {
-                    futex_wake_all(counter);
-                } else {
-                    signal_drainers = true;
-                }
-            }
+            signal_drainers |= self.shared.count_off(slot, count);
         }
         if signal_drainers {
             self.shared.completion_event.signal();

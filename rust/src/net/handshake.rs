@@ -37,8 +37,21 @@ pub enum Verdict {
     Transient(Error),
 }
 
-/// Judges one handshake reply. Error texts are the server's, which never echo credentials.
+/// Judges one handshake reply. A server may echo the AUTH arguments back (an unknown or
+/// renamed AUTH command: "with args beginning with: 'the-password'"), so the password is
+/// scrubbed from every reply text before any of it goes into an error.
 pub fn judge(step: Step, reply: &Reply, options: &ConnectOptions) -> Verdict {
+    let Some(password) = &options.password else { return judge_reply(step, reply, options) };
+    let scrubbed = match reply {
+        Reply::Error(text) => Reply::Error(password.scrub(text)),
+        Reply::Simple(text) => Reply::Simple(password.scrub(text)),
+        Reply::Bulk(text) => Reply::Bulk(password.scrub(text)),
+        other => other.clone(),
+    };
+    judge_reply(step, &scrubbed, options)
+}
+
+fn judge_reply(step: Step, reply: &Reply, options: &ConnectOptions) -> Verdict {
     let endpoint = &options.endpoint;
     match (step, reply) {
         (Step::Auth | Step::Select, Reply::Simple(ok)) if ok == b"OK" => Verdict::Proceed,
@@ -122,5 +135,11 @@ mod tests {
 
         assert_eq!(judge(Step::Ping, &Reply::Simple(b"PONG".to_vec()), &opts), Verdict::Proceed);
         assert!(matches!(judge(Step::Ping, &Reply::Integer(1), &opts), Verdict::Transient(_)));
+
+        let echo = Reply::Error(b"ERR unknown command 'AUTH', with args beginning with: 'hunter2'".to_vec());
+        let Verdict::Permanent(err) = judge(Step::Auth, &echo, &opts) else { panic!() };
+        assert!(!err.message().contains("hunter2") && err.message().contains("'***'"), "{err}");
+        let Verdict::Transient(err) = judge(Step::Auth, &Reply::Bulk(b"hunter2".to_vec()), &opts) else { panic!() };
+        assert!(!err.message().contains("hunter2"), "{err}");
     }
 }

@@ -45,7 +45,7 @@ mod sync;
 #[cfg(all(test, loom))]
 mod loom_tests;
 #[cfg(test)]
-mod test_mem;
+pub(crate) mod test_mem;
 #[cfg(all(test, not(loom)))]
 mod tests;
 

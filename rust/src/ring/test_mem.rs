@@ -42,7 +42,7 @@ impl Drop for AlignedMem {
 }
 
 /// A fresh ring of `capacity` data bytes with both ends attached.
-pub(super) fn new_ring(capacity: usize) -> (Producer, Consumer) {
+pub(crate) fn new_ring(capacity: usize) -> (Producer, Consumer) {
     let mem = AlignedMem::new(ring_size(capacity));
     // SAFETY: the block is ring_size(capacity) bytes, aligned, and not shared yet; the handles
     // keep it alive through their owner Arc, and they are the only producer and consumer.
