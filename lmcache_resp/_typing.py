@@ -1,10 +1,45 @@
 """Typing helpers shared by the package (import under TYPE_CHECKING only)."""
 
 import sys
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+from lmcache_resp.settings import EvictionSettings, Secret
 
 if sys.version_info >= (3, 12):
     from collections.abc import Buffer
 else:
     from typing_extensions import Buffer
 
-__all__ = ["Buffer"]
+__all__ = ["AdapterParams", "Buffer", "SettingsKwargs"]
+
+
+class SettingsKwargs(TypedDict, total=False):
+    """Every setting by keyword (see :class:`~lmcache_resp.settings.RespSettings`); None
+    means "not set"."""
+
+    host: str | None
+    port: int | str | None
+    unix_path: str | None
+    username: str | None
+    password: str | Secret | None
+    db: int | None
+    timeout: float | None
+    connect_timeout: float | None
+    num_workers: int | None
+    connections_per_worker: int | None
+    max_inflight_bytes: int | None
+    max_inflight_requests: int | None
+    cpu_affinity: str | None
+    max_capacity_gb: float | None
+    eviction: Mapping[str, Any] | EvictionSettings | None
+    prefault: bool | None
+    cluster: bool | None
+
+
+class AdapterParams(SettingsKwargs, total=False):
+    """What LMCache may hand a connector: the settings, a URL, and its non-MP name for
+    ``num_workers``."""
+
+    url: str | None
+    resp_num_threads: int | None

@@ -10,8 +10,8 @@ single keys name the key, and ``close()`` completes or fails everything in fligh
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from lmcache_resp import _native
 from lmcache_resp._completions import CompletionRouter
@@ -19,13 +19,20 @@ from lmcache_resp._lifecycle import Closeable
 from lmcache_resp._native import BatchResult
 from lmcache_resp._placement import log_placement
 from lmcache_resp.errors import ClosedError
-from lmcache_resp.settings import EvictionSettings, RespSettings, Secret
+from lmcache_resp.settings import RespSettings
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from lmcache_resp._typing import AdapterParams
 
 __all__ = ["RespConnector"]
 
 logger = logging.getLogger("lmcache_resp")
 
 Completion = tuple[int, bool, str, list[bool] | None]
+
+_POSITIONAL = ("host", "port", "num_workers", "username", "password")
 
 
 class RespConnector(Closeable):
@@ -39,31 +46,16 @@ class RespConnector(Closeable):
     are errors (see :meth:`RespSettings.from_adapter_params <lmcache_resp.settings.RespSettings.from_adapter_params>`).
     """
 
-    def __init__(
-        self,
-        host: str | None = None,
-        port: int | str | None = None,
-        num_workers: int | None = None,
-        username: str | None = None,
-        password: str | Secret | None = None,
-        *,
-        url: str | None = None,
-        unix_path: str | None = None,
-        db: int | None = None,
-        timeout: float | None = None,
-        connections_per_worker: int | None = None,
-        cpu_affinity: str | None = None,
-        max_capacity_gb: float | None = None,
-        eviction: Mapping[str, Any] | EvictionSettings | None = None,
-        **extra: Any,
-    ) -> None:
-        params = {
-            "host": host, "port": port, "num_workers": num_workers, "username": username, "password": password,
-            "url": url, "unix_path": unix_path, "db": db, "timeout": timeout,
-            "connections_per_worker": connections_per_worker, "cpu_affinity": cpu_affinity,
-            "max_capacity_gb": max_capacity_gb, "eviction": eviction, **extra,
-        }
-        self._start(RespSettings.from_adapter_params({k: v for k, v in params.items() if v is not None}))
+    def __init__(self, *positional: Any, **params: Unpack[AdapterParams]) -> None:
+        # Positionally, LMCache's C++ client's order: (host, port, num_workers, username, password).
+        if len(positional) > len(_POSITIONAL):
+            raise TypeError(f"RespConnector takes at most {len(_POSITIONAL)} positional arguments: {', '.join(_POSITIONAL)}")
+        given: dict[str, Any] = dict(params)
+        for name, value in zip(_POSITIONAL, positional):
+            if given.get(name) is not None:
+                raise TypeError(f"RespConnector got {name} twice, positionally and by keyword")
+            given[name] = value
+        self._start(RespSettings.from_adapter_params({k: v for k, v in given.items() if v is not None}))
 
     @classmethod
     def from_settings(cls, settings: RespSettings) -> RespConnector:

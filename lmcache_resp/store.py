@@ -4,8 +4,8 @@ from Redis/Valkey by Rust I/O threads, sync and asyncio."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from lmcache_resp import _native
 from lmcache_resp._completions import CompletionRouter
@@ -13,7 +13,12 @@ from lmcache_resp._lifecycle import Closeable
 from lmcache_resp._native import BatchResult, Page
 from lmcache_resp._placement import log_placement
 from lmcache_resp.errors import ClosedError, InvalidInputError
-from lmcache_resp.settings import EvictionSettings, RespSettings, Secret
+from lmcache_resp.settings import RespSettings
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from lmcache_resp._typing import SettingsKwargs
 
 __all__ = ["Page", "PagedRespStore"]
 
@@ -70,29 +75,10 @@ class PagedRespStore(Closeable):
         page_size: int,
         num_pages: int | None = None,
         pool_size: int | None = None,
-        host: str | None = None,
-        port: int | None = None,
-        unix_path: str | None = None,
-        username: str | None = None,
-        password: str | Secret | None = None,
-        db: int | None = None,
-        timeout: float | None = None,
-        num_workers: int | None = None,
-        connections_per_worker: int | None = None,
-        max_inflight_bytes: int | None = None,
-        cpu_affinity: str | None = None,
-        max_capacity_gb: float | None = None,
-        eviction: Mapping[str, Any] | EvictionSettings | None = None,
-        prefault: bool | None = None,
         settings: RespSettings | None = None,
+        **given: Unpack[SettingsKwargs],
     ) -> None:
         pages = _page_count(page_size, num_pages, pool_size)
-        given: dict[str, Any] = dict(
-            host=host, port=port, unix_path=unix_path, username=username, password=password, db=db,
-            timeout=timeout, num_workers=num_workers, connections_per_worker=connections_per_worker,
-            max_inflight_bytes=max_inflight_bytes, cpu_affinity=cpu_affinity, max_capacity_gb=max_capacity_gb,
-            eviction=eviction, prefault=prefault,
-        )
         if settings is None:
             settings = RespSettings.resolve(url, **given)
         elif url is not None or any(v is not None for v in given.values()):
