@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Tests lmcache-resp inside a real LMCache 0.5.6 (torch on CPU, a throwaway redis-server).
+# Large (about 6.5 GB of wheels, mostly torch's CUDA libraries), so it is kept out of
+# scripts/test.sh and CI. Safe to run again: a second run reuses the environment.
+#
+#   scripts/test-lmcache.sh [pytest args...]      e.g. -k non_mp, -x
+#
+# What it does:
+#   1. a venv (default target/lmcache-0.5.6/venv; LMCACHE_VENV=... to move it) with
+#      torch 2.15.0 and lmcache 0.5.6 from PyPI, then this project, built and installed (pip .)
+#   2. LMCache's own tests, from its 0.5.6 sdist (target/lmcache-0.5.6/upstream)
+#   3. pytest lmcache-tests/: (a) MP, the native_plugin L2 adapter through create_l2_adapter and
+#      `lmcache server`; (b) non-MP, the remote storage plugin through LMCache's config loader,
+#      CreateStorageBackends/CreateConnector; (c) LMCache's L2-adapter and RESP tests with
+#      lmcache-resp substituted.
+#
+# Why torch from PyPI with all its dependencies: LMCache's extension modules link against
+# libtorch, and PyPI's Linux torch wheels are CUDA builds whose libtorch needs the nvidia-*
+# wheels to load at all (download.pytorch.org's CPU wheels are the small alternative where that
+# index is reachable: TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu). No GPU is used.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+
+LMCACHE_VERSION=0.5.6
+TORCH_VERSION=${TORCH_VERSION:-2.15.0}
+WORK=$REPO/target/lmcache-$LMCACHE_VERSION
+VENV=${LMCACHE_VENV:-$WORK/venv}
+PYTHON=${PYTHON:-python3}
+
+# Debian packages (redis-server), Rust and the dev venv: the project's own setup.
+if ! command -v redis-server >/dev/null 2>&1 || ! { command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ]; }; then
+    scripts/setup.sh
+fi
+export PATH="$HOME/.cargo/bin:$PATH"
+
+"$PYTHON" - <<'PY'
+import sys
+if not (3, 11) <= sys.version_info[:2] <= (3, 13):
+    sys.exit(f"needs Python 3.11-3.13 (lmcache {'0.5.6'} wheels, abi3 >= 3.11 here), got {sys.version.split()[0]}")
+PY
+
+mkdir -p "$WORK"
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "==> creating $VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip)
+"${PIP[@]}" install -q --upgrade pip
+
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('lmcache') != '$LMCACHE_VERSION')" 2>/dev/null; then
+    echo "==> installing torch $TORCH_VERSION and lmcache $LMCACHE_VERSION (large: CUDA libraries come with torch)"
+    if [ -n "${TORCH_INDEX_URL:-}" ]; then
+        "${PIP[@]}" install -q "torch==$TORCH_VERSION" --index-url "$TORCH_INDEX_URL"
+    else
+        "${PIP[@]}" install -q "torch==$TORCH_VERSION"
+    fi
+    # numpy: lmcache 0.5.6 requires numpy<=2.2.6
+    "${PIP[@]}" install -q "lmcache==$LMCACHE_VERSION" "numpy==2.2.6"
+fi
+"${PIP[@]}" install -q "pytest-timeout>=2"
+
+echo "==> building and installing lmcache-resp into $VENV"
+"${PIP[@]}" install -q "$REPO"
+
+UPSTREAM=$WORK/upstream
+if [ ! -d "$UPSTREAM/tests" ]; then
+    echo "==> fetching LMCache $LMCACHE_VERSION's tests (its sdist)"
+    rm -rf "$WORK/sdist" "$UPSTREAM"
+    mkdir -p "$WORK/sdist" "$UPSTREAM"
+    # --no-build-isolation: the venv already has LMCache's build requirements (setuptools_scm, torch)
+    "${PIP[@]}" download -q --no-deps --no-binary :all: --no-build-isolation \
+        "lmcache==$LMCACHE_VERSION" -d "$WORK/sdist"
+    tar -xzf "$WORK/sdist/lmcache-$LMCACHE_VERSION.tar.gz" -C "$WORK/sdist"
+    # Only the tests and their pytest.ini: the installed wheel is what they must import.
+    cp -r "$WORK/sdist/lmcache-$LMCACHE_VERSION/tests" "$WORK/sdist/lmcache-$LMCACHE_VERSION/pytest.ini" "$UPSTREAM/"
+fi
+
+echo "==> pytest lmcache-tests (real LMCache $LMCACHE_VERSION, throwaway redis-servers)"
+"$VENV/bin/python" -P -c "import torch, lmcache, lmcache_resp; print('torch', torch.__version__, '| lmcache', '$LMCACHE_VERSION', '| lmcache_resp', lmcache_resp.__version__)"
+export LMCACHE_UPSTREAM_TESTS=$UPSTREAM LMCACHE_TRACK_USAGE=false LMCACHE_DISABLE_BANNER=1
+# The pytest entry point, not `python -m pytest`: the repository root must not shadow the
+# installed lmcache_resp (its source tree has no built extension).
+exec "$VENV/bin/pytest" -q -p no:cacheprovider -o timeout=900 -o log_cli=false \
+    -W ignore::FutureWarning -W ignore::DeprecationWarning lmcache-tests "$@"
