@@ -170,10 +170,6 @@ def test_a_longer_stored_value_is_a_miss(mp_adapter: Any, redis_server: RedisSer
     assert bytes(target.byte_array) == b"\xee" * 4096
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core: GET of a value shorter than its buffer reports a hit (the rest of the buffer keeps "
-    "old bytes); LMCache's C++ connector reports a miss (size-header mismatch, "
-    "csrc/storage_backends/redis/connector.cpp:262-268, per-key 0 at connector_base.h:320)"))
 def test_a_shorter_stored_value_is_a_miss(mp_adapter: Any, redis_server: RedisServer) -> None:
     key = object_key(6)
     redis_server.redis_py().set(wire_key(key), pattern(4095, 2))
@@ -223,10 +219,6 @@ def test_adapter_delete_removes_the_keys(mp_adapter: Any, redis_server: RedisSer
     assert mp_adapter.get_usage().total_bytes_used == 1000
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core: RespSettings.from_lmcache rejects LMCache's own top-level keys beside adapter_params "
-    "(max_capacity_gb, eviction; also affinity_tag, shared, persist_enabled, serde), which "
-    "LMCache's parser reads (l2_adapters/config.py:497-507)"))
 def test_our_settings_parser_accepts_the_example(redis_server: RedisServer) -> None:
     text, _ = load_mp_example(redis_server.port)
     settings = RespSettings.from_lmcache(text)
@@ -234,11 +226,9 @@ def test_our_settings_parser_accepts_the_example(redis_server: RedisServer) -> N
     assert settings.max_capacity_gb == 0  # capacity is LMCache's in MP mode
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core: max_capacity_gb is decimal GB in adapter_params (settings.py BYTES_PER_GB) but GiB "
-    "at LMCache's top level (native_connector_l2_adapter.py:183); one name, two units"))
 def test_max_capacity_gb_has_lmcaches_unit() -> None:
-    assert RespSettings.from_adapter_params({"host": "h", "max_capacity_gb": 1}).capacity_bytes == 1024**3
+    # Where the connector owns capacity (non-MP), one figure means what it means to LMCache.
+    assert RespSettings.from_adapter_params({"host": "h", "max_capacity_gb": 1}, lmcache_evicts=False).capacity_bytes == 1024**3
 
 
 def test_the_lmcache_server_loads_the_example(redis_server: RedisServer, tmp_path: Any) -> None:

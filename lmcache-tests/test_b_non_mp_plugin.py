@@ -164,9 +164,6 @@ def test_a_longer_stored_value_is_a_miss(engine: Engine, redis_server: RedisServ
     assert engine.remote.get_blocking(key) is None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core: GET of a value shorter than its buffer reports a hit; LMCache's C++ connector "
-    "refuses it (size-header mismatch, redis/connector.cpp:262-268)"))
 def test_a_shorter_stored_value_is_a_miss(engine: Engine, redis_server: RedisServer) -> None:
     key = cache_key(2)
     redis_server.redis_py().set(key.to_string(), b"\x01" * (CHUNK_BYTES - 2))

@@ -16,6 +16,8 @@ What a batch returns:
   batch is not ok, and this client does the same.
 - ``batch_set`` -> None, or :class:`ConnectorError` carrying the failures.
 - ``batch_exists`` -> one bool per key, or :class:`ConnectorError` if any key failed.
+- ``batch_delete`` -> one bool per key (True = it existed and is gone), or
+  :class:`ConnectorError` if any key failed.
 
 The connector holds a batch's buffers until its completion has been drained.
 """
@@ -93,6 +95,15 @@ class RespConnectorClient(Closeable):
         """LMCache's other name for :meth:`batch_exists`."""
         return await self.batch_exists(keys)
 
+    async def batch_delete(self, keys: Sequence[str]) -> list[bool]:
+        """Deletes each key: True where it existed. Through the connector, so its capacity
+        tracker sees the deletes."""
+        result = await self._submit_async("delete", lambda: self._connector.submit_batch_delete(keys))
+        return _raise_failures(result).hits
+
+    async def delete(self, key: str) -> bool:
+        return (await self.batch_delete([key]))[0]
+
     async def get(self, key: str, buf: Any) -> bool:
         return (await self.batch_get([key], [buf]))[0]
 
@@ -117,6 +128,12 @@ class RespConnectorClient(Closeable):
 
     def batched_exists_sync(self, keys: Sequence[str]) -> list[bool]:
         return self.batch_exists_sync(keys)
+
+    def batch_delete_sync(self, keys: Sequence[str]) -> list[bool]:
+        return _raise_failures(self._submit_blocking("delete", lambda: self._connector.submit_batch_delete(keys))).hits
+
+    def delete_sync(self, key: str) -> bool:
+        return self.batch_delete_sync([key])[0]
 
     def get_sync(self, key: str, buf: Any) -> bool:
         return self.batch_get_sync([key], [buf])[0]

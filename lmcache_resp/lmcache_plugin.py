@@ -44,7 +44,6 @@ import types
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from lmcache_resp.client import RedisClient
 from lmcache_resp.connector import RespConnector
 from lmcache_resp.errors import InvalidInputError
 from lmcache_resp.lmcache import RespConnectorClient
@@ -133,7 +132,7 @@ def settings_from_lmcache_config(config: Any, plugin_name: str | None = None) ->
         if isinstance(key, str) and key.startswith(prefix) and key[len(prefix):] not in _LOADER_KEYS
     }
     try:
-        return RespSettings.from_adapter_params(params)
+        return RespSettings.from_adapter_params(params, lmcache_evicts=False)
     except InvalidInputError as exc:
         raise InvalidInputError(f"extra_config {prefix}*: {exc}") from None
 
@@ -202,8 +201,6 @@ class _RespRemoteConnectorImpl:
         except BaseException:
             connector.close()
             raise
-        self._deleter: RedisClient | None = None
-        self._deleter_lock = threading.Lock()
 
     # -- LMCache's RemoteConnector interface --------------------------------------------------
 
@@ -262,27 +259,16 @@ class _RespRemoteConnectorImpl:
         return objs[:hits]
 
     def remove_sync(self, key: Any) -> bool:
-        """DEL on a connection of its own (RespConnectorClient has no delete yet). With
-        ``max_capacity_gb`` set, the connector's tracker still counts the key until it
-        evicts it."""
-        with self._deleter_lock:
-            if self._deleter is None:
-                s = self._settings
-                self._deleter = RedisClient(
-                    s.host, s.port, username=s.username, password=s.password, db=s.db,
-                    timeout=s.timeout, unix_path=s.unix_path,
-                )
-            return self._deleter.delete(key.to_string())
+        """DEL through the connector (its capacity tracker sees it), from LMCache's caller
+        thread; on the event loop's own thread it would block the loop, so it is refused there
+        (LMCache's RemoteBackend logs that and reports False)."""
+        return self._client.delete_sync(key.to_string())
 
     async def list(self) -> _Strs:
         raise NotImplementedError(f"{PLUGIN_CLASS} does not list keys")
 
     async def close(self) -> None:
         self._client.close()
-        with self._deleter_lock:
-            if self._deleter is not None:
-                self._deleter.close()
-                self._deleter = None
 
     # -- extras ----------------------------------------------------------------------------
 

@@ -41,6 +41,10 @@ logger = logging.getLogger("lmcache_resp")
 
 # What LMCache wraps around the adapter params; never settings of ours.
 _ENVELOPE_KEYS = frozenset({"type", "module_path", "class_name", "adapter_params"})
+# LMCache's own keys at the top level of an L2 adapter document: its capacity accounting and
+# eviction controller (which deletes through the connector), and its routing flags.
+_LMCACHE_KEYS = frozenset({"max_capacity_gb", "eviction", "affinity_tag", "shared", "persist_enabled", "serde"})
+_CAPACITY_KEYS = ("max_capacity_gb", "eviction")
 _LMCACHE_TYPES = ("native_plugin", "resp")
 _PLUGIN_MODULE = "lmcache_resp"
 _PLUGIN_CLASS = "RespConnector"
@@ -76,18 +80,35 @@ class RespSettings(_native.Settings):
 
     @classmethod
     def from_lmcache(cls, config: Mapping[str, Any] | str, *, env: Mapping[str, str] | None = None) -> RespSettings:
-        """LMCache's L2 adapter configuration, as a dict or a JSON string: the whole
+        """LMCache's L2 adapter configuration (MP mode), as a dict or a JSON string: the whole
         ``{"type": "native_plugin", "module_path": "lmcache_resp", "class_name":
         "RespConnector", "adapter_params": {...}}`` document, the ``{"type": "resp", ...}``
-        flat form, or just the adapter params."""
+        flat form, or just the adapter params. LMCache's own top-level keys
+        (``max_capacity_gb``, ``eviction``, ``affinity_tag``, ...) are LMCache's: they configure
+        its accounting and eviction controller, not the connector."""
         return cls.from_adapter_params(_adapter_params(config), env=env)
 
     @classmethod
-    def from_adapter_params(cls, params: Mapping[str, Any], *, env: Mapping[str, str] | None = None) -> RespSettings:
+    def from_adapter_params(
+        cls, params: Mapping[str, Any], *, env: Mapping[str, str] | None = None, lmcache_evicts: bool = True
+    ) -> RespSettings:
         """What LMCache hands ``RespConnector(**adapter_params)``, with LMCache's conventions:
         empty strings (and port 0) mean "not set", ``resp_num_threads`` (its non-MP
-        ``extra_config`` name) means ``num_workers``, ``url`` names the server."""
+        ``extra_config`` name) means ``num_workers``, ``url`` names the server.
+
+        ``lmcache_evicts`` (MP mode, the default): LMCache owns capacity and eviction (its
+        keys at the top level of the adapter JSON), so ``max_capacity_gb``/``eviction`` here
+        would make a second evictor and are refused. The non-MP plugin passes False: there the
+        connector owns them."""
         given = {str(k): v for k, v in params.items()}
+        misplaced = [k for k in _CAPACITY_KEYS if given.get(k) not in (None, 0, 0.0, "")]
+        if lmcache_evicts and misplaced:
+            raise InvalidInputError(
+                f"{' and '.join(misplaced)} inside adapter_params: in MP mode LMCache owns capacity and eviction. "
+                "Put max_capacity_gb and eviction at the top level of the --l2-adapter JSON, next to adapter_params: "
+                "LMCache then accounts for usage and evicts, deleting through this connector "
+                "(in non-MP mode, set them on the remote storage plugin instead)"
+            )
         if "resp_num_threads" in given:
             if given.get("num_workers") is not None:
                 raise InvalidInputError("give num_workers or resp_num_threads, not both")
@@ -108,14 +129,14 @@ def _adapter_params(config: Mapping[str, Any] | str) -> Mapping[str, Any]:
     if kind not in _LMCACHE_TYPES:
         raise InvalidInputError(f"L2 adapter type must be one of {', '.join(map(repr, _LMCACHE_TYPES))}, got {kind!r}")
     if kind == "resp":
-        return {k: v for k, v in document.items() if k != "type"}
+        return {k: v for k, v in document.items() if k != "type" and k not in _LMCACHE_KEYS}
     _check_plugin_target(document)
-    beside = sorted(str(k) for k in document if k not in _ENVELOPE_KEYS)
+    beside = sorted(str(k) for k in document if k not in _ENVELOPE_KEYS | _LMCACHE_KEYS)
     if beside:
         # Names only, never values: one could be a password.
         raise InvalidInputError(
-            "unknown key(s) beside adapter_params (RespConnector sees only adapter_params: put settings there): "
-            + ", ".join(repr(k) for k in beside)
+            "unknown key(s) beside adapter_params (RespConnector sees only adapter_params: put settings there; "
+            f"LMCache's own are {', '.join(sorted(_LMCACHE_KEYS))}): " + ", ".join(repr(k) for k in beside)
         )
     params = document.get("adapter_params", {})
     if not isinstance(params, Mapping):

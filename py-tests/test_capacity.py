@@ -8,7 +8,7 @@ import time
 import numpy as np
 from conftest import RedisServer, pattern
 
-from lmcache_resp import PagedRespStore, RespConnector
+from lmcache_resp import RespSettings, PagedRespStore, RespConnector
 
 EVICTION = {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}
 
@@ -31,10 +31,12 @@ def complete(connector: RespConnector, future_id: int) -> tuple[int, bool, str, 
 def test_past_the_watermark_the_least_recently_used_keys_leave_the_server(
     redis_server: RedisServer, clean_env
 ) -> None:
-    # 1 MB capacity (max_capacity_gb is in decimal GB), 100 kB values.
-    connector = RespConnector(
-        host="127.0.0.1", port=redis_server.port, num_workers=2, max_capacity_gb=0.001, eviction=EVICTION
-    )
+    # 1 MiB capacity (max_capacity_gb counts GiB, as LMCache does), 100 kB values. Capacity
+    # settings go through RespSettings: RespConnector(**adapter_params) is MP mode's entry,
+    # where LMCache owns eviction.
+    connector = RespConnector.from_settings(RespSettings.resolve(
+        host="127.0.0.1", port=redis_server.port, num_workers=2, max_capacity_gb=2**-10, eviction=EVICTION
+    ))
     other = redis_server.redis_py()
     values = [np.frombuffer(pattern(100_000, i), dtype=np.uint8).copy() for i in range(9)]
     keys = [f"cap:{i}" for i in range(9)]
@@ -45,7 +47,7 @@ def test_past_the_watermark_the_least_recently_used_keys_leave_the_server(
     out = np.zeros(100_000, dtype=np.uint8)
     assert complete(connector, connector.submit_batch_get(keys[:1], [memoryview(out)]))[3] == [True]
     assert complete(connector, connector.submit_batch_exists(keys[1:2]))[3] == [True]
-    # Key 8 takes usage to 900 kB, past 80%: ceil(9 * 0.2) = 2 keys are deleted.
+    # Key 8 takes usage to 900 kB, past 80% of 1 MiB: ceil(9 * 0.2) = 2 keys are deleted.
     assert complete(connector, connector.submit_batch_set(keys[8:], [memoryview(values[8])]))[1]
     wait_until(lambda: other.dbsize() == 7, "the eviction DELs")
     assert [other.exists(k) for k in keys] == [1, 1, 0, 0, 1, 1, 1, 1, 1]
@@ -57,10 +59,10 @@ def test_past_the_watermark_the_least_recently_used_keys_leave_the_server(
 
 
 def test_usage_stays_within_capacity_under_a_put_heavy_run(redis_server: RedisServer, clean_env) -> None:
-    capacity = 2_000_000
+    capacity = 2 << 20
     with PagedRespStore(
         f"redis://127.0.0.1:{redis_server.port}", page_size=100_000, num_pages=3, num_workers=2,
-        max_capacity_gb=capacity / 1e9, eviction=EVICTION,
+        max_capacity_gb=capacity / 2**30, eviction=EVICTION,
     ) as store:
         pages = store.allocate_many(3)
         for i, page in enumerate(pages):

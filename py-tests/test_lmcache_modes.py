@@ -312,21 +312,45 @@ def test_mp_native_plugin_with_env_credentials(secure_server: RedisServer, clean
 
 def test_mp_adapter_params_typos_fail_the_construction(redis_server: RedisServer) -> None:
     config = json.loads(L2_ADAPTER.replace("PORT", str(redis_server.port)))
-    config["adapter_params"]["eviction"] = {"trigger_watermak": 0.9}
-    with pytest.raises(InvalidInputError, match="did you mean 'trigger_watermark'"):
-        load_native_plugin(json.dumps(config))
-    config["adapter_params"]["eviction"] = {}
     config["adapter_params"]["num_worker"] = 3
     with pytest.raises(InvalidInputError, match="did you mean 'num_workers'"):
         load_native_plugin(json.dumps(config))
+    del config["adapter_params"]["num_worker"]
+    config["evictoin"] = {"eviction_policy": "LRU"}
+    with pytest.raises(InvalidInputError, match="unknown key\\(s\\) beside adapter_params.*'evictoin'"):
+        RespSettings.from_lmcache(config, env={})
 
 
-def test_mp_capacity_and_eviction_in_adapter_params(redis_server: RedisServer, clean_env: pytest.MonkeyPatch) -> None:
+def test_mp_capacity_and_eviction_belong_to_lmcache_at_the_top_level(
+    redis_server: RedisServer, clean_env: pytest.MonkeyPatch
+) -> None:
+    """MP mode: LMCache accounts for usage and runs the eviction controller from the keys at
+    the top level of the adapter JSON, deleting through submit_batch_delete. The connector
+    does not evict on its own there (two evictors would disagree), so the same keys inside
+    adapter_params are an error that says where they go."""
     config = json.loads(L2_ADAPTER.replace("PORT", str(redis_server.port)))
-    config["adapter_params"].update(
-        max_capacity_gb=0.5, eviction={"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}
-    )
+    eviction = {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}
+    config.update(max_capacity_gb=0.5, eviction=eviction)
     connector = load_native_plugin(json.dumps(config))
-    stats = connector.capacity_stats
-    assert stats is not None and stats["capacity_bytes"] == 500_000_000 and str(stats["policy"]).lower() == "lru"
+    assert connector.capacity_stats is None, "LMCache's keys: the connector tracks nothing itself"
     connector.close()
+    assert RespSettings.from_lmcache(config, env={}).capacity_bytes == 0
+    config["adapter_params"].update(max_capacity_gb=0.5, eviction=eviction)
+    with pytest.raises(InvalidInputError, match="in MP mode LMCache owns capacity and eviction.*top level"):
+        load_native_plugin(json.dumps(config))
+
+
+def test_the_non_mp_plugin_module_imports_without_lmcache() -> None:
+    """LMCache stays an optional dependency: the plugin's module imports without it, and only
+    looking up the class (what LMCache's loader does, with LMCache installed) needs it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, lmcache_resp.lmcache_plugin as p\n"
+        "assert 'lmcache' not in sys.modules, 'imported LMCache'\n"
+        "assert p.PLUGIN_CLASS == 'RespRemoteConnector'\n"
+        "try:\n    p.RespRemoteConnector\nexcept ModuleNotFoundError as e:\n    print('needs', e.name)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "needs lmcache"

@@ -82,13 +82,12 @@ def test_resolve_keeps_empty_credentials_as_none_but_empty_host_as_unset() -> No
     assert (s.host, s.username, s.password) == ("env-host", None, None)
 
 
-PARAMS = {
-    "host": "10.0.0.5", "port": 6380, "num_workers": 16, "username": "", "password": "",
-    "max_capacity_gb": 10,
-    "eviction": {"eviction_policy": "LRU", "trigger_watermark": 0.75, "eviction_ratio": 0.25},
-}
+PARAMS = {"host": "10.0.0.5", "port": 6380, "num_workers": 16, "username": "", "password": ""}
+# LMCache's own keys, at the top level of its adapter JSON: its accounting and eviction.
+LMCACHE_KEYS = {"max_capacity_gb": 10, "eviction": {"eviction_policy": "LRU", "trigger_watermark": 0.75,
+                                                    "eviction_ratio": 0.25}, "affinity_tag": "a"}
 PLUGIN_DOCUMENT = {"type": "native_plugin", "module_path": "lmcache_resp", "class_name": "RespConnector",
-                   "adapter_params": PARAMS}
+                   "adapter_params": PARAMS, **LMCACHE_KEYS}
 
 
 @pytest.mark.parametrize(
@@ -96,8 +95,8 @@ PLUGIN_DOCUMENT = {"type": "native_plugin", "module_path": "lmcache_resp", "clas
     [
         json.dumps(PLUGIN_DOCUMENT),
         PLUGIN_DOCUMENT,
-        json.dumps({"type": "resp", **PARAMS}),
-        {"type": "resp", **PARAMS},
+        json.dumps({"type": "resp", **PARAMS, **LMCACHE_KEYS}),
+        {"type": "resp", **PARAMS, **LMCACHE_KEYS},
         json.dumps(PARAMS),
         PARAMS,
     ],
@@ -105,11 +104,22 @@ PLUGIN_DOCUMENT = {"type": "native_plugin", "module_path": "lmcache_resp", "clas
 )
 def test_lmcache_config_in_its_three_shapes(config: Any) -> None:
     s = RespSettings.from_lmcache(config, env=ENV)
-    assert (s.host, s.port, s.num_workers, s.max_capacity_gb) == ("10.0.0.5", 6380, 16, 10.0)
-    assert s.eviction == EvictionSettings("LRU", 0.75, 0.25)
+    assert (s.host, s.port, s.num_workers) == ("10.0.0.5", 6380, 16)
     # LMCache leaves credentials empty in the JSON: the environment supplies them.
     assert (s.username, s.password) == ("env-user", Secret("env-pw"))
-    assert s.capacity_bytes == 10_000_000_000
+    # Capacity and eviction at the top level are LMCache's (MP mode): the connector tracks none.
+    assert s.capacity_bytes == 0 and s.eviction == EvictionSettings()
+
+
+def test_in_mp_mode_capacity_inside_adapter_params_is_an_error_saying_where_it_goes() -> None:
+    for params in ({**PARAMS, "max_capacity_gb": 10}, {**PARAMS, "eviction": {"eviction_policy": "LRU"}}):
+        with pytest.raises(InvalidInputError, match="in MP mode LMCache owns capacity and eviction.*top level"):
+            RespSettings.from_lmcache({**PLUGIN_DOCUMENT, "adapter_params": params}, env=EMPTY)
+        with pytest.raises(InvalidInputError, match="in MP mode LMCache owns"):
+            RespSettings.from_adapter_params(params, env=EMPTY)
+    # Where the connector owns eviction (LMCache's non-MP mode, through the plugin), they are its.
+    s = RespSettings.from_adapter_params({**PARAMS, "max_capacity_gb": 10}, env=EMPTY, lmcache_evicts=False)
+    assert s.capacity_bytes == 10 << 30, "GiB, as LMCache counts max_capacity_gb"
 
 
 def test_lmcache_empty_host_and_zero_port_fall_back_to_the_environment() -> None:
@@ -131,8 +141,8 @@ def test_lmcache_extras_url_and_resp_num_threads() -> None:
 
 
 def test_lmcache_numeric_strings_are_accepted_like_lmcache_does() -> None:
-    s = RespSettings.from_lmcache({"port": "6390", "num_workers": "4", "max_capacity_gb": "1.5"}, env=EMPTY)
-    assert (s.port, s.num_workers, s.max_capacity_gb) == (6390, 4, 1.5)
+    s = RespSettings.from_lmcache({"port": "6390", "num_workers": "4", "timeout": "1.5"}, env=EMPTY)
+    assert (s.port, s.num_workers, s.timeout) == (6390, 4, 1.5)
 
 
 @pytest.mark.parametrize(
@@ -167,8 +177,9 @@ def test_lmcache_numeric_strings_are_accepted_like_lmcache_does() -> None:
 def test_each_bad_field_is_an_error_naming_the_field_and_range(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
         RespSettings.resolve(env=EMPTY, **fields)
-    # The same through LMCache's JSON (what RespConnector(**adapter_params) receives).
-    if "port" not in fields or fields["port"] != 0:  # port 0 is LMCache's "not set"
+    # The same through LMCache's JSON (what RespConnector(**adapter_params) receives). Port 0
+    # is LMCache's "not set", and capacity keys in the flat "resp" form are LMCache's own.
+    if fields.get("port") != 0 and not {"max_capacity_gb", "eviction"} & set(fields):
         with pytest.raises(InvalidInputError, match=message):
             RespSettings.from_lmcache(json.dumps({"type": "resp", **fields}), env=EMPTY)
 
@@ -180,7 +191,7 @@ def test_each_bad_field_is_an_error_naming_the_field_and_range(fields: dict[str,
         ({"type": "native_plugin", "module_path": "other", "class_name": "X", "adapter_params": {}},
          r"selects other\.X, not lmcache_resp\.RespConnector"),
         ({"type": "native_plugin", "module_path": "lmcache_resp", "class_name": "RespConnector",
-          "adapter_params": {}, "max_capacity_gb": 10}, r"unknown key\(s\) beside adapter_params .*'max_capacity_gb'"),
+          "adapter_params": {}, "num_workers": 10}, r"unknown key\(s\) beside adapter_params .*'num_workers'"),
         ({"type": "native_plugin", "adapter_params": []}, r"adapter_params must be a JSON object"),
         ("[1, 2]", r"must be a JSON object, not list"),
         ('{"host": "h", "password": "hunter2"', r"invalid L2 adapter JSON: .* at line 1 column"),
@@ -207,7 +218,7 @@ def test_eviction_without_capacity_is_accepted_with_a_warning(caplog: pytest.Log
 
 def test_capacity_is_in_decimal_bytes_and_the_policy_is_kept() -> None:
     s = RespSettings.resolve(env=EMPTY, max_capacity_gb=1.5, eviction={"eviction_policy": "lru"})
-    assert s.capacity_bytes == 1_500_000_000
+    assert s.capacity_bytes == 3 << 29, "GiB, as LMCache counts max_capacity_gb"
     assert s.eviction == EvictionSettings("LRU", 0.8, 0.2)
 
 
@@ -293,16 +304,17 @@ def test_no_log_line_holds_a_password(
 
 def test_capacity_settings_reach_the_native_layer(redis_server: RedisServer, clean_env: pytest.MonkeyPatch) -> None:
     eviction = {"eviction_policy": "noop", "trigger_watermark": 0.5, "eviction_ratio": 0.25}
-    with RespConnector(host="127.0.0.1", port=redis_server.port, num_workers=2, max_capacity_gb=0.001,
-                       eviction=eviction) as connector:
+    settings = RespSettings.resolve(host="127.0.0.1", port=redis_server.port, num_workers=2,
+                                    max_capacity_gb=2**-10, eviction=eviction)
+    with RespConnector.from_settings(settings) as connector:
         stats = connector.capacity_stats
         assert stats is not None
-        assert (stats["capacity_bytes"], str(stats["policy"]).lower()) == (1_000_000, "noop")
-    with PagedRespStore(f"resp://127.0.0.1:{redis_server.port}?max_capacity_gb=0.002", page_size=4096,
+        assert (stats["capacity_bytes"], str(stats["policy"]).lower()) == (1 << 20, "noop")
+    with PagedRespStore(f"resp://127.0.0.1:{redis_server.port}?max_capacity_gb=0.001953125", page_size=4096,
                         num_pages=2, num_workers=2) as store:
         stats = store.capacity_stats
         assert stats is not None
-        assert (stats["capacity_bytes"], str(stats["policy"]).lower()) == (2_000_000, "lru")
+        assert (stats["capacity_bytes"], str(stats["policy"]).lower()) == (2 << 20, "lru")
         assert {"stored_bytes", "reserved_bytes", "keys", "evictions", "evicted_bytes", "eviction_runs"} <= set(stats)
 
 

@@ -46,8 +46,10 @@ pub mod defaults {
     pub const MAX_INFLIGHT_REQUESTS: u64 = 1 << 20;
 }
 
-/// `max_capacity_gb` is in decimal gigabytes, as LMCache counts it.
-pub const BYTES_PER_GB: f64 = 1e9;
+/// `max_capacity_gb` counts GiB (2^30 bytes), as LMCache's own adapters do
+/// (`native_connector_l2_adapter.py`: `max_capacity_gb * 1024**3`), so one figure means the
+/// same to both.
+pub const BYTES_PER_GB: f64 = (1u64 << 30) as f64;
 
 /// Client-side eviction once `max_capacity_gb` is set.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -110,7 +110,7 @@ fn eviction_merges_query_and_block_and_warns_without_capacity() {
     let s = resolve(&explicit(&[("max_capacity_gb", Value::Float(1.5))]), Some("resp://h?eviction_policy=NOOP"), &[])
         .unwrap();
     let capacity = s.capacity().unwrap();
-    assert_eq!((capacity.capacity_bytes, capacity.policy), (1_500_000_000, EvictionPolicy::Noop));
+    assert_eq!((capacity.capacity_bytes, capacity.policy), (3 << 29, EvictionPolicy::Noop), "GiB, as LMCache counts");
     assert!(s.warnings.is_empty());
 }
 
