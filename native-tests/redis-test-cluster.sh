@@ -14,6 +14,9 @@
 # `stop DIR` (or killing those pids) ends them. With `--owner PID`, a watcher also ends them once
 # that process is gone, so a test run that dies without cleaning up leaves no servers behind.
 #
+# The password may come from the environment variable REDIS_TEST_CLUSTER_PASSWORD instead of
+# --password, which keeps it off this script's own command line as well (the harnesses do so).
+#
 # Exit status: 0 ready, 2 usage, 98 a port was taken (pick another BASEPORT and retry),
 # 127 redis-server/redis-cli missing, 1 anything else (the failing node's log is printed).
 #
@@ -24,6 +27,7 @@ set -euo pipefail
 usage() {
     echo "usage: $0 DIR BASEPORT PRIMARIES [--replicas N] [--password PW] [--owner PID]" >&2
     echo "       $0 stop DIR" >&2
+    echo "       (internal: $0 watch DIR OWNER)" >&2
     exit 2
 }
 
@@ -39,17 +43,55 @@ redis_pids() {
     done <"$pidfile"
 }
 
+# A process that has exited: gone, or a zombie waiting to be reaped whose other threads are gone
+# too. Only then are its sockets closed: the main thread of a killed redis-server turns zombie
+# while its I/O and background threads, which share its file table, may still be exiting.
+exited() {
+    local stat tasks
+    read -r stat 2>/dev/null <"/proc/$1/stat" || return 0
+    stat=${stat##*) }
+    tasks=("/proc/$1/task/"*)
+    [ "${stat:0:1}" = Z ] && [ "${#tasks[@]}" -le 1 ]
+}
+
+# SIGKILL, then wait until they have exited: callers reuse the ports right away.
 stop_cluster() {
-    local pids
+    local pids pid tries
     pids=$(redis_pids "$1")
     [ -n "$pids" ] || return 0
     # shellcheck disable=SC2086 # one word per pid
     kill -KILL $pids 2>/dev/null || true
+    for pid in $pids; do
+        tries=0
+        until exited "$pid"; do
+            tries=$((tries + 1))
+            [ $tries -lt 500 ] || { echo "redis-server $pid did not exit within 5 s of SIGKILL" >&2; return 1; }
+            sleep 0.01
+        done
+    done
 }
 
 if [ "${1:-}" = stop ]; then
     [ $# -eq 2 ] || usage
     stop_cluster "$2"
+    exit 0
+fi
+
+# Stops the cluster in DIR once OWNER has exited; returns early once the servers are gone.
+# Started by a run with --owner as a process of its own, so that its command line, which lasts
+# as long as the cluster, holds no password.
+if [ "${1:-}" = watch ]; then
+    [ $# -eq 3 ] || usage
+    dir=$2 owner=$3
+    mapfile -t watched < <(redis_pids "$dir")
+    # Builtins only in the loop: it runs for the cluster's whole life, on shared CI machines.
+    alive() {
+        local pid
+        for pid in "${watched[@]}"; do kill -0 "$pid" 2>/dev/null && return 0; done
+        return 1
+    }
+    while kill -0 "$owner" 2>/dev/null && alive; do sleep 1; done
+    stop_cluster "$dir"
     exit 0
 fi
 
@@ -62,7 +104,7 @@ done
 [ $# -ge 3 ] || usage
 dir=$1 baseport=$2 primaries=$3
 shift 3
-replicas=0 password="" owner=""
+replicas=0 password=${REDIS_TEST_CLUSTER_PASSWORD:-} owner=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --replicas) replicas=$2; shift 2 ;;
@@ -92,6 +134,11 @@ stop_cluster "$dir"
 : >"$dir/pids"
 if [ -n "$password" ]; then
     export REDISCLI_AUTH=$password
+    # A double-quoted config string, so spaces, quotes and `#` in the password survive.
+    quoted_password=${password//\\/\\\\}
+    quoted_password=${quoted_password//\"/\\\"}
+    quoted_password=${quoted_password//$'\n'/\\n}
+    quoted_password="\"$quoted_password\""
 fi
 
 cli() {
@@ -118,7 +165,7 @@ ports=() pids=()
 for ((port = baseport; port <= last; port++)); do
     node="$dir/$port"
     mkdir -p "$node"
-    rm -f "$node/nodes.conf" "$node/redis.log"
+    rm -f "$node/nodes.conf" "$node/redis.log" "$node/stderr.log"
     {
         echo "port $port"
         echo "bind 127.0.0.1"
@@ -138,31 +185,17 @@ for ((port = baseport; port <= last; port++)); do
         echo "repl-diskless-sync yes"
         echo "repl-diskless-sync-delay 0"
         if [ -n "$password" ]; then
-            echo "requirepass $password"
-            echo "masterauth $password"
+            echo "requirepass $quoted_password"
+            echo "masterauth $quoted_password"
         fi
     } >"$node/redis.conf"
-    # No output on the caller's pipes: a caller reading this script's output to the end would
-    # otherwise wait for the servers to exit.
-    redis-server "$node/redis.conf" </dev/null >/dev/null 2>&1 &
+    # Not the caller's pipes: a caller reading this script's output to the end would otherwise
+    # wait for the servers to exit. Config errors go to stderr, before the log file is opened.
+    redis-server "$node/redis.conf" </dev/null >/dev/null 2>"$node/stderr.log" &
     echo "$port $!" >>"$dir/pids"
     ports+=("$port")
     pids+=("$!")
 done
-
-if [ -n "$owner" ]; then
-    (
-        # Builtins only: this loop runs for the cluster's whole life, on shared CI machines.
-        alive() {
-            local pid
-            for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && return 0; done
-            return 1
-        }
-        while kill -0 "$owner" 2>/dev/null && alive; do sleep 1; done
-        stop_cluster "$dir"
-    ) </dev/null >/dev/null 2>&1 &
-    disown
-fi
 
 deadline=$((SECONDS + 10))
 for ((i = 0; i < total; i++)); do
@@ -171,16 +204,22 @@ for ((i = 0; i < total; i++)); do
     # would answer PING while ours is still starting (and about to fail to bind).
     until info=$(reply_lines "$port" INFO server) && grep -qx "process_id:$pid" <<<"$info"; do
         if ! kill -0 "$pid" 2>/dev/null; then
-            log=$(cat "$dir/$port/redis.log" 2>/dev/null || true)
+            log=$(cat "$dir/$port/stderr.log" "$dir/$port/redis.log" 2>/dev/null || true)
             case "$log" in
                 *"Address already in use"*) fail "port $port or $((port + 10000)) is taken" 98 ;;
                 *) fail "redis-server on port $port exited:"$'\n'"$log" ;;
             esac
         fi
-        [ $SECONDS -lt $deadline ] || fail "redis-server on port $port did not answer PING within 10 s"
+        [ $SECONDS -lt $deadline ] || fail "redis-server on port $port did not answer within 10 s"
         sleep 0.05
     done
 done
+
+# Only now that every server runs (has exec'd redis-server) can the watcher recognize them.
+if [ -n "$owner" ]; then
+    bash "$0" watch "$dir" "$owner" </dev/null >/dev/null 2>&1 &
+    disown
+fi
 
 addresses=()
 for port in "${ports[@]}"; do addresses+=("127.0.0.1:$port"); done
@@ -195,7 +234,8 @@ for ((i = 0; i < total; i++)); do
     port=${ports[$i]}
     want=master
     [ "$i" -lt "$primaries" ] || want=slave
-    role=$(cli "$port" ROLE | head -n 1)
+    role=$(reply_lines "$port" ROLE) || fail "ROLE failed on node $port"
+    role=${role%%$'\n'*}
     [ "$role" = "$want" ] || fail "node $port is a $role, expected a $want"
 done
 
