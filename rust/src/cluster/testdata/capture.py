@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Regenerates the reply fixtures in this folder from a live local cluster (3 primaries, 3 replicas).
 
-    python3 rust/src/cluster/testdata/capture.py [BASEPORT]
+    python3 rust/src/cluster/testdata/capture.py
+
+The cluster runs on ports 21000-21005 (and 31000-31005 for its bus): the tests name those ports.
 
 Each *.resp file holds the exact bytes one server sent for one command, read off a raw socket, so
 the tests parse what Redis really sends rather than what we think it sends. Node ids and ports
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -56,7 +57,7 @@ def text(port: int, *args: str) -> str:
 
 
 def main() -> None:
-    base = int(sys.argv[1]) if len(sys.argv) > 1 else 21000
+    base = 21000
     with tempfile.TemporaryDirectory(prefix="lmcache-resp-capture-") as tmp:
         subprocess.run(["bash", str(SCRIPT), tmp, str(base), "3", "--replicas", "1"], check=True)
         try:
