@@ -1,10 +1,12 @@
 //! A real, throwaway `redis-server` for tests: a free port, a temp dir, no persistence.
 //! Started through `redis-test-server.sh`, the same script the Python tests use.
+//! [`RedisCluster`]: a throwaway local Redis Cluster, through `redis-test-cluster.sh`.
 
 pub mod proxy;
 
 use lmcache_resp_core::Secret;
 use lmcache_resp_core::net::{ConnectOptions, Endpoint};
+use lmcache_resp_core::resp::{Decoder, Reply};
 use lmcache_resp_core::settings::Settings;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -240,4 +242,214 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
             state as u8
         })
         .collect()
+}
+
+/// One server of a [`RedisCluster`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterNode {
+    pub host: String,
+    pub port: u16,
+    pub pid: i32,
+}
+
+impl ClusterNode {
+    pub fn addr(&self) -> lmcache_resp_core::cluster::NodeAddr {
+        lmcache_resp_core::cluster::NodeAddr::new(self.host.clone(), self.port)
+    }
+}
+
+/// A throwaway local Redis Cluster: `primaries` primaries with `replicas` replicas each, on
+/// 127.0.0.1, no persistence, a 1 s node timeout so failovers take seconds. Started through
+/// `redis-test-cluster.sh`, the same script the Python tests use; stopped on drop, and by the
+/// script's watcher should this test process die without dropping it.
+pub struct RedisCluster {
+    dir: tempfile::TempDir,
+    nodes: Vec<ClusterNode>,
+    password: Option<String>,
+}
+
+/// Cluster ports come from here: below Linux's ephemeral range (32768+), so no client socket
+/// holds them, with the bus ports (+10000) below it too.
+const CLUSTER_PORTS: std::ops::Range<u16> = 20000..22700;
+
+fn cluster_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("redis-test-cluster.sh")
+}
+
+fn ports_free(base: u16, count: u16) -> bool {
+    (base..base + count).all(|port| {
+        TcpListener::bind(("127.0.0.1", port)).is_ok() && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok()
+    })
+}
+
+/// Gone, or a zombie waiting to be reaped with no thread left: the main thread of a killed
+/// server turns zombie while threads sharing its sockets may still be exiting.
+fn process_gone(pid: i32) -> bool {
+    let (Ok(stat), Ok(tasks)) =
+        (std::fs::read_to_string(format!("/proc/{pid}/stat")), std::fs::read_dir(format!("/proc/{pid}/task")))
+    else {
+        return true;
+    };
+    let zombie = stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+    zombie && tasks.count() <= 1
+}
+
+impl RedisCluster {
+    pub fn start(primaries: usize, replicas: usize) -> RedisCluster {
+        RedisCluster::start_with(primaries, replicas, None)
+    }
+
+    pub fn start_with(primaries: usize, replicas: usize, password: Option<&str>) -> RedisCluster {
+        let dir = tempfile::Builder::new().prefix("lmcache-resp-cluster-").tempdir().expect("temp dir");
+        let count = u16::try_from(primaries * (1 + replicas)).expect("a small cluster");
+        let span = CLUSTER_PORTS.end - CLUSTER_PORTS.start - count;
+        // Spread concurrent test processes over the range; a collision is retried anyway.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let mut pick = u64::from(std::process::id()) << 32 ^ u64::from(now.subsec_nanos());
+        for attempt in 0.. {
+            pick = pick.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let base = CLUSTER_PORTS.start + ((pick >> 33) % u64::from(span)) as u16;
+            if !ports_free(base, count) {
+                continue;
+            }
+            let mut command = Command::new("bash");
+            command.arg(cluster_script()).arg(dir.path()).arg(base.to_string()).arg(primaries.to_string());
+            command.args(["--replicas", &replicas.to_string(), "--owner", &std::process::id().to_string()]);
+            if let Some(password) = password {
+                command.env("REDIS_TEST_CLUSTER_PASSWORD", password);
+            }
+            let output = command.stdin(Stdio::null()).output().expect("run redis-test-cluster.sh");
+            match output.status.code() {
+                Some(0) => {
+                    let nodes = read_cluster_pids(dir.path());
+                    assert_eq!(nodes.len(), usize::from(count), "one pid per server");
+                    return RedisCluster { dir, nodes, password: password.map(str::to_owned) };
+                }
+                // A port was taken between our check and the server's bind.
+                Some(98) if attempt < 5 => continue,
+                _ => panic!(
+                    "redis-test-cluster.sh failed ({}):\n{}",
+                    output.status,
+                    String::from_utf8_lossy(&output.stderr)
+                ),
+            }
+        }
+        unreachable!()
+    }
+
+    /// Every server, primaries first, in the roles they were created with.
+    pub fn nodes(&self) -> &[ClusterNode] {
+        &self.nodes
+    }
+
+    /// A URL for the first node, which clients use to discover the rest.
+    pub fn seed_url(&self) -> String {
+        let seed = &self.nodes[0];
+        match &self.password {
+            Some(password) => format!("redis://:{password}@{}:{}", seed.host, seed.port),
+            None => format!("redis://{}:{}", seed.host, seed.port),
+        }
+    }
+
+    /// The live nodes that call themselves primaries now (ROLE), in node order.
+    pub fn primaries(&self) -> Vec<ClusterNode> {
+        self.live_nodes_with_role(b"master")
+    }
+
+    /// The live nodes that call themselves replicas now (ROLE), in node order.
+    pub fn replicas(&self) -> Vec<ClusterNode> {
+        self.live_nodes_with_role(b"slave")
+    }
+
+    fn live_nodes_with_role(&self, role: &[u8]) -> Vec<ClusterNode> {
+        self.nodes
+            .iter()
+            .filter(|node| !process_gone(node.pid))
+            .filter(|node| match self.command(node, &[b"ROLE"]) {
+                Reply::Array(items) => items.first() == Some(&Reply::Bulk(role.to_vec())),
+                other => panic!("ROLE on {}: {other:?}", node.port),
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// As [`RedisCluster::raw_command`], the reply decoded.
+    pub fn command(&self, node: &ClusterNode, args: &[&[u8]]) -> Reply {
+        let bytes = self.raw_command(node, args);
+        let (used, reply) = Decoder::default().decode(&bytes).expect("valid RESP");
+        assert_eq!(used, bytes.len(), "one reply");
+        reply.expect("a complete reply")
+    }
+
+    /// SIGKILL: the node vanishes without a word, as in a crash. Returns once it is gone.
+    pub fn kill(&self, node: &ClusterNode) {
+        signal(node.pid, libc::SIGKILL);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !process_gone(node.pid) {
+            assert!(Instant::now() < deadline, "node {} (pid {}) did not die", node.port, node.pid);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Kills every server; also done on drop.
+    pub fn stop(&self) {
+        let status = Command::new("bash")
+            .arg(cluster_script())
+            .arg("stop")
+            .arg(self.dir.path())
+            .status()
+            .expect("run redis-test-cluster.sh stop");
+        assert!(status.success(), "redis-test-cluster.sh stop: {status}");
+    }
+
+    /// Sends one command to `node` over a raw socket and returns the raw reply bytes.
+    pub fn raw_command(&self, node: &ClusterNode, args: &[&[u8]]) -> Vec<u8> {
+        let mut stream = TcpStream::connect((node.host.as_str(), node.port)).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut frame = Vec::new();
+        if let Some(password) = &self.password {
+            encode(&mut frame, &[b"AUTH", password.as_bytes()]);
+        }
+        encode(&mut frame, args);
+        stream.write_all(&frame).unwrap();
+        stream.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut reply = Vec::new();
+        stream.read_to_end(&mut reply).unwrap();
+        if self.password.is_some() {
+            assert!(reply.starts_with(b"+OK\r\n"), "AUTH failed: {:?}", String::from_utf8_lossy(&reply));
+            reply.drain(..5);
+        }
+        reply
+    }
+
+    /// Runs `redis-cli -c` (following redirects, as a cluster client) against the seed node;
+    /// returns its stdout. The password travels in the environment, not on the command line.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let seed = &self.nodes[0];
+        let mut command = Command::new("redis-cli");
+        command.args(["-c", "-h", &seed.host, "-p", &seed.port.to_string()]).args(args);
+        if let Some(password) = &self.password {
+            command.env("REDISCLI_AUTH", password);
+        }
+        let output = command.stdin(Stdio::null()).output().expect("run redis-cli");
+        assert!(output.status.success(), "redis-cli {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).expect("redis-cli prints text")
+    }
+}
+
+fn read_cluster_pids(dir: &Path) -> Vec<ClusterNode> {
+    let pids = std::fs::read_to_string(dir.join("pids")).expect("read the pid file");
+    pids.lines()
+        .map(|line| {
+            let (port, pid) = line.split_once(' ').expect("`PORT PID` lines");
+            ClusterNode { host: "127.0.0.1".into(), port: port.parse().unwrap(), pid: pid.parse().unwrap() }
+        })
+        .collect()
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        // Not `stop()`: asserting in a drop during a panic would abort the test binary.
+        Command::new("bash").arg(cluster_script()).arg("stop").arg(self.dir.path()).status().ok();
+    }
 }

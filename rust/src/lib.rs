@@ -10,6 +10,7 @@ pub mod arena;
 pub mod capacity;
 pub mod ceiling;
 pub mod client;
+pub mod cluster;
 pub mod conn;
 pub mod engine;
 pub mod error;
