@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -305,3 +307,26 @@ def redis_cluster_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     cluster = RedisCluster(tmp_path_factory.mktemp("redis-cluster-replicas"), primaries=3, replicas=1)
     yield cluster
     cluster.stop()
+
+
+class LMCacheLikeDriver:
+    """What LMCache's adapters do: poll the eventfd (level-triggered), drain when readable."""
+
+    def __init__(self, connector: Any) -> None:
+        self.connector = connector
+        self.fd = connector.event_fd()
+        self.done: dict[int, tuple[int, bool, str, list[bool] | None]] = {}
+
+    def wait(self, future_id: int, timeout: float = 20) -> tuple[int, bool, str, list[bool] | None]:
+        deadline = time.monotonic() + timeout
+        while future_id not in self.done:
+            left = deadline - time.monotonic()
+            assert left > 0, f"future {future_id} never completed"
+            readable, _, _ = select.select([self.fd], [], [], left)
+            if readable:
+                for completion in self.connector.drain_completions():
+                    assert completion[0] not in self.done, "a completion was delivered twice"
+                    self.done[completion[0]] = completion
+                # Draining clears readiness.
+                assert not select.select([self.fd], [], [], 0)[0] or self.connector.drain_completions() == []
+        return self.done.pop(future_id)

@@ -107,6 +107,9 @@ def test_bad_values_are_rejected_naming_the_option(
         (["--lmcache-python", "/bin/sh"], "--lmcache-python is only used with --compare lmcache"),
         (["--compare", "lmcache", "--lmcache-python", "/nonexistent/python"], "not an executable file"),
         (["--num-keys", "1000000", "--chunk-mb", "512"], "MemAvailable"),
+        (["--host", "h", "--shards", "2"], "--cluster/--shards/--unix configure the throwaway servers"),
+        (["--cluster", "3", "--unix"], "give one of --cluster, --shards and --unix"),
+        (["--cluster", "2"], "--cluster"),
     ],
 )
 def test_settings_that_do_not_fit_are_rejected(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
@@ -117,6 +120,29 @@ def test_settings_that_do_not_fit_are_rejected(capsys: pytest.CaptureFixture[str
 
 
 # -- the embedded server and the report ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flag", "started"),
+    [
+        (["--shards", "2"], r"started 2 throwaway independent redis-servers \S+ on 127\.0\.0\.1:\d+, 127\.0\.0\.1:\d+"),
+        (["--cluster", "3"], r"started a throwaway Redis Cluster of 3 primaries \S+ on (127\.0\.0\.1:\d+(, )?){3}"),
+        (["--unix"], r"started a throwaway redis-server \S+ on 127\.0\.0\.1:\d+ and /\S+/redis\.sock"),
+    ],
+)
+def test_throwaway_shards_clusters_and_unix_sockets(
+    capsys: pytest.CaptureFixture[str], flag: list[str], started: str
+) -> None:
+    status, out, err = run_main(capsys, *TINY, *flag, "--json")
+    assert status == 0, out + err
+    report = json.loads(out)
+    assert report["verified"] is True
+    servers = {"--shards": 2, "--cluster": 3, "--unix": 1}[flag[0]]
+    assert len(report["server"]["endpoints"]) == servers and report["server"]["cluster"] == (flag[0] == "--cluster")
+    status, out, err = run_main(capsys, *TINY, *flag)
+    assert status == 0, out + err
+    assert re.search(started, out), out
+    assert out.rstrip().splitlines()[-1] == "All tests passed"
 
 
 def test_throwaway_server_is_started_and_stopped(capsys: pytest.CaptureFixture[str]) -> None:

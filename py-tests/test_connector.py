@@ -9,33 +9,9 @@ import time
 
 import numpy as np
 import pytest
-from conftest import RedisServer, free_port, lmcache_pool, pattern
+from conftest import LMCacheLikeDriver, RedisServer, free_port, lmcache_pool, pattern
 
 from lmcache_resp import AuthenticationError, ClosedError, InvalidInputError, RespConnectionError, RespConnector
-
-
-class LMCacheLikeDriver:
-    """What LMCache's adapters do: poll the eventfd (level-triggered), drain when readable."""
-
-    def __init__(self, connector: RespConnector) -> None:
-        self.connector = connector
-        self.fd = connector.event_fd()
-        self.done: dict[int, tuple[int, bool, str, list[bool] | None]] = {}
-
-    def wait(self, future_id: int, timeout: float = 20) -> tuple[int, bool, str, list[bool] | None]:
-        deadline = time.monotonic() + timeout
-        while future_id not in self.done:
-            left = deadline - time.monotonic()
-            assert left > 0, f"future {future_id} never completed"
-            readable, _, _ = select.select([self.fd], [], [], left)
-            if readable:
-                for completion in self.connector.drain_completions():
-                    assert completion[0] not in self.done, "a completion was delivered twice"
-                    self.done[completion[0]] = completion
-                # Draining clears readiness.
-                assert not select.select([self.fd], [], [], 0)[0] or self.connector.drain_completions() == []
-        return self.done.pop(future_id)
-
 
 
 def connector_for(server: RedisServer, **kwargs: object) -> RespConnector:

@@ -113,6 +113,11 @@ class Options:
     io_threads: int | None = None
     cpu_affinity: str | None = None
     seed: int = 1
+    # The throwaway server: a Redis Cluster of this many primaries, this many independent
+    # servers (static sharding), or one server reached over a Unix socket.
+    cluster: int = 0
+    shards: int = 0
+    unix: bool = False
 
     @property
     def embedded(self) -> bool:
@@ -213,6 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--username", help="ACL user name")
     server.add_argument("--password", help=f"password (better: ${PASSWORD_ENV}; never printed)")
     server.add_argument("--io-threads", type=_int_in(1, 128), help="io-threads of the throwaway server (default: Redis's guidance for this machine)")
+    server.add_argument("--cluster", type=_int_in(3, 64), default=0, metavar="N",
+                        help="a throwaway Redis Cluster of N primaries (N >= 3) instead of one server")
+    server.add_argument("--shards", type=_int_in(1, 64), default=0, metavar="N",
+                        help="N throwaway independent servers; keys spread by rendezvous hashing")
+    server.add_argument("--unix", action="store_true", help="reach the throwaway server over a Unix socket")
     server.add_argument("--timeout", type=_positive_float(3600, "seconds"), default=60.0,
                         help="per-key deadline in seconds, also the limit on each peer's wait (default 60)")
 
@@ -245,6 +255,10 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     given_server = args.host is not None or args.port is not None or args.url is not None
     if args.io_threads is not None and given_server:
         parser.error("--io-threads configures the throwaway server: it cannot be used with --host/--port/--url")
+    if given_server and (args.cluster or args.shards or args.unix):
+        parser.error("--cluster/--shards/--unix configure the throwaway servers: they cannot be used with --host/--port/--url")
+    if sum(map(bool, (args.cluster, args.shards, args.unix))) > 1:
+        parser.error("give one of --cluster, --shards and --unix")
     if not given_server and (args.username or args.password):
         parser.error("--username/--password need --host/--port or --url (the throwaway server has no password)")
     sweep = bool(args.sweep or args.plot is not None or args.sweep_chunks or args.sweep_workers)
@@ -282,6 +296,9 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         timeout=args.timeout,
         io_threads=args.io_threads,
         cpu_affinity=args.cpu_affinity,
+        cluster=args.cluster,
+        shards=args.shards,
+        unix=args.unix,
     )
     problem = _memory_problem(options)
     if problem is not None:

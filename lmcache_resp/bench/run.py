@@ -3,6 +3,8 @@ rounds, the report, and deleting every key written whatever happens."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import json
 from typing import TextIO
 
@@ -15,7 +17,7 @@ from lmcache_resp.bench.measure import Driver, run_rounds
 from lmcache_resp.bench.ours import OursDriver
 from lmcache_resp.bench.peers import make_peer
 from lmcache_resp.bench.sweep import plot_sweep, run_sweep
-from lmcache_resp.bench.target import KeyLedger, Target, open_target
+from lmcache_resp.bench.target import KeyLedger, Target, open_target, peer_target
 from lmcache_resp.bench.workload import Mismatch, VerificationError, Workload
 
 __all__ = ["run"]
@@ -90,20 +92,21 @@ def _standard(options: Options, target: Target, ledger: KeyLedger, console: Cons
     workload = Workload(ledger.keys("lmcache_resp", options.num_keys), options.chunk_bytes, options.seed)
     ours = OursDriver(target, workload, num_workers=options.num_workers, cpu_affinity=options.cpu_affinity)
     drivers: list[Driver] = [ours]
-    try:
-        for name in options.compare:
-            try:
-                drivers.append(make_peer(name, options, target, ours, ledger))
-            except BenchError as exc:
-                result.unavailable[name] = str(exc)
-                console.warn(f"peer {name} not measured: {exc}")
-        console.progress.add_total((options.rounds + 1) * len(drivers) + 1)
-        result.clients = run_rounds(drivers, options.ops, options.rounds, console)
-        console.progress.start("latency pass")
-        result.latency = ours.measure_latency(options.ops)
-        console.progress.advance()
-    finally:
-        _close_all(drivers, console)
+    with peer_target(options, target, console) if options.compare else nullcontext(target) as peers_at:
+        try:
+            for name in options.compare:
+                try:
+                    drivers.append(make_peer(name, options, peers_at, ours, ledger))
+                except BenchError as exc:
+                    result.unavailable[name] = str(exc)
+                    console.warn(f"peer {name} not measured: {exc}")
+            console.progress.add_total((options.rounds + 1) * len(drivers) + 1)
+            result.clients = run_rounds(drivers, options.ops, options.rounds, console)
+            console.progress.start("latency pass")
+            result.latency = ours.measure_latency(options.ops)
+            console.progress.advance()
+        finally:
+            _close_all(drivers, console)
     latency_gets = result.latency["get"].count if "get" in result.latency else 0
     gets = options.rounds + 1 if "get" in options.ops else 0  # the warm-up round is verified too
     result.verified_get_batches = gets

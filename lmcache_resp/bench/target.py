@@ -13,13 +13,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from lmcache_resp import RedisClient, RespSettings
-from lmcache_resp.embedded import EmbeddedRedis
+from lmcache_resp import RedisClient, RespConnector, RespSettings
+from lmcache_resp.embedded import EmbeddedCluster, EmbeddedRedis, EmbeddedServers
 from lmcache_resp.errors import InvalidInputError
 from lmcache_resp.bench.cli import BenchError, Options
 from lmcache_resp.bench.console import Console
 
-__all__ = ["KeyLedger", "Target", "open_target"]
+__all__ = ["KeyLedger", "Target", "open_target", "peer_target"]
 
 
 @dataclass(frozen=True)
@@ -33,12 +33,22 @@ class Target:
     def endpoint(self) -> str:
         return self.settings.endpoint
 
+    @property
+    def servers(self) -> int:
+        return len(self.settings.endpoints)
+
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for PagedRespStore/RedisClient. Empty credentials rather than None:
         None would let $LMCACHE_RESP_* apply a second time (and AUTH against a server that
         has no password)."""
         s = self.settings
-        where: dict[str, Any] = {"unix_path": s.unix_path} if s.unix_path is not None else {"host": s.host, "port": s.port}
+        where: dict[str, Any]
+        if self.servers > 1 or s.cluster:
+            where = {"url": "redis://" + ",".join(s.endpoints), "cluster": s.cluster}
+        elif s.unix_path is not None:
+            where = {"unix_path": s.unix_path}
+        else:
+            where = {"host": s.host, "port": s.port}
         return {
             **where,
             "username": s.username or "",
@@ -52,6 +62,8 @@ class Target:
         return {
             "embedded": self.embedded,
             "endpoint": self.endpoint,
+            "endpoints": self.settings.endpoints,
+            "cluster": self.settings.cluster,
             "version": self.server_version,
             "io_threads": self.io_threads,
             "username": self.settings.username,
@@ -80,9 +92,14 @@ class KeyLedger:
         broken by whatever ended it)."""
         if not self._keys:
             return
-        with RedisClient(**target.connect_kwargs()) as client:
-            for key in self._keys:
-                client.delete(key)
+        if target.servers > 1 or target.settings.cluster:
+            # Routed like the run's own keys: each DEL goes to the server that holds the key.
+            with RespConnector.from_settings(target.settings) as connector:
+                connector.submit_batch_delete(list(self._keys))
+        else:
+            with RedisClient(**target.connect_kwargs()) as client:
+                for key in self._keys:
+                    client.delete(key)
         self._keys.clear()
 
 
@@ -110,20 +127,76 @@ def open_target(options: Options, console: Console, key_prefix: str) -> Iterator
 
 @contextmanager
 def _embedded(options: Options, console: Console) -> Iterator[Target]:
-    server = EmbeddedRedis(io_threads=options.io_threads)
+    if options.cluster or options.shards:
+        with _embedded_many(options, console) as target:
+            yield target
+        return
+    server = EmbeddedRedis(io_threads=options.io_threads, unix_socket=options.unix)
     try:
         server.start()
     except RuntimeError as exc:
         raise BenchError(f"could not start a throwaway redis-server: {exc}") from None
     try:
         version = server.version()
+        where = f"{server.host}:{server.port}" + (f" and {server.unix_path}" if server.unix_path else "")
         console.say(
-            f"started a throwaway redis-server {version} on {server.host}:{server.port} "
+            f"started a throwaway redis-server {version} on {where} "
             f"(no persistence, io-threads {server.io_threads}); it is stopped at the end"
         )
-        settings = _resolve(host=server.host, port=server.port, username="", password="", timeout=options.timeout)
+        if server.unix_path is not None:
+            settings = _resolve(unix_path=server.unix_path, username="", password="", timeout=options.timeout)
+        else:
+            settings = _resolve(host=server.host, port=server.port, username="", password="", timeout=options.timeout)
         yield Target(settings, embedded=True, server_version=version, io_threads=server.io_threads)
     finally:
         port = server.port
         server.stop()
         console.say(f"stopped the throwaway redis-server on 127.0.0.1:{port}")
+
+
+@contextmanager
+def _embedded_many(options: Options, console: Console) -> Iterator[Target]:
+    servers = EmbeddedCluster(options.cluster, io_threads=options.io_threads) if options.cluster else EmbeddedServers(
+        options.shards, io_threads=options.io_threads
+    )
+    what = (
+        f"a throwaway Redis Cluster of {options.cluster} primaries" if options.cluster
+        else f"{options.shards} throwaway independent redis-servers"
+    )
+    try:
+        servers.start()
+    except RuntimeError as exc:
+        raise BenchError(f"could not start {what}: {exc}") from None
+    try:
+        version = servers.version()
+        console.say(
+            f"started {what} ({version}) on {', '.join(servers.endpoints)} (no persistence, "
+            f"io-threads {servers.servers[0].io_threads} each); stopped at the end"
+        )
+        url = "redis://" + ",".join(servers.endpoints)
+        settings = _resolve(url, username="", password="", timeout=options.timeout, cluster=bool(options.cluster))
+        yield Target(settings, embedded=True, server_version=version, io_threads=servers.servers[0].io_threads)
+    finally:
+        servers.stop()
+        console.say(f"stopped {what.replace('a throwaway', 'the throwaway')}")
+
+
+@contextmanager
+def peer_target(options: Options, target: Target, console: Console) -> Iterator[Target]:
+    """Where the peers run: the same server as ours, or, when ours spans several servers, one
+    throwaway server of its own (the peers reach one server: LMCache's connector, redis-py's
+    client and redis-benchmark speak to one host:port). Same total workload, one server."""
+    if target.servers == 1 and not target.settings.cluster:
+        yield target
+        return
+    server = EmbeddedRedis(io_threads=options.io_threads)
+    try:
+        server.start()
+    except RuntimeError as exc:
+        raise BenchError(f"could not start the peers' throwaway redis-server: {exc}") from None
+    try:
+        console.say(f"the peers get a throwaway redis-server of their own on {server.host}:{server.port} (one server)")
+        settings = _resolve(host=server.host, port=server.port, username="", password="", timeout=options.timeout)
+        yield Target(settings, embedded=True, server_version=server.version(), io_threads=server.io_threads)
+    finally:
+        server.stop()

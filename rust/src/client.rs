@@ -5,6 +5,7 @@ use crate::conn::{Completion, Conn, Op, Outcome, PipelineLimits, ReconnectPolicy
 use crate::error::{Error, ErrorKind, Result};
 use crate::memory::RawBuf;
 use crate::net::{ConnectOptions, Endpoint, Readiness, wait_for};
+use crate::resp::{Command, Reply};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -82,10 +83,22 @@ impl BlockingClient {
         self.conn.stream().and_then(|s| s.nodelay().ok())
     }
 
+    /// `CLUSTER <subcommand>` (`SHARDS`, `SLOTS`): the reply, whole.
+    pub fn cluster(&mut self, subcommand: &[u8]) -> Result<Reply> {
+        let frame = Command::Cluster { subcommand }.header();
+        match self.send(Request::command(frame, 0, Instant::now() + self.timeout))? {
+            Outcome::Reply(reply) => Ok(reply),
+            other => Err(unexpected(other)),
+        }
+    }
+
     fn call(&mut self, op: Op, key: &[u8], data: Option<RawBuf>) -> Result<Outcome> {
-        let deadline = Instant::now() + self.timeout;
+        self.send(Request::new(op, key, data, 0, Instant::now() + self.timeout))
+    }
+
+    fn send(&mut self, request: Request) -> Result<Outcome> {
         self.completions.clear();
-        self.conn.push(Request::new(op, key, data, 0, deadline), &mut self.completions);
+        self.conn.push(request, &mut self.completions);
         let mut ready = Readiness::OPTIMISTIC;
         loop {
             let now = Instant::now();

@@ -13,6 +13,7 @@
 pub mod reader;
 pub mod request;
 
+use crate::cluster::{NodeAddr, Redirect};
 use crate::error::{Error, ErrorKind};
 use crate::net::IoVecs;
 use crate::net::handshake::{self, Verdict};
@@ -98,6 +99,17 @@ pub enum ConnState {
     Failed,
 }
 
+/// Why a request leaves its connection to be sent elsewhere (Redis Cluster): the worker that
+/// owns the connection re-routes it.
+#[derive(Debug)]
+pub enum Handoff {
+    /// `-MOVED` or `-ASK`: another node serves the key's slot.
+    Redirect(Redirect),
+    /// `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, or the node cannot be reached: worth another
+    /// try once the slot map is refreshed, while the deadline allows.
+    Retry(Error),
+}
+
 /// Bytes read from one connection before others get a turn.
 const READ_BUDGET: usize = 8 << 20;
 /// Gather-list entries per `sendmsg`.
@@ -128,6 +140,9 @@ pub struct Conn {
     /// The last write did not take everything: wait for writability before trying again.
     write_blocked: bool,
     reader: Reader,
+    /// Cluster mode: redirects and node failures hand requests back instead of failing them.
+    hands_off: bool,
+    handoffs: Vec<(Request, Handoff)>,
 }
 
 impl Conn {
@@ -156,7 +171,29 @@ impl Conn {
             outstanding_requests: 0,
             write_blocked: false,
             reader: Reader::default(),
+            hands_off: false,
+            handoffs: Vec::new(),
         }
+    }
+
+    /// In Redis Cluster: requests redirected by the node, or stranded by its failure, are handed
+    /// back through [`Conn::take_handoffs`] rather than failed.
+    pub fn handing_off(mut self) -> Conn {
+        self.hands_off = true;
+        self
+    }
+
+    /// Requests handed back since the last call, with why.
+    pub fn take_handoffs(&mut self) -> Vec<(Request, Handoff)> {
+        std::mem::take(&mut self.handoffs)
+    }
+
+    /// Queues `request` right behind an `ASKING`, as an `-ASK` redirect requires.
+    pub fn push_asking(&mut self, request: Request, out: &mut Vec<Completion>) {
+        if self.permanent_error.is_none() {
+            self.queue.push_back(Request::asking(request.deadline));
+        }
+        self.push(request, out);
     }
 
     pub fn state(&self) -> ConnState {
@@ -253,6 +290,8 @@ impl Conn {
         if in_flight > 0 && self.queue[0].deadline <= now {
             let waiting_for = match self.queue[0].kind {
                 Kind::User(op) => format!("the reply to {}", op.name()),
+                Kind::Command => "the reply to a command".into(),
+                Kind::Asking => "the reply to ASKING".into(),
                 Kind::Handshake(step) => format!("the reply to the handshake's {step:?}"),
             };
             let err = Error::new(
@@ -391,7 +430,7 @@ impl Conn {
         if self.failures >= self.policy.fail_after_attempts {
             let waiting: Vec<Request> = self.queue.drain(..).collect();
             for request in waiting {
-                self.finish(request, Outcome::Failed(err.clone()), out);
+                self.finish_or_hand_off(now, request, err.clone(), out);
             }
         }
     }
@@ -426,15 +465,19 @@ impl Conn {
         self.reader.reset();
         let in_flight = self.sent + usize::from(self.write_offset > 0);
         let on_wire: Vec<Request> = self.queue.drain(..in_flight).collect();
-        self.queue.retain(|r| matches!(r.kind, Kind::User(_)));
+        self.queue.retain(|r| !matches!(r.kind, Kind::Handshake(_)));
         self.sent = 0;
         self.write_offset = 0;
         self.inflight_bytes = 0;
         self.write_blocked = false;
         for request in on_wire.into_iter().rev() {
             match request.kind {
-                Kind::Handshake(_) => {}
+                Kind::Handshake(_) | Kind::Asking => {}
                 Kind::User(_) if request.may_retry(now) => self.queue.push_front(request),
+                Kind::User(op) if self.hands_off && op.is_idempotent() && request.deadline > now => {
+                    self.hand_off(request, Handoff::Retry(err.clone()));
+                }
+                Kind::Command => self.finish(request, Outcome::Failed(err.clone()), out),
                 Kind::User(op) => {
                     let failure = if request.deadline <= now {
                         Error::new(ErrorKind::Timeout, format!("{} to {} timed out", op.name(), self.options.endpoint))
@@ -461,10 +504,44 @@ impl Conn {
             }
             outcome => outcome,
         };
-        if let Kind::User(_) = request.kind {
+        if request.is_callers() {
             self.outstanding_cost -= request.pipeline_cost();
             self.outstanding_requests -= 1;
             out.push(request.completion(outcome));
+        }
+    }
+
+    /// Leaves `request` to the worker (cluster mode): it no longer counts here.
+    fn hand_off(&mut self, request: Request, why: Handoff) {
+        self.outstanding_cost -= request.pipeline_cost();
+        self.outstanding_requests -= 1;
+        self.handoffs.push((request, why));
+    }
+
+    /// A request this connection cannot complete (its node is unreachable): handed back in
+    /// cluster mode when it can go elsewhere in time, failed otherwise.
+    fn finish_or_hand_off(&mut self, now: Instant, request: Request, err: Error, out: &mut Vec<Completion>) {
+        let movable = matches!(request.kind, Kind::User(op) if op.is_idempotent()) && request.deadline > now;
+        if self.hands_off && movable {
+            self.hand_off(request, Handoff::Retry(err));
+        } else {
+            self.finish(request, Outcome::Failed(err), out);
+        }
+    }
+
+    /// What a cluster node's error reply asks of a request: another node, or another try.
+    fn handoff_for(&self, text: &[u8]) -> Option<Handoff> {
+        let asked = match &self.options.endpoint {
+            crate::net::Endpoint::Tcp { host, port } => NodeAddr::new(host.clone(), *port),
+            crate::net::Endpoint::Unix { .. } => return None,
+        };
+        match Redirect::parse(text, &asked) {
+            Ok(Some(redirect)) => Some(Handoff::Redirect(redirect)),
+            Ok(None) if crate::cluster::transient(text).is_some() || text.starts_with(b"MASTERDOWN") => {
+                Some(Handoff::Retry(Error::server(text).context(&self.options.endpoint)))
+            }
+            Ok(None) => None,
+            Err(why) => Some(Handoff::Retry(Error::new(ErrorKind::Protocol, why).context(&self.options.endpoint))),
         }
     }
 
@@ -476,7 +553,7 @@ impl Conn {
                 let mut inflight_bytes = self.inflight_bytes;
                 let mut offset = self.write_offset;
                 for (in_flight, request) in (self.sent..).zip(self.queue.iter().skip(self.sent)) {
-                    if self.state == ConnState::Handshaking && matches!(request.kind, Kind::User(_)) {
+                    if self.state == ConnState::Handshaking && !matches!(request.kind, Kind::Handshake(_)) {
                         break;
                     }
                     if offset == 0
@@ -614,9 +691,27 @@ impl Conn {
                 }
             }
             Kind::User(op) => {
+                if let (true, ReadEvent::Reply(Reply::Error(text))) = (self.hands_off, &event) {
+                    if let Some(handoff) = self.handoff_for(text).filter(|_| request.deadline > now) {
+                        return self.hand_off(request, handoff);
+                    }
+                }
                 let outcome = user_outcome(op, event, &request, &self.options.endpoint);
                 self.finish(request, outcome, out);
             }
+            Kind::Command => {
+                let outcome = match event {
+                    ReadEvent::Reply(Reply::Error(text)) => Outcome::Failed(Error::server(&text)),
+                    ReadEvent::Reply(reply) => Outcome::Reply(reply),
+                    ReadEvent::Bulk { len, .. } => Outcome::Failed(Error::new(
+                        ErrorKind::Protocol,
+                        format!("a {len}-byte bulk reply to a command is not kept"),
+                    )),
+                };
+                self.finish(request, outcome, out);
+            }
+            // The redirected request that follows gets its own reply; an error here shows there.
+            Kind::Asking => {}
         }
     }
 }

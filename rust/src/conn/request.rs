@@ -43,7 +43,12 @@ impl Op {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     User(Op),
+    /// Any other command, its reply handed back whole (cluster discovery).
+    Command,
     Handshake(Step),
+    /// `ASKING`, sent right before a request redirected by `-ASK` (Redis Cluster); its `+OK`
+    /// is consumed and forgotten.
+    Asking,
 }
 
 /// How an operation ended.
@@ -57,6 +62,8 @@ pub enum Outcome {
     Miss,
     /// EXISTS: the key exists; DEL: the key was deleted.
     Bool(bool),
+    /// A [`Kind::Command`]'s reply.
+    Reply(crate::resp::Reply),
     Failed(Error),
 }
 
@@ -92,6 +99,10 @@ pub struct Request {
     /// GET: an earlier attempt wrote part of a value into the destination before its
     /// connection broke. The request may then end only in a hit or an error, never a miss.
     pub wrote_partially: bool,
+    /// Times the request was sent on to another node (cluster redirects, failover).
+    pub reroutes: u8,
+    /// Redis Cluster: the key's hash slot, to route the request again after a failure.
+    pub slot: u16,
 }
 
 impl Request {
@@ -117,7 +128,32 @@ impl Request {
             attempts: 0,
             exact_length: false,
             wrote_partially: false,
+            reroutes: 0,
+            slot: 0,
         }
+    }
+
+    /// Any command (encoded whole in `frame`); its reply comes back as [`Outcome::Reply`].
+    pub fn command(frame: Vec<u8>, tag: u64, deadline: Instant) -> Request {
+        Request { kind: Kind::Command, ..Request::handshake(Step::Ping, frame, deadline) }.with_tag(tag)
+    }
+
+    /// The `ASKING` that must precede a request redirected by `-ASK`.
+    pub fn asking(deadline: Instant) -> Request {
+        let frame = crate::resp::Command::Asking.header();
+        Request { kind: Kind::Asking, ..Request::handshake(Step::Ping, frame, deadline) }
+    }
+
+    fn with_tag(mut self, tag: u64) -> Request {
+        self.tag = tag;
+        self
+    }
+
+    /// The request on another connection: its sends there start from zero.
+    pub fn rerouted(mut self) -> Request {
+        self.attempts = 0;
+        self.reroutes = self.reroutes.saturating_add(1);
+        self
     }
 
     /// A GET that accepts only a value of exactly the destination's length.
@@ -136,13 +172,21 @@ impl Request {
             attempts: 0,
             exact_length: false,
             wrote_partially: false,
+            reroutes: 0,
+            slot: 0,
         }
+    }
+
+    /// Requests that a caller waits for (user data operations and commands), as opposed to
+    /// the connection's own (handshake, ASKING).
+    pub fn is_callers(&self) -> bool {
+        matches!(self.kind, Kind::User(_) | Kind::Command)
     }
 
     pub fn op(&self) -> Option<Op> {
         match self.kind {
             Kind::User(op) => Some(op),
-            Kind::Handshake(_) => None,
+            _ => None,
         }
     }
 

@@ -20,6 +20,7 @@
 mod batches;
 mod buffers;
 pub mod clock;
+pub mod cluster;
 mod complete;
 mod control;
 mod counter;
@@ -27,6 +28,7 @@ mod counter;
 mod loom_tests;
 mod notify;
 pub mod records;
+mod route;
 mod submit;
 mod tiling;
 mod worker;
@@ -39,7 +41,7 @@ pub use tiling::tile;
 
 use crate::arena::{Arena, ArenaError, ArenaSpec};
 use crate::client::BlockingClient;
-use crate::conn::{Conn, Op, Outcome, ReconnectPolicy};
+use crate::conn::{Op, Outcome, ReconnectPolicy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::memory::RawBuf;
 use crate::net::Address;
@@ -48,9 +50,11 @@ use crate::ring::{Consumer, Producer};
 use crate::settings::Settings;
 use batches::Batches;
 use buffers::BufferTable;
+use cluster::ClusterView;
 use control::ControlBlock;
 use lmcache_resp_numa::{self as numa, Placement};
 use notify::EventFd;
+use route::{ConnFactory, Nodes, Route};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -232,6 +236,8 @@ pub struct Engine {
     worker_tids: Arc<[AtomicI32]>,
     /// The process that started the engine: its threads exist only there.
     owner_pid: i32,
+    /// Redis Cluster: the slot map and the thread that refreshes it.
+    refresher: Mutex<Option<(Arc<ClusterView>, JoinHandle<()>)>>,
 }
 
 impl Engine {
@@ -240,22 +246,25 @@ impl Engine {
     /// open their connections at once.
     pub fn start(config: EngineConfig) -> Result<Engine> {
         let settings = &config.settings;
-        if settings.cluster || settings.endpoints.len() > 1 {
-            return Err(Error::invalid(
-                "several servers (a cluster or shards) are not supported by this engine yet: give one server",
-            ));
+        let view = match settings.cluster {
+            true => Some(Arc::new(ClusterView::discover(settings)?)),
+            false => None,
+        };
+        let (route, servers) = Route::new(settings, view)?;
+        let route = Arc::new(route);
+        let first = &servers[0];
+        let addresses: Vec<Address> = first.resolve()?;
+        let mut placement =
+            placement::plan(first, &addresses, &settings.cpu_affinity, settings.num_workers, PlanSource::default())?;
+        if route.cluster().is_none() {
+            // A wrong address or password fails here, naming the server.
+            for server in &servers {
+                BlockingClient::connect(
+                    settings.connect_options(server),
+                    settings.connect_timeout.min(settings.timeout),
+                )?;
+            }
         }
-        let endpoint = settings.endpoint().clone();
-        let options = Arc::new(settings.connect_options(&endpoint));
-        let addresses: Arc<[Address]> = endpoint.resolve()?.into();
-        let mut placement = placement::plan(
-            &endpoint,
-            &addresses,
-            &settings.cpu_affinity,
-            settings.num_workers,
-            PlanSource::default(),
-        )?;
-        BlockingClient::connect((*options).clone(), settings.connect_timeout.min(settings.timeout))?;
 
         let pages = match config.page_size {
             0 => None,
@@ -301,10 +310,13 @@ impl Engine {
         for (index, (pair, doorbell)) in pairs.into_iter().zip(doorbells).enumerate() {
             lanes.push(Mutex::new(Lane { producer: pair.submit, doorbell: doorbell.clone() }));
             consumers.push(pair.collect);
-            let conns = (0..settings.connections_per_worker)
-                .map(|_| Conn::new(options.clone(), addresses.clone(), config.reconnect, settings.pipeline))
-                .collect();
-            let worker = worker::Worker::new(shared.clone(), pair.take, pair.post, doorbell, conns);
+            let factory = ConnFactory {
+                settings: Arc::new(settings.clone()),
+                reconnect: config.reconnect,
+                pipeline: settings.pipeline,
+            };
+            let nodes = Nodes::new(factory, &servers)?;
+            let worker = worker::Worker::new(shared.clone(), pair.take, pair.post, doorbell, route.clone(), nodes);
             let cpu = placement.worker_cpus.get(index).copied().flatten();
             let tids = worker_tids.clone();
             let spawned = std::thread::Builder::new().name(format!("lmcache-resp-io-{index}")).spawn(move || {
@@ -335,13 +347,20 @@ impl Engine {
             next_id: AtomicU64::new(1),
             next_lane: AtomicUsize::new(0),
             timeout: settings.timeout,
-            endpoint: endpoint.to_string(),
-            conns_per_worker: settings.connections_per_worker,
+            endpoint: match settings.endpoints.as_slice() {
+                [one] => one.to_string(),
+                many => format!("{}{}", if settings.cluster { "cluster " } else { "shards " }, list(many)),
+            },
+            conns_per_worker: settings.connections_per_worker * servers.len(),
             placement,
             worker_tids,
             owner_pid: current_pid(),
+            refresher: Mutex::new(None),
         };
         engine.warm_up()?;
+        if let Some(view) = route.cluster() {
+            *engine.refresher.lock().unwrap_or_else(|p| p.into_inner()) = Some((view.clone(), view.spawn_refresher()?));
+        }
         Ok(engine)
     }
 
@@ -482,6 +501,15 @@ impl Engine {
             // A worker's panic was caught and turned into the engine's failure already.
             let _ = handle.join();
         }
+        if let Some((view, refresher)) = self.refresher.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            view.stop();
+            let _ = refresher.join();
+        }
+    }
+
+    /// Redis Cluster: the slot map the workers route by.
+    pub fn cluster(&self) -> Option<Arc<ClusterView>> {
+        self.refresher.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|(view, _)| view.clone())
     }
 }
 
@@ -496,6 +524,10 @@ impl Drop for Engine {
         }
         self.close();
     }
+}
+
+fn list(servers: &[crate::net::Endpoint]) -> String {
+    servers.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
 }
 
 fn current_pid() -> i32 {

@@ -120,15 +120,17 @@ pub fn encode_completion(tag: u64, outcome: &Outcome) -> ([u8; COMPLETION_HEADER
         Outcome::Hit(len) => (1, *len as u64, None),
         Outcome::Miss => (2, 0, None),
         Outcome::Bool(flag) => (3, u64::from(*flag), None),
-        Outcome::Failed(err) => (4, 0, Some(err)),
+        Outcome::Failed(err) => (4, 0, Some((err.kind(), err.message()))),
+        // Only the blocking client sends commands; their replies never take the rings.
+        Outcome::Reply(_) => (4, 0, Some((ErrorKind::Protocol, "a command's reply cannot cross a completion ring"))),
     };
     out[8] = status;
-    if let Some(err) = failure {
-        out[9] = err.kind() as u8;
-        out[12..16].copy_from_slice(&(err.message().len() as u32).to_le_bytes());
+    if let Some((kind, message)) = failure {
+        out[9] = kind as u8;
+        out[12..16].copy_from_slice(&(message.len() as u32).to_le_bytes());
     }
     out[16..24].copy_from_slice(&value.to_le_bytes());
-    (out, failure.map(Error::message))
+    (out, failure.map(|(_, message)| message))
 }
 
 pub fn decode_completion(record: &[u8]) -> Result<(u64, Outcome), String> {

@@ -6,7 +6,9 @@ use super::buffers::Access;
 use super::clock;
 use super::notify::EventFd;
 use super::records::{Descriptor, FLAG_EXACT_LENGTH, Region, Tag, encode_completion};
-use crate::conn::{Completion, Conn, Op, Outcome, PipelineLimits, Request};
+use super::route::{Nodes, Route};
+use crate::cluster::RedirectKind;
+use crate::conn::{Completion, Conn, Handoff, Op, Outcome, PipelineLimits, Request};
 use crate::error::{Error, ErrorKind};
 use crate::memory::RawBuf;
 use crate::net::Readiness;
@@ -23,13 +25,30 @@ use std::time::{Duration, Instant};
 const MAX_MESSAGE: usize = 2048;
 /// While the completion ring is full, look again this often.
 const FULL_RING_RETRY: Duration = Duration::from_millis(1);
+/// A request whose cluster node failed waits this long before it is routed again, doubling
+/// per try up to `RETRY_MAX` (a failover takes the cluster's node timeout, about a second).
+const RETRY_BASE: Duration = Duration::from_millis(20);
+const RETRY_MAX: Duration = Duration::from_millis(320);
+
+/// Redirects and retries one request may take before it fails: more means the cluster keeps
+/// moving its slot, or keeps failing.
+const MAX_REROUTES: u8 = 16;
 
 pub struct Worker {
     shared: Arc<Shared>,
     submissions: Consumer,
     completions: Producer,
     doorbell: Arc<EventFd>,
-    conns: Vec<Conn>,
+    route: Arc<Route>,
+    nodes: Nodes,
+    /// Per connection (as `nodes.conns`): what poll last said.
+    readiness: Vec<Readiness>,
+    /// Cluster: requests waiting to be sent again (their node failed, or the cluster is
+    /// re-forming), with when, and the error they fail with if time runs out.
+    parked: Vec<(Instant, Request, Error)>,
+    /// Requests were handed to connections after they were driven: drive them again before
+    /// sleeping, or they would wait for readiness that never comes.
+    rerouted: bool,
     /// Completions not yet in the completion ring (it was full).
     finished: Vec<Completion>,
     record: Vec<u8>,
@@ -61,13 +80,26 @@ impl Worker {
         submissions: Consumer,
         completions: Producer,
         doorbell: Arc<EventFd>,
-        conns: Vec<Conn>,
+        route: Arc<Route>,
+        nodes: Nodes,
     ) -> Worker {
-        Worker { shared, submissions, completions, doorbell, conns, finished: Vec::new(), record: Vec::new() }
+        let readiness = vec![Readiness::OPTIMISTIC; nodes.conns.len()];
+        Worker {
+            shared,
+            submissions,
+            completions,
+            doorbell,
+            route,
+            nodes,
+            readiness,
+            parked: Vec::new(),
+            rerouted: false,
+            finished: Vec::new(),
+            record: Vec::new(),
+        }
     }
 
     fn run(mut self) -> Result<(), Error> {
-        let mut readiness = vec![Readiness::OPTIMISTIC; self.conns.len()];
         loop {
             if let Some(err) = self.shared.failure().cloned() {
                 self.abort(&err);
@@ -77,26 +109,118 @@ impl Worker {
             let sealed = self.shared.sealed.load(Ordering::Acquire);
             if sealed {
                 let err = Error::closed("the store");
-                for conn in &mut self.conns {
+                for conn in &mut self.nodes.conns {
                     conn.fail_unsent(&err, &mut self.finished);
+                }
+                for (_, request, _) in self.parked.drain(..) {
+                    self.finished.push(request.completion(Outcome::Failed(err.clone())));
                 }
             }
             if self.finished.is_empty() {
                 self.take_submissions(now, sealed)?;
             }
-            for (conn, ready) in self.conns.iter_mut().zip(&readiness) {
-                conn.drive(now, *ready, &mut self.finished);
+            self.unpark(now);
+            self.rerouted = false;
+            let mut c = 0;
+            while c < self.nodes.conns.len() {
+                let ready = self.readiness[c];
+                let conn = &mut self.nodes.conns[c];
+                conn.drive(now, ready, &mut self.finished);
                 conn.expire(now, &mut self.finished);
+                let handoffs = conn.take_handoffs();
+                self.rerouted |= !handoffs.is_empty();
+                for (request, why) in handoffs {
+                    self.reroute(now, request, why);
+                }
+                c += 1;
             }
             self.post_completions()?;
             if sealed
                 && self.finished.is_empty()
-                && self.conns.iter().all(Conn::is_empty)
+                && self.parked.is_empty()
+                && self.nodes.conns.iter().all(Conn::is_empty)
                 && self.submissions.is_empty()
             {
                 return Ok(());
             }
-            self.wait(&mut readiness);
+            self.wait();
+        }
+    }
+
+    /// Sends `request` to server `node`, behind an `ASKING` if it follows an `-ASK`.
+    fn send(&mut self, node: usize, request: Request, asking: bool) {
+        let conn = self.nodes.conn_for(node);
+        if self.readiness.len() < self.nodes.conns.len() {
+            self.readiness.resize(self.nodes.conns.len(), Readiness::OPTIMISTIC);
+        }
+        let conn = &mut self.nodes.conns[conn];
+        if asking { conn.push_asking(request, &mut self.finished) } else { conn.push(request, &mut self.finished) }
+    }
+
+    /// A request a cluster node handed back: follow the redirect, or wait a moment for the
+    /// cluster (a failover, a refresh of the map) and route it again.
+    fn reroute(&mut self, now: Instant, request: Request, why: Handoff) {
+        let Route::Cluster(view) = &*self.route else { unreachable!("only cluster connections hand requests back") };
+        let view = view.clone();
+        if request.reroutes >= MAX_REROUTES || request.deadline <= now {
+            let err = match why {
+                Handoff::Redirect(r) => Error::new(
+                    ErrorKind::Server,
+                    format!(
+                        "slot {} kept moving: last redirected to {} after {} tries",
+                        r.slot, r.node, request.reroutes
+                    ),
+                ),
+                Handoff::Retry(err) => err,
+            };
+            let outcome = Outcome::Failed(err.context(format!("{} gave up", request.op().map_or("request", Op::name))));
+            return self.finished.push(request.completion(outcome));
+        }
+        match why {
+            Handoff::Redirect(redirect) => {
+                let asking = redirect.kind == RedirectKind::Ask;
+                if !asking {
+                    view.moved(redirect.slot, &redirect.node);
+                }
+                match self.nodes.node_at(&redirect.node) {
+                    Ok(node) => self.send(node, request.rerouted(), asking),
+                    Err(err) => self.finished.push(request.completion(Outcome::Failed(err))),
+                }
+            }
+            Handoff::Retry(err) => {
+                view.request_refresh();
+                let wait = RETRY_BASE.saturating_mul(1 << request.reroutes.min(4)).min(RETRY_MAX);
+                let request = request.rerouted();
+                self.parked.push(((now + wait).min(request.deadline), request, err));
+            }
+        }
+    }
+
+    /// Routes the parked requests whose wait is over again, by the map as it is now.
+    fn unpark(&mut self, now: Instant) {
+        if self.parked.iter().all(|(at, _, _)| *at > now) {
+            return;
+        }
+        let Route::Cluster(view) = &*self.route else { return };
+        let view = view.clone();
+        let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked).into_iter().partition(|p| p.0 <= now);
+        self.parked = waiting;
+        for (_, request, err) in due {
+            if request.deadline <= now {
+                let outcome = Outcome::Failed(
+                    Error::new(
+                        ErrorKind::Timeout,
+                        format!("{} timed out waiting for the cluster", request.op().map_or("request", Op::name)),
+                    )
+                    .context(err.message()),
+                );
+                self.finished.push(request.completion(outcome));
+                continue;
+            }
+            match self.nodes.route_slot(&view, request.slot) {
+                Ok(node) => self.send(node, request, false),
+                Err(route_err) => self.parked.push((now + RETRY_MAX, request, route_err)),
+            }
         }
     }
 
@@ -104,8 +228,11 @@ impl Worker {
     /// fail what was taken or is still queued, and post what fits. The front-end fails
     /// whatever does not fit once this thread has exited.
     fn abort(&mut self, err: &Error) {
-        for conn in &mut self.conns {
+        for conn in &mut self.nodes.conns {
             conn.abort(err, &mut self.finished);
+        }
+        for (_, request, _) in self.parked.drain(..) {
+            self.finished.push(request.completion(Outcome::Failed(err.clone())));
         }
         while let Ok(true) = self.submissions.try_pop_into(&mut self.record) {
             if let Ok(descriptor) = Descriptor::decode(&self.record) {
@@ -123,9 +250,7 @@ impl Worker {
         let now_ns = clock::now_ns();
         let limits = self.shared.pipeline;
         let mut took = false;
-        while let Some(conn) =
-            self.conns.iter_mut().filter(|c| has_room(c, limits)).min_by_key(|c| c.outstanding_cost())
-        {
+        while self.nodes.conns.iter().any(|c| has_room(c, limits)) {
             match self.submissions.try_pop_into(&mut self.record) {
                 Ok(true) => {}
                 Ok(false) => break,
@@ -139,17 +264,25 @@ impl Worker {
                 self.finished.push(Completion { tag, outcome: Outcome::Failed(Error::closed("the store")) });
                 continue;
             }
-            let data = match resolve(&self.shared, &descriptor) {
-                Ok(data) => data,
+            let routed = if descriptor.op == Op::Ping {
+                // PINGs open and check every connection: spread over the servers.
+                Ok((descriptor.tag.index as usize % self.nodes.count(), 0))
+            } else {
+                self.nodes.route(&self.route, descriptor.key)
+            };
+            let resolved = routed.and_then(|(node, slot)| resolve(&self.shared, &descriptor).map(|d| (node, slot, d)));
+            let (node, slot, data) = match resolved {
+                Ok(resolved) => resolved,
                 Err(err) => {
                     self.finished.push(Completion { tag, outcome: Outcome::Failed(err) });
                     continue;
                 }
             };
             let deadline = clock::instant_at(descriptor.deadline_ns, now_ns, now);
-            let request = Request::new(descriptor.op, descriptor.key, data, tag, deadline)
+            let mut request = Request::new(descriptor.op, descriptor.key, data, tag, deadline)
                 .with_exact_length(descriptor.flags & FLAG_EXACT_LENGTH != 0);
-            conn.push(request, &mut self.finished);
+            request.slot = slot;
+            self.send(node, request, false);
         }
         if took {
             self.submissions.release();
@@ -200,21 +333,23 @@ impl Worker {
     }
 
     fn has_room(&self) -> bool {
-        self.conns.iter().any(|c| has_room(c, self.shared.pipeline))
+        self.nodes.conns.iter().any(|c| has_room(c, self.shared.pipeline))
     }
 
-    fn wait(&mut self, readiness: &mut [Readiness]) {
-        let mut wake: Option<Instant> = None;
+    fn wait(&mut self) {
+        let mut wake: Option<Instant> = self.parked.iter().map(|(at, _, _)| *at).min();
         if !self.finished.is_empty() {
             wake = Some(Instant::now() + FULL_RING_RETRY);
-        } else if self.has_room() && !self.submissions.is_empty() {
+        } else if self.rerouted || (self.has_room() && !self.submissions.is_empty()) {
             // Descriptors are waiting and can be taken now: only collect readiness.
             wake = Some(Instant::now());
         }
-        let mut fds = Vec::with_capacity(self.conns.len() + 1);
+        let readiness = &mut self.readiness;
+        readiness.resize(self.nodes.conns.len(), Readiness::OPTIMISTIC);
+        let mut fds = Vec::with_capacity(self.nodes.conns.len() + 1);
         fds.push(PollFd::from_borrowed_fd(self.doorbell.as_fd(), PollFlags::IN));
-        let mut slots = Vec::with_capacity(self.conns.len());
-        for conn in &self.conns {
+        let mut slots = Vec::with_capacity(self.nodes.conns.len());
+        for conn in &self.nodes.conns {
             let (fd, interest, conn_wake) = conn.interest();
             wake = match (wake, conn_wake) {
                 (Some(a), Some(b)) => Some(a.min(b)),

@@ -116,7 +116,7 @@ impl BatchResult {
             .iter()
             .map(|outcome| -> PyResult<Py<PyAny>> {
                 Ok(match outcome {
-                    Outcome::Done | Outcome::Miss => py.None(),
+                    Outcome::Done | Outcome::Miss | Outcome::Reply(_) => py.None(),
                     Outcome::Hit(len) => len.into_pyobject(py)?.into_any().unbind(),
                     Outcome::Bool(flag) => flag.into_pyobject(py)?.to_owned().into_any().unbind(),
                     Outcome::Failed(err) => to_py_exception(py, err),

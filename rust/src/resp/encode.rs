@@ -34,6 +34,12 @@ pub enum Command<'a> {
     Select {
         db: u32,
     },
+    /// `ASKING`: the next command may touch a slot being imported (Redis Cluster).
+    Asking,
+    /// `CLUSTER <subcommand>` without arguments (`SHARDS`, `SLOTS`).
+    Cluster {
+        subcommand: &'a [u8],
+    },
 }
 
 impl Command<'_> {
@@ -107,6 +113,8 @@ impl Command<'_> {
             Command::Auth { username: None, password } => args(b"AUTH", &[password], None),
             Command::Ping => args(b"PING", &[], None),
             Command::Select { db } => args(b"SELECT", &[db_digits.format(db).as_bytes()], None),
+            Command::Asking => args(b"ASKING", &[], None),
+            Command::Cluster { subcommand } => args(b"CLUSTER", &[subcommand], None),
         }
     }
 }
@@ -170,6 +178,8 @@ mod tests {
             (Command::Exists { key: b"" }, b"*2\r\n$6\r\nEXISTS\r\n$0\r\n\r\n"),
             (Command::Del { key: b"\r\n" }, b"*2\r\n$3\r\nDEL\r\n$2\r\n\r\n\r\n"),
             (Command::Ping, b"*1\r\n$4\r\nPING\r\n"),
+            (Command::Asking, b"*1\r\n$6\r\nASKING\r\n"),
+            (Command::Cluster { subcommand: b"SHARDS" }, b"*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n"),
             (Command::Select { db: 15 }, b"*2\r\n$6\r\nSELECT\r\n$2\r\n15\r\n"),
             (Command::Auth { username: None, password: b"pw" }, b"*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n"),
             (Command::Auth { username: Some(b"u"), password: b"pw" }, b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$2\r\npw\r\n"),

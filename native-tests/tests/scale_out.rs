@@ -1,0 +1,249 @@
+//! The engine past one server: a real Redis Cluster (routing, MOVED/ASK during a live reshard,
+//! a primary killed and its replica promoted) and independent servers (static sharding), with
+//! every byte verified; and the clear errors for bad cluster input.
+
+use lmcache_resp_core::cluster::{Rendezvous, key_slot};
+use lmcache_resp_core::conn::{Op, Outcome};
+use lmcache_resp_core::engine::{Batch, BatchResult, Engine, EngineConfig, Item, Memory};
+use lmcache_resp_core::net::Endpoint;
+use lmcache_resp_core::settings::Settings;
+use lmcache_resp_core::{ErrorKind, RawBuf};
+use redis_harness::{ClusterNode, RedisCluster, RedisServer, dead_port, pattern};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+fn tcp(port: u16) -> Endpoint {
+    Endpoint::Tcp { host: "127.0.0.1".into(), port }
+}
+
+fn cluster_settings(cluster: &RedisCluster) -> Settings {
+    let mut settings = Settings::new(tcp(cluster.nodes()[0].port));
+    settings.endpoints = cluster.nodes().iter().map(|n| tcp(n.port)).collect();
+    settings.cluster = true;
+    settings.num_workers = 3;
+    settings.timeout = Duration::from_secs(15);
+    settings
+}
+
+fn keys(prefix: &str, n: usize) -> Vec<Vec<u8>> {
+    (0..n).map(|i| format!("{prefix}:{i}").into_bytes()).collect()
+}
+
+fn run(engine: &Engine, op: Op, keys: &[Vec<u8>], buffers: &mut [Vec<u8>]) -> BatchResult {
+    let items: Vec<Item<'_>> = if buffers.is_empty() {
+        keys.iter().map(|k| Item::key_only(k)).collect()
+    } else {
+        keys.iter()
+            .zip(buffers.iter_mut())
+            .map(|(key, buf)| {
+                // SAFETY: the buffers outlive the batch, which completes before they are read.
+                Item { key, memory: Memory::Buffer(unsafe { RawBuf::new(buf.as_mut_ptr(), buf.len()) }) }
+            })
+            .collect()
+    };
+    engine.run(Batch::new(op, &items)).unwrap()
+}
+
+fn round_trip(engine: &Engine, keys: &[Vec<u8>], seed: u64, size: usize) {
+    let mut values: Vec<Vec<u8>> = (0..keys.len()).map(|i| pattern(size, seed + i as u64)).collect();
+    let stored = run(engine, Op::Set, keys, &mut values);
+    assert!(stored.all_succeeded(), "{:?}", stored.outcomes.iter().find(|o| !o.is_success()));
+    let mut got: Vec<Vec<u8>> = (0..keys.len()).map(|_| vec![0u8; size]).collect();
+    let read = run(engine, Op::Get, keys, &mut got);
+    assert!(
+        read.outcomes.iter().all(|o| *o == Outcome::Hit(size)),
+        "{:?}",
+        read.outcomes.iter().find(|o| **o != Outcome::Hit(size))
+    );
+    assert!(got == values, "bytes read back differ");
+}
+
+fn dbsize(cluster: &RedisCluster, node: &ClusterNode) -> usize {
+    let reply = cluster.raw_command(node, &[b"DBSIZE"]);
+    String::from_utf8_lossy(&reply[1..reply.len() - 2]).parse().unwrap()
+}
+
+#[test]
+fn a_cluster_routes_every_key_to_its_slots_primary() {
+    let cluster = RedisCluster::start(3, 0);
+    let engine = Engine::start(EngineConfig::new(cluster_settings(&cluster))).unwrap();
+    let keys = keys("cl", 600);
+    round_trip(&engine, &keys, 1, 10_000);
+    let exists = run(&engine, Op::Exists, &keys, &mut []);
+    assert!(exists.outcomes.iter().all(|o| *o == Outcome::Bool(true)));
+    // Each key is on the primary that serves its slot, and only there.
+    let sizes: Vec<usize> = cluster.nodes().iter().map(|n| dbsize(&cluster, n)).collect();
+    assert_eq!(sizes.iter().sum::<usize>(), 600, "{sizes:?}");
+    assert!(sizes.iter().all(|&n| n > 100), "every primary holds its share: {sizes:?}");
+    for key in keys.iter().step_by(37) {
+        let slot = key_slot(key);
+        let owner = cluster.nodes().iter().filter(|n| cluster.raw_command(n, &[b"EXISTS", key]) == b":1\r\n").count();
+        assert_eq!(owner, 1, "key in slot {slot} is on exactly one node");
+    }
+    let deleted = run(&engine, Op::Del, &keys, &mut []);
+    assert!(deleted.outcomes.iter().all(|o| *o == Outcome::Bool(true)));
+    assert_eq!(cluster.nodes().iter().map(|n| dbsize(&cluster, n)).sum::<usize>(), 0);
+}
+
+#[test]
+fn a_live_reshard_loses_no_key_and_reads_no_wrong_byte() {
+    let cluster = RedisCluster::start(3, 0);
+    let engine = Arc::new(Engine::start(EngineConfig::new(cluster_settings(&cluster))).unwrap());
+    let keys = keys("reshard", 400);
+    let size = 20_000;
+    round_trip(&engine, &keys, 100, size);
+    let values: Vec<Vec<u8>> = (0..keys.len()).map(|i| pattern(size, 100 + i as u64)).collect();
+    // Move 3000 slots from the first primary to the second while batches run.
+    let nodes = cluster.nodes().to_vec();
+    let id = |node: &ClusterNode| {
+        String::from_utf8(cluster.raw_command(node, &[b"CLUSTER", b"MYID"])).unwrap()[5..45].to_string()
+    };
+    let (from, to) = (id(&nodes[0]), id(&nodes[1]));
+    let done = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (engine, keys, values, done) = (engine.clone(), keys.clone(), values.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut rounds = 0;
+            while !done.load(Ordering::Acquire) || rounds < 3 {
+                let mut got: Vec<Vec<u8>> = (0..keys.len()).map(|_| vec![0u8; size]).collect();
+                let read = run(&engine, Op::Get, &keys, &mut got);
+                for (i, outcome) in read.outcomes.iter().enumerate() {
+                    assert_eq!(*outcome, Outcome::Hit(size), "key {i} during the reshard (round {rounds})");
+                    assert!(got[i] == values[i], "key {i}: wrong bytes during the reshard");
+                }
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let out = cluster.cli(&[
+        "--cluster",
+        "reshard",
+        &format!("127.0.0.1:{}", nodes[0].port),
+        "--cluster-from",
+        &from,
+        "--cluster-to",
+        &to,
+        "--cluster-slots",
+        "3000",
+        "--cluster-yes",
+        "--cluster-pipeline",
+        "10",
+    ]);
+    done.store(true, Ordering::Release);
+    let rounds = reader.join().expect("no wrong byte, no lost key");
+    assert!(rounds >= 3, "{rounds} rounds");
+    assert!(out.contains("Moving slot"), "{out}");
+    // Writes go to the new owners too.
+    round_trip(&engine, &keys, 100, size);
+    assert!(engine.cluster().unwrap().refreshes() > 0, "MOVED made the engine re-read the map");
+}
+
+#[test]
+fn a_killed_primary_ends_in_success_or_a_clear_error_never_a_hang() {
+    let cluster = RedisCluster::start(3, 1);
+    let mut settings = cluster_settings(&cluster);
+    settings.timeout = Duration::from_secs(8);
+    let engine = Arc::new(Engine::start(EngineConfig::new(settings)).unwrap());
+    let keys = keys("failover", 300);
+    round_trip(&engine, &keys, 7, 4096);
+    // Wait until the replicas hold every key (replication is asynchronous).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.replicas().iter().map(|n| dbsize(&cluster, n)).sum::<usize>() < 300 {
+        assert!(Instant::now() < deadline, "replicas did not catch up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let victim = cluster.primaries()[0].clone();
+    cluster.kill(&victim);
+    let started = Instant::now();
+    let mut saw_failure = false;
+    loop {
+        let mut got: Vec<Vec<u8>> = (0..keys.len()).map(|_| vec![0u8; 4096]).collect();
+        let batch_started = Instant::now();
+        let read = run(&engine, Op::Get, &keys, &mut got);
+        assert!(batch_started.elapsed() < Duration::from_secs(8 + 6), "a batch outlived its timeout");
+        let mut all_good = true;
+        for (i, outcome) in read.outcomes.iter().enumerate() {
+            match outcome {
+                Outcome::Hit(4096) => assert_eq!(got[i], pattern(4096, 7 + i as u64), "key {i}: wrong bytes"),
+                Outcome::Failed(err) => {
+                    saw_failure = true;
+                    all_good = false;
+                    assert!(
+                        matches!(err.kind(), ErrorKind::Connection | ErrorKind::Timeout | ErrorKind::Server),
+                        "{err}"
+                    );
+                }
+                other => panic!("key {i}: {other:?} (lost in the failover?)"),
+            }
+        }
+        if all_good {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the cluster never recovered");
+    }
+    eprintln!("every key readable {:.1?} after the kill (a key failed on the way: {saw_failure})", started.elapsed());
+    round_trip(&engine, &keys, 900, 4096);
+}
+
+#[test]
+fn independent_servers_share_the_keys_by_rendezvous_hashing() {
+    let mut servers = [RedisServer::start(), RedisServer::start(), RedisServer::start()];
+    let mut settings = Settings::new(servers[0].endpoint());
+    settings.endpoints = servers.iter().map(RedisServer::endpoint).collect();
+    settings.num_workers = 2;
+    settings.timeout = Duration::from_secs(3);
+    let engine = Engine::start(EngineConfig::new(settings.clone())).unwrap();
+    let keys = keys("shard", 900);
+    round_trip(&engine, &keys, 5, 2000);
+    let rendezvous = Rendezvous::new(settings.endpoints.iter().map(ToString::to_string)).unwrap();
+    for (i, key) in keys.iter().enumerate() {
+        let home = rendezvous.pick(key);
+        for (s, server) in servers.iter().enumerate() {
+            let expected: &[u8] = if s == home { b":1\r\n" } else { b":0\r\n" };
+            assert_eq!(server.raw_command(&[b"EXISTS", key]), expected, "key {i} on server {s}");
+        }
+    }
+    let counts: Vec<usize> = (0..3).map(|s| keys.iter().filter(|k| rendezvous.pick(k) == s).count()).collect();
+    assert!(counts.iter().all(|&n| (250..=350).contains(&n)), "{counts:?}");
+    // One shard down: its keys fail clearly and at once-ish, the others' still work.
+    servers[1].kill();
+    let mut got: Vec<Vec<u8>> = (0..keys.len()).map(|_| vec![0u8; 2000]).collect();
+    let started = Instant::now();
+    let read = run(&engine, Op::Get, &keys, &mut got);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    for (i, outcome) in read.outcomes.iter().enumerate() {
+        if rendezvous.pick(&keys[i]) == 1 {
+            let Outcome::Failed(err) = outcome else { panic!("key {i} on the dead shard: {outcome:?}") };
+            assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+        } else {
+            assert_eq!(*outcome, Outcome::Hit(2000), "key {i}");
+            assert_eq!(got[i], pattern(2000, 5 + i as u64));
+        }
+    }
+}
+
+#[test]
+fn bad_cluster_input_gets_clear_errors() {
+    let mut dead = Settings::new(tcp(dead_port()));
+    dead.cluster = true;
+    let err = Engine::start(EngineConfig::new(dead)).err().unwrap();
+    assert_eq!(err.kind(), ErrorKind::Connection);
+    assert!(err.message().starts_with("no seed node of the cluster answered: 127.0.0.1:"), "{err}");
+
+    let plain = RedisServer::start();
+    let mut settings = plain.settings();
+    settings.cluster = true;
+    let err = Engine::start(EngineConfig::new(settings)).err().unwrap();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert!(err.message().contains("is not a cluster node (its cluster support is disabled)"), "{err}");
+
+    let cluster = RedisCluster::start(3, 0);
+    for node in cluster.nodes() {
+        cluster.raw_command(node, &[b"CLUSTER", b"DELSLOTSRANGE", b"0", b"99"]);
+    }
+    let err = Engine::start(EngineConfig::new(cluster_settings(&cluster))).err().unwrap();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert!(err.message().contains("leaves slots 0-99 without an owner"), "{err}");
+}

@@ -1,0 +1,204 @@
+//! A Redis Cluster engine's view of the cluster: the slot map its workers route by, patched by
+//! `MOVED` at once and re-read from the cluster by a background thread whenever a worker
+//! asks (a redirect, a node that cannot be reached, `CLUSTERDOWN`).
+
+use crate::client::BlockingClient;
+use crate::cluster::{NodeAddr, SlotMap};
+use crate::error::{Error, ErrorKind, Result};
+use crate::net::Endpoint;
+use crate::settings::Settings;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Refreshes come no closer together than this: a burst of redirects costs one re-read.
+const MIN_REFRESH_INTERVAL: Duration = Duration::from_millis(100);
+
+pub struct ClusterView {
+    map: RwLock<SlotMap>,
+    settings: Settings,
+    refresh: Mutex<Refresh>,
+    wake: Condvar,
+    refreshes: AtomicU64,
+}
+
+#[derive(Default)]
+struct Refresh {
+    wanted: bool,
+    stop: bool,
+    last_error: Option<String>,
+}
+
+impl ClusterView {
+    /// Reads the slot map from the first seed that answers. A seed that is not a cluster node,
+    /// no seed answering, and slots no node serves are clear errors here, at start.
+    pub fn discover(settings: &Settings) -> Result<ClusterView> {
+        if settings.db != 0 {
+            return Err(Error::invalid("Redis Cluster has only database 0: drop db (or SELECT) with cluster=true"));
+        }
+        let mut failures = Vec::new();
+        for seed in &settings.endpoints {
+            match fetch_map(settings, seed) {
+                Ok(map) => {
+                    let uncovered = map.uncovered_slots();
+                    if !uncovered.is_empty() {
+                        return Err(Error::invalid(format!(
+                            "the cluster at {seed} leaves slots {} without an owner: keys there could be neither \
+                             stored nor read (redis-cli --cluster fix assigns them)",
+                            describe_ranges(&uncovered)
+                        )));
+                    }
+                    return Ok(ClusterView {
+                        map: RwLock::new(map),
+                        settings: settings.clone(),
+                        refresh: Mutex::new(Refresh::default()),
+                        wake: Condvar::new(),
+                        refreshes: AtomicU64::new(0),
+                    });
+                }
+                Err(err) if err.kind() == ErrorKind::InvalidInput || err.kind() == ErrorKind::Authentication => {
+                    return Err(err);
+                }
+                Err(err) => failures.push(format!("{seed}: {err}")),
+            }
+        }
+        Err(Error::new(ErrorKind::Connection, format!("no seed node of the cluster answered: {}", failures.join("; "))))
+    }
+
+    /// The map, for routing (a read lock: refreshes wait for it).
+    pub fn map(&self) -> RwLockReadGuard<'_, SlotMap> {
+        self.map.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A node answered `MOVED`: route the slot there now, and re-read the whole map soon (a
+    /// moved slot is rarely alone).
+    pub fn moved(&self, slot: u16, node: &NodeAddr) {
+        self.map.write().unwrap_or_else(|p| p.into_inner()).apply_moved(slot, node);
+        self.request_refresh();
+    }
+
+    pub fn request_refresh(&self) {
+        self.lock_refresh().wanted = true;
+        self.wake.notify_all();
+    }
+
+    /// Maps re-read so far (for tests and diagnostics).
+    pub fn refreshes(&self) -> u64 {
+        self.refreshes.load(Ordering::Acquire)
+    }
+
+    /// Starts the thread that re-reads the map when asked, until [`ClusterView::stop`].
+    pub fn spawn_refresher(self: &Arc<Self>) -> Result<JoinHandle<()>> {
+        let view = self.clone();
+        std::thread::Builder::new()
+            .name("lmcache-resp-cluster".into())
+            .spawn(move || view.refresh_loop())
+            .map_err(|e| Error::os("cannot start the cluster map thread", e))
+    }
+
+    pub fn stop(&self) {
+        self.lock_refresh().stop = true;
+        self.wake.notify_all();
+    }
+
+    fn lock_refresh(&self) -> std::sync::MutexGuard<'_, Refresh> {
+        self.refresh.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn refresh_loop(&self) {
+        let mut last = Instant::now() - MIN_REFRESH_INTERVAL;
+        loop {
+            {
+                let mut state = self.lock_refresh();
+                while !state.wanted && !state.stop {
+                    state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner());
+                }
+                if state.stop {
+                    return;
+                }
+                state.wanted = false;
+            }
+            let since = last.elapsed();
+            if since < MIN_REFRESH_INTERVAL {
+                std::thread::sleep(MIN_REFRESH_INTERVAL - since);
+            }
+            last = Instant::now();
+            let outcome = self.refresh_once();
+            let mut state = self.lock_refresh();
+            state.last_error = outcome.err().map(|e| e.to_string());
+            if state.last_error.is_some() {
+                // Nobody answered: the next request (or the next redirect) tries again.
+                state.wanted = true;
+            }
+        }
+    }
+
+    /// Asks the known primaries, then the seeds, for the map; takes the first good answer.
+    fn refresh_once(&self) -> Result<()> {
+        let mut candidates: Vec<Endpoint> = self.map().primaries().map(NodeAddr::endpoint).collect();
+        candidates.extend(self.settings.endpoints.iter().cloned());
+        let mut last = None;
+        for node in candidates {
+            match fetch_map(&self.settings, &node) {
+                Ok(fresh) if fresh.is_fully_covered() => {
+                    self.map.write().unwrap_or_else(|p| p.into_inner()).update_from(fresh);
+                    self.refreshes.fetch_add(1, Ordering::AcqRel);
+                    return Ok(());
+                }
+                Ok(fresh) => {
+                    last = Some(Error::invalid(format!(
+                        "{node} reports slots {} without an owner",
+                        describe_ranges(&fresh.uncovered_slots())
+                    )))
+                }
+                Err(err) => last = Some(err),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::invalid("no node to ask for the cluster's slot map")))
+    }
+}
+
+/// `CLUSTER SHARDS` (Redis 7), or `CLUSTER SLOTS` where the node predates it.
+fn fetch_map(settings: &Settings, node: &Endpoint) -> Result<SlotMap> {
+    let asked = match node {
+        Endpoint::Tcp { host, port } => NodeAddr::new(host.clone(), *port),
+        Endpoint::Unix { path } => {
+            return Err(Error::invalid(format!(
+                "cluster seed unix:{}: cluster nodes are reached over TCP (host:port)",
+                path.display()
+            )));
+        }
+    };
+    let timeout = settings.connect_timeout.min(settings.timeout);
+    let mut client = BlockingClient::connect(settings.connect_options(node), timeout)?;
+    let reply = match client.cluster(b"SHARDS") {
+        Ok(reply) => return SlotMap::from_shards(&reply, &asked).map_err(|e| Error::new(ErrorKind::Protocol, e)),
+        Err(err) if err.kind() == ErrorKind::Server && is_unknown_subcommand(err.message()) => client.cluster(b"SLOTS"),
+        Err(err) => Err(err),
+    };
+    match reply {
+        Ok(reply) => SlotMap::from_slots(&reply, &asked).map_err(|e| Error::new(ErrorKind::Protocol, e)),
+        Err(err) if err.kind() == ErrorKind::Server && err.message().contains("cluster support disabled") => {
+            Err(Error::invalid(format!(
+                "cluster=true, but {node} is not a cluster node (its cluster support is disabled): drop \
+                 cluster=true to use it as one server, or give the cluster's nodes"
+            )))
+        }
+        Err(err) => Err(err),
+    }
+}
+
+fn is_unknown_subcommand(message: &str) -> bool {
+    message.to_ascii_lowercase().starts_with("err unknown subcommand")
+}
+
+fn describe_ranges(ranges: &[std::ops::RangeInclusive<u16>]) -> String {
+    let shown: Vec<String> = ranges
+        .iter()
+        .take(4)
+        .map(|r| if r.start() == r.end() { r.start().to_string() } else { format!("{}-{}", r.start(), r.end()) })
+        .collect();
+    let more = if ranges.len() > 4 { format!(" and {} more ranges", ranges.len() - 4) } else { String::new() };
+    format!("{}{more}", shown.join(", "))
+}
