@@ -4,6 +4,7 @@ from Redis/Valkey by Rust I/O threads, sync and asyncio."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -83,7 +84,7 @@ class PagedRespStore(Closeable):
             settings = RespSettings.resolve(url, **given)
         elif url is not None or any(v is not None for v in given.values()):
             raise InvalidInputError("give settings= or the individual settings, not both")
-        self._settings = settings
+        self._settings: RespSettings | None = settings
         logger.info("PagedRespStore: settings %s", settings.to_dict())
         self._native = _native.PagedStore(settings, page_size=page_size, num_pages=pages)
         self._router = CompletionRouter(self._native)
@@ -92,6 +93,20 @@ class PagedRespStore(Closeable):
             pages, page_size, self._native.arena_name, settings.num_workers, settings.endpoint,
         )
         log_placement("PagedRespStore", self._native.placement)
+
+    @classmethod
+    def attach(cls, socket: str | os.PathLike[str], *, timeout: float = 10.0) -> PagedRespStore:
+        """A store over the page pool and I/O engine of the bridge listening at ``socket``
+        (``python -m lmcache_resp.bridge``): the same API, the pool shared with the bridge's
+        other clients, no connection or credentials of its own. ``free_pages`` counts the
+        shared pool. If the bridge goes away, every call raises ``RespConnectionError``; attach
+        again once it is back."""
+        store = cls.__new__(cls)
+        store._settings = None
+        store._native = _native.PagedStore.attach(os.fspath(socket), timeout=timeout)
+        store._router = CompletionRouter(store._native)
+        logger.info("PagedRespStore: attached to %s", store._native.endpoint)
+        return store
 
     # -- pages ---------------------------------------------------------------------------
 
@@ -218,7 +233,9 @@ class PagedRespStore(Closeable):
         return self._native.arena_size
 
     @property
-    def settings(self) -> RespSettings:
+    def settings(self) -> RespSettings | None:
+        """The settings this store was built from; None when attached to a bridge (which
+        keeps its settings, credentials included, to itself)."""
         return self._settings
 
     @property
@@ -243,6 +260,8 @@ class PagedRespStore(Closeable):
     def __repr__(self) -> str:
         s = self._settings
         state = ", closed" if self._native.closed else ""
+        if s is None:
+            return f"PagedRespStore({self._native.endpoint!r}, page_size={self._native.page_size}{state})"
         return (
             f"PagedRespStore({s.endpoint!r}, page_size={self._native.page_size}, "
             f"num_pages={self._native.num_pages}, num_workers={self._native.num_workers}{state})"

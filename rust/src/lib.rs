@@ -7,6 +7,7 @@
 //! - [`client`]: a blocking single-connection client on top of it.
 
 pub mod arena;
+pub mod bridge;
 pub mod capacity;
 pub mod ceiling;
 pub mod client;

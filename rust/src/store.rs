@@ -2,14 +2,48 @@
 //! checked on every use and counted while operations use them, so a page is never freed (and
 //! handed to someone else) while a GET may still write into it.
 
-use crate::arena::{PageHandle, PagePool, PoolError};
+use crate::arena::{Arena, PageHandle, PagePool, PoolError};
 use crate::capacity::TrackedEngine;
 use crate::conn::Op;
 use crate::engine::{Batch, BatchResult, EngineConfig, Item, Memory};
 use crate::error::{Error, ErrorKind, Result};
 use std::collections::{HashMap, HashSet};
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// What the Python store offers, whether its engine runs in this process ([`PagedStore`]) or
+/// in a bridge process ([`crate::bridge::BridgeClient`]).
+pub trait PageStore: Send + Sync {
+    /// A free page, or None when the pool is exhausted.
+    fn allocate(&self) -> Result<Option<PageHandle>>;
+    /// `n` pages, or an error (and none allocated) if fewer are free.
+    fn allocate_many(&self, n: usize) -> Result<Vec<PageHandle>>;
+    fn free(&self, page: &PageHandle) -> Result<()>;
+    /// Whether `page` is live here and may be used.
+    fn check(&self, page: &PageHandle) -> Result<()>;
+    fn page_ptr(&self, page: &PageHandle) -> Result<*mut u8>;
+    fn page_offset(&self, page: &PageHandle) -> Result<u64>;
+    /// The shared-memory arena the pages live in.
+    fn arena(&self) -> &Arc<Arena>;
+    fn page_size(&self) -> usize;
+    fn num_pages(&self) -> usize;
+    /// Pages free in the (possibly shared) pool.
+    fn free_pages(&self) -> Result<usize>;
+    fn run(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>) -> Result<BatchResult>;
+    fn run_keys(&self, op: Op, keys: &[&[u8]]) -> Result<BatchResult>;
+    fn submit(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>) -> Result<u64>;
+    fn submit_keys(&self, op: Op, keys: &[&[u8]]) -> Result<u64>;
+    fn drain(&self) -> Result<Vec<BatchResult>>;
+    /// Readable while submitted batches wait to be drained.
+    fn event_fd(&self) -> BorrowedFd<'_>;
+    fn close(&self);
+    fn is_closed(&self) -> bool;
+    fn num_workers(&self) -> usize;
+    fn endpoint(&self) -> String;
+    /// The engine, when it runs in this process.
+    fn local_engine(&self) -> Option<&TrackedEngine>;
+}
 
 pub struct PagedStore {
     engine: TrackedEngine,
@@ -205,4 +239,93 @@ impl PagedStore {
 
 fn key_items<'k>(keys: &[&'k [u8]]) -> Vec<Item<'k>> {
     keys.iter().map(|key| Item::key_only(key)).collect()
+}
+
+impl PageStore for PagedStore {
+    fn allocate(&self) -> Result<Option<PageHandle>> {
+        PagedStore::allocate(self)
+    }
+
+    fn allocate_many(&self, n: usize) -> Result<Vec<PageHandle>> {
+        PagedStore::allocate_many(self, n)
+    }
+
+    fn free(&self, page: &PageHandle) -> Result<()> {
+        PagedStore::free(self, page)
+    }
+
+    fn check(&self, page: &PageHandle) -> Result<()> {
+        if self.engine.is_closed() {
+            return Err(Error::closed("the page's store"));
+        }
+        self.pool.check(page).map_err(page_error)
+    }
+
+    fn page_ptr(&self, page: &PageHandle) -> Result<*mut u8> {
+        PagedStore::page_ptr(self, page)
+    }
+
+    fn page_offset(&self, page: &PageHandle) -> Result<u64> {
+        self.pool.page_offset(page).map_err(page_error)
+    }
+
+    fn arena(&self) -> &Arc<Arena> {
+        self.pool.arena()
+    }
+
+    fn page_size(&self) -> usize {
+        self.pool.page_size()
+    }
+
+    fn num_pages(&self) -> usize {
+        self.pool.capacity()
+    }
+
+    fn free_pages(&self) -> Result<usize> {
+        Ok(self.pool.free_count())
+    }
+
+    fn run(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>) -> Result<BatchResult> {
+        PagedStore::run(self, op, keys, pages, lengths)
+    }
+
+    fn run_keys(&self, op: Op, keys: &[&[u8]]) -> Result<BatchResult> {
+        PagedStore::run_keys(self, op, keys)
+    }
+
+    fn submit(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>) -> Result<u64> {
+        PagedStore::submit(self, op, keys, pages, lengths)
+    }
+
+    fn submit_keys(&self, op: Op, keys: &[&[u8]]) -> Result<u64> {
+        PagedStore::submit_keys(self, op, keys)
+    }
+
+    fn drain(&self) -> Result<Vec<BatchResult>> {
+        PagedStore::drain(self)
+    }
+
+    fn event_fd(&self) -> BorrowedFd<'_> {
+        self.engine.event_fd()
+    }
+
+    fn close(&self) {
+        PagedStore::close(self)
+    }
+
+    fn is_closed(&self) -> bool {
+        self.engine.is_closed()
+    }
+
+    fn num_workers(&self) -> usize {
+        self.engine.num_workers()
+    }
+
+    fn endpoint(&self) -> String {
+        self.engine.endpoint().to_owned()
+    }
+
+    fn local_engine(&self) -> Option<&TrackedEngine> {
+        Some(&self.engine)
+    }
 }

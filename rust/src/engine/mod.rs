@@ -36,7 +36,7 @@ mod worker;
 pub use batches::{BatchResult, Delivery};
 pub use buffers::Access;
 pub use records::Region;
-pub use submit::Ticket;
+pub use submit::{Ticket, check_batch_keys};
 pub use tiling::tile;
 
 use crate::arena::{Arena, ArenaError, ArenaSpec};

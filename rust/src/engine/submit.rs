@@ -156,27 +156,10 @@ impl Engine {
         if batch.items.len() > counter::COUNT_MASK as usize {
             return Err(Error::invalid("a batch holds at most 2^31 - 1 keys"));
         }
-        if matches!(batch.op, Op::Set | Op::Del) {
-            let mut seen = std::collections::HashMap::with_capacity(batch.items.len());
-            for (i, item) in batch.items.iter().enumerate() {
-                if let Some(first) = seen.insert(item.key, i) {
-                    let shown: String = String::from_utf8_lossy(item.key).chars().take(80).collect();
-                    return Err(Error::invalid(format!(
-                        "keys {first} and {i} are the same key ({shown:?}) in one {} batch, so which of them \
-                         wins would be undefined: send them in separate batches",
-                        batch.op.name()
-                    )));
-                }
-            }
-        }
+        let keys: Vec<&[u8]> = batch.items.iter().map(|item| item.key).collect();
+        check_batch_keys(batch.op, &keys)?;
         let needs_memory = matches!(batch.op, Op::Get | Op::Set);
         for (i, item) in batch.items.iter().enumerate() {
-            if item.key.len() > MAX_KEY_LEN {
-                return Err(Error::invalid(format!(
-                    "key {i} is {} bytes, longer than the limit of {MAX_KEY_LEN} bytes",
-                    item.key.len()
-                )));
-            }
             match (item.memory, needs_memory) {
                 (Memory::None, true) => {
                     return Err(Error::invalid(format!("key {i}: {} needs a page or a buffer", batch.op.name())));
@@ -271,4 +254,31 @@ impl Engine {
             self.shared.completion_event.signal();
         }
     }
+}
+
+/// The keys of a batch, before anything is sent: none too long, and none twice in a SET or DEL
+/// batch (which write would win is undefined).
+pub fn check_batch_keys(op: Op, keys: &[&[u8]]) -> Result<()> {
+    for (i, key) in keys.iter().enumerate() {
+        if key.len() > MAX_KEY_LEN {
+            return Err(Error::invalid(format!(
+                "key {i} is {} bytes, longer than the limit of {MAX_KEY_LEN} bytes",
+                key.len()
+            )));
+        }
+    }
+    if matches!(op, Op::Set | Op::Del) {
+        let mut seen = std::collections::HashMap::with_capacity(keys.len());
+        for (i, key) in keys.iter().enumerate() {
+            if let Some(first) = seen.insert(*key, i) {
+                let shown: String = String::from_utf8_lossy(key).chars().take(80).collect();
+                return Err(Error::invalid(format!(
+                    "keys {first} and {i} are the same key ({shown:?}) in one {} batch, so which of them wins \
+                     would be undefined: send them in separate batches",
+                    op.name()
+                )));
+            }
+        }
+    }
+    Ok(())
 }

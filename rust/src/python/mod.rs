@@ -1,6 +1,7 @@
 //! PyO3 bindings: `lmcache_resp._native`. They translate between Python objects and the core
 //! (keys, buffers, errors, the GIL); every decision is made in the core.
 
+mod bridge;
 mod buffers;
 mod client;
 mod connector;
@@ -63,6 +64,7 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::Page>()?;
     m.add_class::<connector::Connector>()?;
     m.add_class::<results::BatchResult>()?;
+    m.add_class::<bridge::Bridge>()?;
     m.add_class::<settings::PySettings>()?;
     m.add_class::<settings::PyEviction>()?;
     m.add_class::<settings::PySecret>()?;

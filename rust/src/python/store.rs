@@ -6,10 +6,11 @@ use super::facts::{capacity_dict, placement_dict};
 use super::results::{BatchResult, op_from_name};
 use super::settings::settings_of;
 use crate::arena::{Arena, PageHandle};
+use crate::bridge::BridgeClient;
 use crate::conn::Op;
 use crate::engine::EngineConfig;
 use crate::error::{Error, ErrorKind};
-use crate::store::PagedStore as CoreStore;
+use crate::store::{PageStore, PagedStore as CoreStore};
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -21,7 +22,8 @@ use std::sync::{Arc, Weak};
 
 #[pyclass(module = "lmcache_resp._native", frozen)]
 pub struct PagedStore {
-    store: Arc<CoreStore>,
+    /// The engine in this process, or a bridge's, reached through its socket.
+    store: Arc<dyn PageStore>,
 }
 
 /// One page of a store's arena. Supports the buffer protocol (writable, one dimension of
@@ -31,7 +33,7 @@ pub struct Page {
     handle: PageHandle,
     /// Keeps the memory mapped for views that outlive the store.
     _arena: Arc<Arena>,
-    store: Weak<CoreStore>,
+    store: Weak<dyn PageStore>,
     address: usize,
     size: usize,
     offset: u64,
@@ -55,13 +57,13 @@ fn page_handles<'py>(pages: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, Page>
 impl PagedStore {
     fn new_page(&self, handle: PageHandle) -> PyResult<Page> {
         let ptr = self.store.page_ptr(&handle).map_err(|e| to_py_err(&e))?;
-        let offset = self.store.pool().page_offset(&handle).map_err(|e| to_py_err(&Error::invalid(e.to_string())))?;
+        let offset = self.store.page_offset(&handle).map_err(|e| to_py_err(&e))?;
         Ok(Page {
             handle,
-            _arena: self.store.pool().arena().clone(),
+            _arena: self.store.arena().clone(),
             store: Arc::downgrade(&self.store),
             address: ptr as usize,
-            size: self.store.pool().page_size(),
+            size: self.store.page_size(),
             offset,
             exports: AtomicUsize::new(0),
         })
@@ -122,8 +124,22 @@ impl PagedStore {
         let mut config = EngineConfig::new(settings_of(settings)?);
         config.page_size = page_size;
         config.num_pages = num_pages;
-        let store = py.detach(|| CoreStore::start(config)).map_err(|e| to_py_err(&e))?;
-        Ok(PagedStore { store: Arc::new(store) })
+        let store: Arc<dyn PageStore> = Arc::new(py.detach(|| CoreStore::start(config)).map_err(|e| to_py_err(&e))?);
+        Ok(PagedStore { store })
+    }
+
+    /// A store over the page pool and I/O engine of the bridge listening at `path`.
+    #[staticmethod]
+    #[pyo3(signature = (path, *, timeout=10.0))]
+    fn attach(py: Python<'_>, path: std::path::PathBuf, timeout: f64) -> PyResult<Self> {
+        if !(timeout.is_finite() && timeout > 0.0) {
+            return Err(invalid_input(format!("timeout must be a positive number of seconds, got {timeout}")));
+        }
+        let client = py
+            .detach(|| BridgeClient::attach(&path, std::time::Duration::from_secs_f64(timeout)))
+            .map_err(|e| to_py_err(&e))?;
+        let store: Arc<dyn PageStore> = Arc::new(client);
+        Ok(PagedStore { store })
     }
 
     /// A free page, or None when the pool is exhausted.
@@ -145,7 +161,7 @@ impl PagedStore {
     fn free(&self, page: &Bound<'_, Page>) -> PyResult<()> {
         let page = page.get();
         let views = page.exports.load(Ordering::Acquire);
-        if views > 0 && self.store.pool().check(&page.handle).is_ok() {
+        if views > 0 && self.store.check(&page.handle).is_ok() {
             return Err(to_py_err(&Error::new(
                 ErrorKind::Page,
                 format!(
@@ -197,7 +213,7 @@ impl PagedStore {
     }
 
     fn event_fd(&self) -> i32 {
-        self.store.engine().event_fd().as_raw_fd()
+        self.store.event_fd().as_raw_fd()
     }
 
     fn close(&self, py: Python<'_>) {
@@ -206,71 +222,88 @@ impl PagedStore {
 
     #[getter]
     fn closed(&self) -> bool {
-        self.store.engine().is_closed()
+        self.store.is_closed()
     }
 
     #[getter]
     fn page_size(&self) -> usize {
-        self.store.pool().page_size()
+        self.store.page_size()
     }
 
     #[getter]
     fn num_pages(&self) -> usize {
-        self.store.pool().capacity()
+        self.store.num_pages()
     }
 
     #[getter]
-    fn free_pages(&self) -> usize {
-        self.store.pool().free_count()
+    fn free_pages(&self, py: Python<'_>) -> PyResult<usize> {
+        py.detach(|| self.store.free_pages()).map_err(|e| to_py_err(&e))
     }
 
     #[getter]
     fn num_workers(&self) -> usize {
-        self.store.engine().num_workers()
+        self.store.num_workers()
     }
 
     /// The arena's memfd (another process can map it through /proc/<pid>/fd/<fd>).
     #[getter]
     fn arena_fd(&self) -> i32 {
-        self.store.pool().arena().fd().as_fd().as_raw_fd()
+        self.store.arena().fd().as_fd().as_raw_fd()
     }
 
     #[getter]
     fn arena_name(&self) -> String {
-        self.store.pool().arena().name().to_owned()
+        self.store.arena().name().to_owned()
     }
 
     #[getter]
     fn arena_size(&self) -> usize {
-        self.store.pool().arena().size()
+        self.store.arena().size()
     }
 
     #[getter]
     fn endpoint(&self) -> String {
-        self.store.engine().endpoint().to_owned()
+        self.store.endpoint()
     }
 
     /// Where the I/O threads run and the arena lives, and why.
     #[getter]
     fn placement<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        placement_dict(py, self.store.engine().placement())
+        match self.store.local_engine() {
+            Some(engine) => placement_dict(py, engine.placement()),
+            None => {
+                let placed = lmcache_resp_numa::Placement {
+                    worker_cpus: Vec::new(),
+                    cpuset: Vec::new(),
+                    memory_node: None,
+                    explanation: vec![format!("the I/O threads run in the bridge process ({})", self.store.endpoint())],
+                };
+                placement_dict(py, &placed)
+            }
+        }
     }
 
     /// `(kernel thread id, planned CPU or None)` per I/O worker.
     #[getter]
     fn worker_threads(&self) -> Vec<(i32, Option<u32>)> {
-        self.store.engine().worker_threads()
+        self.store.local_engine().map(|e| e.worker_threads()).unwrap_or_default()
     }
 
     /// Capacity tracking figures, or None when tracking is off.
     #[getter]
     fn capacity_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        capacity_dict(py, self.store.engine())
+        match self.store.local_engine() {
+            Some(engine) => capacity_dict(py, engine),
+            None => Ok(None),
+        }
     }
 
     /// Pushes garbage into a worker's ring: the store must fail cleanly (tests only).
     fn _corrupt_ring_for_test(&self, worker: usize) -> PyResult<()> {
-        self.store.engine().corrupt_ring_for_test(worker).map_err(|e| to_py_err(&e))
+        match self.store.local_engine() {
+            Some(engine) => engine.corrupt_ring_for_test(worker).map_err(|e| to_py_err(&e)),
+            None => Err(invalid_input("the engine runs in the bridge process")),
+        }
     }
 }
 
@@ -285,13 +318,10 @@ impl Page {
     /// The page may be used: its store is open and it has not been freed.
     fn check_live(&self) -> PyResult<()> {
         let store = self.store.upgrade().ok_or_else(|| to_py_err(&Error::closed("the page's store")))?;
-        if store.engine().is_closed() {
+        if store.is_closed() {
             return Err(to_py_err(&Error::closed("the page's store")));
         }
-        store
-            .pool()
-            .check(&self.handle)
-            .map_err(|e| to_py_err(&Error::new(crate::error::ErrorKind::Page, e.to_string())))
+        store.check(&self.handle).map_err(|e| to_py_err(&e))
     }
 }
 

@@ -1,0 +1,275 @@
+"""The bridge (``python -m lmcache_resp.bridge``) with real client processes: several at once,
+one killed mid-batch, the bridge itself killed and restarted, a hostile client scribbling
+over its own rings, a client of another protocol version, a socket that is not a bridge, and
+credentials that never leave the bridge."""
+
+from __future__ import annotations
+
+import mmap
+import multiprocessing
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import RedisServer, pattern
+
+from lmcache_resp import InvalidInputError, PagedRespStore, PageError, RespConnectionError, RespError
+
+PAGE = 64 * 1024
+PAGES = 64
+
+
+class BridgeProcess:
+    def __init__(self, url: str, socket_path: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        self.socket = socket_path
+        self.log = socket_path.with_suffix(".log")
+        self.args = [sys.executable, "-m", "lmcache_resp.bridge", "--url", url, "--socket", str(socket_path),
+                     "--page-size", str(PAGE), "--num-pages", str(PAGES), "--num-workers", "2", *extra]
+        self.env = env
+        self.process: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        deadline = time.monotonic() + 20
+        while not self._listening():
+            assert self.process.poll() is None, self.log.read_text()
+            assert time.monotonic() < deadline, "the bridge did not start listening"
+            time.sleep(0.05)
+
+    def _listening(self) -> bool:
+        try:
+            with socket.socket(socket.AF_UNIX) as probe:
+                probe.connect(str(self.socket))
+            return True
+        except OSError:
+            return False
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        code = self.process.wait(20)
+        self.process = None
+        return code
+
+
+@pytest.fixture
+def bridge(redis_server: RedisServer, tmp_path: Path) -> Iterator[BridgeProcess]:
+    process = BridgeProcess(f"redis://127.0.0.1:{redis_server.port}", tmp_path / "bridge.sock")
+    yield process
+    if process.process is not None:
+        process.stop(signal.SIGKILL)
+
+
+def client_round_trip(socket_path: str, name: str, rounds: int, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    """One client process: its own keys, every byte checked, several rounds."""
+    try:
+        with PagedRespStore.attach(socket_path) as store:
+            pages = store.allocate_many(8)
+            keys = [f"{name}:{i}" for i in range(8)]
+            for round_ in range(rounds):
+                for i, page in enumerate(pages):
+                    page.write_bytes(pattern(PAGE, hash((name, round_, i)) & 0xFFFF))
+                store.put(keys, pages)
+                for page in pages:
+                    page.write_bytes(bytes(PAGE))
+                assert store.get(keys, pages) == [True] * 8
+                for i, page in enumerate(pages):
+                    assert bytes(page.byte_array) == pattern(PAGE, hash((name, round_, i)) & 0xFFFF), (name, i)
+        queue.put((name, "ok"))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        queue.put((name, f"{type(exc).__name__}: {exc}"))
+
+
+def test_several_client_processes_share_one_bridge(bridge: BridgeProcess, redis_server: RedisServer) -> None:
+    spawn = multiprocessing.get_context("spawn")
+    queue: multiprocessing.Queue = spawn.Queue()  # type: ignore[type-arg]
+    clients = [spawn.Process(target=client_round_trip, args=(str(bridge.socket), f"c{i}", 5, queue)) for i in range(4)]
+    for client in clients:
+        client.start()
+    outcomes = dict(queue.get(timeout=60) for _ in clients)
+    for client in clients:
+        client.join(30)
+    assert outcomes == {f"c{i}": "ok" for i in range(4)}, outcomes
+    assert redis_server.redis_py().dbsize() == 32
+    with PagedRespStore.attach(bridge.socket) as store:
+        assert store.free_pages == PAGES, "every client's pages went back to the pool"
+
+
+def killed_mid_batch(socket_path: str, ready: multiprocessing.Event) -> None:  # type: ignore[type-arg]
+    store = PagedRespStore.attach(socket_path)
+    pages = store.allocate_many(40)
+    for page in pages:
+        page.write_bytes(pattern(PAGE, 3))
+    while True:  # batches in flight until the parent kills this process
+        store.submit_put([f"doomed:{i}" for i in range(40)], pages)
+        ready.set()
+
+
+def test_a_client_killed_mid_batch_returns_its_pages_and_disturbs_nobody(bridge: BridgeProcess) -> None:
+    spawn = multiprocessing.get_context("spawn")
+    with PagedRespStore.attach(bridge.socket) as survivor:
+        mine = survivor.allocate_many(4)
+        ready = spawn.Event()
+        doomed = spawn.Process(target=killed_mid_batch, args=(str(bridge.socket), ready))
+        doomed.start()
+        assert ready.wait(30)
+        assert survivor.free_pages == PAGES - 44
+        os.kill(doomed.pid, signal.SIGKILL)
+        doomed.join(10)
+        deadline = time.monotonic() + 15
+        while survivor.free_pages != PAGES - 4:
+            assert time.monotonic() < deadline, f"the killed client's pages did not come back: {survivor.free_pages}"
+            time.sleep(0.05)
+        for i, page in enumerate(mine):
+            page.write_bytes(pattern(PAGE, 100 + i))
+        survivor.put([f"alive:{i}" for i in range(4)], mine)
+        assert survivor.get([f"alive:{i}" for i in range(4)], mine) == [True] * 4
+
+
+def test_the_bridge_killed_gives_every_client_an_error_at_once_and_a_restart_serves_again(
+    bridge: BridgeProcess,
+) -> None:
+    store = PagedRespStore.attach(bridge.socket)
+    pages = store.allocate_many(2)
+    store.put(["before"], pages[:1])
+    bridge.stop(signal.SIGKILL)
+    started = time.monotonic()
+    with pytest.raises(RespConnectionError, match="bridge"):
+        store.get(["before"], pages[:1])
+    with pytest.raises(RespConnectionError):
+        store.exists(["before"])
+    assert time.monotonic() - started < 2, "the error came at once"
+    store.close()
+    bridge.start()
+    with PagedRespStore.attach(bridge.socket) as again:
+        page = again.allocate_many(1)
+        assert again.get(["before"], page) == [True], "the server kept the data; the new bridge reads it"
+
+
+def test_sigterm_stops_the_bridge_cleanly(bridge: BridgeProcess) -> None:
+    store = PagedRespStore.attach(bridge.socket)
+    pages = store.allocate_many(8)
+    store.submit_put([f"late:{i}" for i in range(8)], pages)
+    assert bridge.stop(signal.SIGTERM) == 0
+    assert not bridge.socket.exists(), "the socket file is removed"
+    log = bridge.log.read_text()
+    assert "bridge: stopped" in log
+    with pytest.raises(RespError):
+        store.exists(["late:0"])
+
+
+# -- a raw client: the protocol seen from outside --------------------------------------------------
+
+MAGIC = b"LMCRBRDG"
+
+
+def hello(version: int = 1) -> bytes:
+    body = bytes([1]) + MAGIC + struct.pack("<II", version, os.getpid())
+    return struct.pack("<I", len(body)) + body
+
+
+def read_frame(sock: socket.socket) -> tuple[bytes, list[int]]:
+    head, fds, _flags, _addr = socket.recv_fds(sock, 4, 4)
+    while len(head) < 4:
+        head += sock.recv(4 - len(head))
+    (length,) = struct.unpack("<I", head)
+    body = b""
+    while len(body) < length:
+        body += sock.recv(length - len(body))
+    return body, fds
+
+
+def test_a_client_of_another_protocol_version_is_refused_saying_why(bridge: BridgeProcess) -> None:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(bridge.socket))
+        sock.sendall(hello(version=999))
+        body, fds = read_frame(sock)
+    assert body[0] == 3 and body[1:9] == MAGIC, body[:9]
+    assert b"protocol version 999 is not this bridge's (1)" in body
+    assert fds == []
+
+
+def test_a_hostile_client_scribbling_over_its_rings_alone_gets_an_error(bridge: BridgeProcess) -> None:
+    with PagedRespStore.attach(bridge.socket) as honest:
+        pages = honest.allocate_many(2)
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(bridge.socket))
+            sock.sendall(hello())
+            body, fds = read_frame(sock)
+            assert body[0] == 2 and len(fds) == 4
+            _pages_fd, rings_fd, doorbell_fd, _notifier_fd = fds
+            size = os.fstat(rings_fd).st_size
+            with mmap.mmap(rings_fd, size) as rings:
+                rings[4096:size] = b"\xff" * (size - 4096)  # over both rings, past the arena header
+            os.write(doorbell_fd, struct.pack("<Q", 1))
+            sock.settimeout(10)
+            notice, _ = read_frame(sock)
+            assert notice[0] == 10, notice[:1]  # Failed
+            assert b"the bridge dropped this client" in notice and b"corrupt" in notice
+            assert sock.recv(1) == b"", "then it closed the connection"
+            for fd in fds:
+                os.close(fd)
+        for i, page in enumerate(pages):
+            page.write_bytes(pattern(PAGE, i))
+        honest.put(["honest:0", "honest:1"], pages)
+        assert honest.get(["honest:0", "honest:1"], pages) == [True, True]
+
+
+@pytest.mark.parametrize("what", ["redis", "nothing", "silent"])
+def test_a_path_that_is_not_a_bridge_is_a_clear_error(unix_server: RedisServer, tmp_path: Path, what: str) -> None:
+    if what == "redis":
+        path = str(unix_server.unix_path)
+        message = "is not an lmcache-resp bridge"
+    elif what == "nothing":
+        path = str(tmp_path / "absent.sock")
+        message = "cannot attach to the bridge at"
+    else:
+        listener = socket.socket(socket.AF_UNIX)
+        path = str(tmp_path / "silent.sock")
+        listener.bind(path)
+        listener.listen()
+        message = "is not an lmcache-resp bridge"
+    with pytest.raises(RespConnectionError, match=message):
+        PagedRespStore.attach(path, timeout=1)
+
+
+def test_credentials_stay_in_the_bridge(secure_server: RedisServer, tmp_path: Path) -> None:
+    env = dict(os.environ, LMCACHE_RESP_PASSWORD="s3cret-default-pw")
+    process = BridgeProcess(f"redis://127.0.0.1:{secure_server.port}", tmp_path / "secure.sock", env=env)
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(process.socket))
+            sock.sendall(hello())
+            body, fds = read_frame(sock)
+            for fd in fds:
+                os.close(fd)
+        assert body[0] == 2 and b"s3cret" not in body
+        with PagedRespStore.attach(process.socket) as store:
+            assert store.settings is None and "s3cret" not in repr(store)
+            page = store.allocate_many(1)
+            page[0].write_bytes(b"x" * PAGE)
+            store.put(["through-the-bridge"], page)
+        assert secure_server.redis_py().get("through-the-bridge") == b"x" * PAGE
+        assert "s3cret" not in process.log.read_text()
+    finally:
+        process.stop(signal.SIGKILL)
+
+
+def test_a_client_names_only_its_own_pages(bridge: BridgeProcess) -> None:
+    with PagedRespStore.attach(bridge.socket) as one, PagedRespStore.attach(bridge.socket) as other:
+        theirs = other.allocate_many(1)
+        with pytest.raises(PageError, match="not one this client holds"):
+            one.put(["k"], theirs)
+        with pytest.raises(PageError):
+            one.free(theirs[0])
+        with pytest.raises(InvalidInputError, match="appears twice"):
+            other.get(["a", "b"], theirs * 2)

@@ -1,0 +1,105 @@
+//! The control socket between a bridge and a client: length-prefixed frames, and file
+//! descriptors passed alongside a frame (SCM_RIGHTS).
+
+use super::wire::{Control, MAX_FRAME};
+use crate::error::{Error, ErrorKind, Result};
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
+    recvmsg, sendmsg,
+};
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+/// The most descriptors one frame carries (the handshake's four).
+const MAX_FDS: usize = 4;
+
+/// Sends `message`, with `fds` attached to its first byte.
+pub fn send(stream: &UnixStream, message: &Control, fds: &[BorrowedFd<'_>]) -> Result<()> {
+    let frame = message.encode();
+    if fds.is_empty() {
+        return (&*stream).write_all(&frame).map_err(|e| lost(e.to_string()));
+    }
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(Error::invalid("too many descriptors for one frame"));
+    }
+    let sent =
+        sendmsg(stream, &[IoSlice::new(&frame)], &mut control, SendFlags::NOSIGNAL).map_err(|e| lost(e.to_string()))?;
+    (&*stream).write_all(&frame[sent..]).map_err(|e| lost(e.to_string()))
+}
+
+/// Receives one frame and any descriptors sent with it. `Ok(None)`: the peer closed the
+/// socket between frames.
+pub fn receive(stream: &UnixStream) -> Result<Option<(Control, Vec<OwnedFd>)>> {
+    let mut prefix = [0u8; 4];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let got = recvmsg(stream, &mut [IoSliceMut::new(&mut prefix)], &mut control, RecvFlags::CMSG_CLOEXEC)
+        .map_err(|e| lost(e.to_string()))?;
+    let mut fds = Vec::new();
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(received) = message {
+            fds.extend(received);
+        }
+    }
+    match got.bytes {
+        0 => return Ok(None),
+        4 => {}
+        n => (&*stream).read_exact(&mut prefix[n..]).map_err(|e| lost(e.to_string()))?,
+    }
+    let len = u32::from_le_bytes(prefix) as usize;
+    if len == 0 || len > MAX_FRAME {
+        return Err(protocol(format!("a control frame of {len} bytes")));
+    }
+    let mut body = vec![0u8; len];
+    (&*stream).read_exact(&mut body).map_err(|e| lost(e.to_string()))?;
+    let message = Control::decode(&body).map_err(protocol)?;
+    Ok(Some((message, fds)))
+}
+
+/// A request and its answer; a `Failed` answer is its error.
+pub fn call(stream: &UnixStream, request: &Control) -> Result<Control> {
+    send(stream, request, &[])?;
+    match receive(stream)? {
+        Some((Control::Failed { kind, message }, _)) => Err(super::wire::failed_error(kind, message)),
+        Some((reply, _)) => Ok(reply),
+        None => Err(lost("the bridge closed the connection".into())),
+    }
+}
+
+pub fn lost(why: String) -> Error {
+    Error::new(ErrorKind::Connection, format!("the bridge connection is lost: {why}"))
+}
+
+fn protocol(why: String) -> Error {
+    Error::new(ErrorKind::Protocol, format!("bridge protocol: {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn frames_and_descriptors_cross_a_socket_pair() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let memfd = rustix::fs::memfd_create("bridge-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::io::write(&memfd, b"through the socket").unwrap();
+        send(&a, &Control::Allocate { count: 3 }, &[memfd.as_fd()]).unwrap();
+        send(&a, &Control::Stats, &[]).unwrap();
+        let (message, fds) = receive(&b).unwrap().unwrap();
+        assert_eq!(message, Control::Allocate { count: 3 });
+        assert_eq!(fds.len(), 1);
+        let mut text = [0u8; 18];
+        rustix::io::pread(&fds[0], &mut text, 0).unwrap();
+        assert_eq!(&text, b"through the socket");
+        let (message, fds) = receive(&b).unwrap().unwrap();
+        assert_eq!(message, Control::Stats);
+        assert!(fds.is_empty());
+        drop(a);
+        assert!(receive(&b).unwrap().is_none(), "a closed peer reads as None");
+    }
+}

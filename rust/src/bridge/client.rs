@@ -1,0 +1,596 @@
+//! A client process's side of a bridge: the shared page pool mapped here, its own ring pair,
+//! and the same store operations as a local [`crate::store::PagedStore`].
+//!
+//! No credentials pass through here: the bridge holds them. If the bridge goes away, every
+//! waiting and every later call fails at once with a connection error; attaching again works
+//! once a bridge listens again.
+
+use super::channel::{self, lost};
+use super::wire::{self, Control, KeyEntry, NO_PAGE, PROTOCOL_VERSION, Submission, Welcome};
+use crate::arena::{Arena, PageHandle};
+use crate::conn::Op;
+use crate::engine::{BatchResult, check_batch_keys};
+use crate::error::{Error, ErrorKind, Result};
+use crate::ring::{Consumer, Producer, PushError};
+use crate::store::PageStore;
+use rustix::event::{PollFd, PollFlags, poll};
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long a waiter gives the bridge past a batch's deadline.
+const GRACE: Duration = Duration::from_secs(5);
+
+pub struct BridgeClient {
+    path: PathBuf,
+    control: Mutex<UnixStream>,
+    /// A second handle on the socket, to poll it for the bridge's end without the lock.
+    watch: UnixStream,
+    welcome: Welcome,
+    pages: Arc<Arena>,
+    _rings: Arc<Arena>,
+    submit: Mutex<Producer>,
+    collect: Mutex<Collect>,
+    doorbell: OwnedFd,
+    notifier: OwnedFd,
+    /// Pages this client holds: index -> generation.
+    owned: Mutex<HashMap<u32, u32>>,
+    /// This client's operations in flight per page.
+    busy: Vec<AtomicU32>,
+    next_batch: AtomicU64,
+    failure: OnceLock<Error>,
+    closed: AtomicBool,
+    owner_pid: u32,
+}
+
+struct Collect {
+    consumer: Consumer,
+    record: Vec<u8>,
+    /// Batches sent and not yet handed out.
+    pending: HashMap<u64, Pending>,
+    /// Finished batches for `drain`.
+    ready: VecDeque<BatchResult>,
+    /// Finished batches that a thread waits for.
+    waited: HashMap<u64, BatchResult>,
+}
+
+struct Pending {
+    /// A thread waits for it (it is kept from `drain`).
+    waited: bool,
+    op: Op,
+    keys: usize,
+    pages: Vec<u32>,
+}
+
+impl BridgeClient {
+    /// Connects to the bridge at `path`, says hello, and maps what it hands over.
+    pub fn attach(path: &Path, timeout: Duration) -> Result<BridgeClient> {
+        let not_a_bridge = |why: String| {
+            Error::new(ErrorKind::Connection, format!("{} is not an lmcache-resp bridge: {why}", path.display()))
+        };
+        let stream = UnixStream::connect(path).map_err(|e| {
+            Error::new(ErrorKind::Connection, format!("cannot attach to the bridge at {}: {e}", path.display()))
+        })?;
+        stream.set_read_timeout(Some(timeout)).map_err(|e| Error::os("socket timeout", e))?;
+        channel::send(&stream, &Control::Hello { version: PROTOCOL_VERSION, pid: std::process::id() }, &[])?;
+        let (welcome, fds) = match channel::receive(&stream) {
+            Ok(Some((Control::Welcome(welcome), fds))) if fds.len() == 4 => (welcome, fds),
+            Ok(Some((Control::Refused { reason }, _))) => {
+                return Err(Error::invalid(format!("the bridge at {} refused: {reason}", path.display())));
+            }
+            Ok(Some((other, _))) => return Err(not_a_bridge(format!("it answered {other:?}"))),
+            Ok(None) => return Err(not_a_bridge("it closed the connection without a word".into())),
+            Err(err) => return Err(not_a_bridge(err.message().to_owned())),
+        };
+        stream.set_read_timeout(None).map_err(|e| Error::os("socket timeout", e))?;
+        let [pages, rings, doorbell, notifier]: [OwnedFd; 4] = fds.try_into().expect("four descriptors");
+        let attach = |fd: OwnedFd, what: &str| {
+            Arena::attach(fd).map(Arc::new).map_err(|e| not_a_bridge(format!("its {what} is not an arena: {e}")))
+        };
+        let pages = attach(pages, "page pool")?;
+        let rings = attach(rings, "ring memory")?;
+        if pages.page_size() as u64 != welcome.page_size || pages.num_pages() as u64 != welcome.num_pages {
+            return Err(not_a_bridge("its page pool does not match its welcome".into()));
+        }
+        let (sub_base, sub_len, comp_base, comp_len) = rings.ring_region(0);
+        let owner: Arc<dyn std::any::Any + Send + Sync> = rings.clone();
+        let ring_err = |e: crate::ring::RingError| not_a_bridge(format!("its rings: {e}"));
+        // SAFETY: the regions lie inside the mapped ring arena (its header was validated by
+        // `attach`), initialized by the bridge before it sent the welcome. This client is the
+        // producer of the submission ring and the consumer of the completion ring, the
+        // bridge the other end of each.
+        let (submit, consumer) = unsafe {
+            (
+                Producer::attach(sub_base, sub_len, owner.clone()).map_err(ring_err)?,
+                Consumer::attach(comp_base, comp_len, owner).map_err(ring_err)?,
+            )
+        };
+        let watch = stream.try_clone().map_err(|e| Error::os("dup", e))?;
+        let num_pages = pages.num_pages();
+        Ok(BridgeClient {
+            path: path.to_path_buf(),
+            control: Mutex::new(stream),
+            watch,
+            welcome,
+            pages,
+            _rings: rings,
+            submit: Mutex::new(submit),
+            collect: Mutex::new(Collect {
+                consumer,
+                record: Vec::new(),
+                pending: HashMap::new(),
+                ready: VecDeque::new(),
+                waited: HashMap::new(),
+            }),
+            doorbell,
+            notifier,
+            owned: Mutex::new(HashMap::new()),
+            busy: (0..num_pages).map(|_| AtomicU32::new(0)).collect(),
+            next_batch: AtomicU64::new(1),
+            failure: OnceLock::new(),
+            closed: AtomicBool::new(false),
+            owner_pid: std::process::id(),
+        })
+    }
+
+    pub fn welcome(&self) -> &Welcome {
+        &self.welcome
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.welcome.timeout_ms)
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        if std::process::id() != self.owner_pid {
+            return Err(Error::new(
+                ErrorKind::Forked,
+                format!(
+                    "this store was attached by process {} and cannot be used in process {}, which inherited it \
+                     through fork(): attach again in this process",
+                    self.owner_pid,
+                    std::process::id()
+                ),
+            ));
+        }
+        if let Some(err) = self.failure.get() {
+            return Err(err.clone());
+        }
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::closed("the store"));
+        }
+        Ok(())
+    }
+
+    /// The bridge is gone (or dropped this client): every call from now on fails with why.
+    fn fail(&self, err: Error) -> Error {
+        let err = Error::new(ErrorKind::Connection, err.message().to_owned());
+        let _ = self.failure.set(err.clone());
+        self.failure.get().cloned().unwrap_or(err)
+    }
+
+    fn call(&self, request: &Control) -> Result<Control> {
+        let control = self.control.lock().unwrap_or_else(|p| p.into_inner());
+        channel::call(&control, request).map_err(|e| if e.kind() == ErrorKind::Connection { self.fail(e) } else { e })
+    }
+
+    fn handle(&self, index: u32, generation: u32) -> PageHandle {
+        PageHandle { pool_id: u64::from(self.welcome.client_id) | 1 << 63, index, generation }
+    }
+
+    fn lock_collect(&self) -> MutexGuard<'_, Collect> {
+        self.collect.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends a batch; `waited`: a thread will wait for it (it is kept from `drain`).
+    fn send(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>, waited: bool) -> Result<u64> {
+        self.check_usable()?;
+        check_batch_keys(op, keys)?;
+        let entries = self.entries(op, keys, pages, lengths)?;
+        let batch = self.next_batch.fetch_add(1, Ordering::Relaxed);
+        let submission = Submission { batch, op, exact_length: false, keys: entries };
+        let mut record = Vec::new();
+        submission.encode(&mut record);
+        let page_list: Vec<u32> = submission.keys.iter().filter(|k| k.page != NO_PAGE).map(|k| k.page).collect();
+        let mut producer = self.submit.lock().unwrap_or_else(|p| p.into_inner());
+        if !producer.record_fits(record.len()) {
+            return Err(Error::invalid(format!(
+                "a batch of {} keys ({} bytes described) does not fit the bridge's ring: split it",
+                keys.len(),
+                record.len()
+            )));
+        }
+        let pending = Pending { waited, op, keys: keys.len(), pages: page_list.clone() };
+        self.lock_collect().pending.insert(batch, pending);
+        for &page in &page_list {
+            self.busy[page as usize].fetch_add(1, Ordering::AcqRel);
+        }
+        let deadline = Instant::now() + self.timeout();
+        loop {
+            match producer.try_push(&[&record]) {
+                Ok(()) => break,
+                Err(PushError::Full) => {
+                    producer.publish();
+                    self.ring_doorbell();
+                    if let Err(err) = self.bridge_alive().and_then(|()| {
+                        if Instant::now() < deadline {
+                            Ok(())
+                        } else {
+                            Err(Error::new(ErrorKind::Timeout, "the bridge does not take batches"))
+                        }
+                    }) {
+                        self.unsend(batch, &page_list);
+                        return Err(err);
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Err(err) => {
+                    self.unsend(batch, &page_list);
+                    return Err(self.fail(Error::new(ErrorKind::Protocol, format!("submission ring: {err:?}"))));
+                }
+            }
+        }
+        producer.publish();
+        drop(producer);
+        self.ring_doorbell();
+        Ok(batch)
+    }
+
+    fn unsend(&self, batch: u64, pages: &[u32]) {
+        self.lock_collect().pending.remove(&batch);
+        self.release(pages);
+    }
+
+    fn release(&self, pages: &[u32]) {
+        for &page in pages {
+            self.busy[page as usize].fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    fn ring_doorbell(&self) {
+        let _ = rustix::io::write(&self.doorbell, &1u64.to_ne_bytes());
+    }
+
+    fn entries<'k>(
+        &self,
+        op: Op,
+        keys: &[&'k [u8]],
+        pages: &[PageHandle],
+        lengths: Option<&[u64]>,
+    ) -> Result<Vec<KeyEntry<'k>>> {
+        if !matches!(op, Op::Get | Op::Set) {
+            return Ok(keys.iter().map(|key| KeyEntry { key, page: NO_PAGE, generation: 0, len: 0 }).collect());
+        }
+        if keys.len() != pages.len() {
+            return Err(Error::invalid(format!("{} keys but {} pages", keys.len(), pages.len())));
+        }
+        if let Some(lengths) = lengths {
+            if op != Op::Set || lengths.len() != keys.len() {
+                return Err(Error::invalid("lengths apply to SET only, one per key"));
+            }
+        }
+        let page_size = self.welcome.page_size;
+        let mut seen = std::collections::HashSet::new();
+        keys.iter()
+            .zip(pages)
+            .enumerate()
+            .map(|(i, (key, page))| {
+                self.check(page).map_err(|e| e.context(format!("key {i}")))?;
+                let len = lengths.map_or(page_size, |l| l[i]);
+                if len > page_size {
+                    return Err(Error::invalid(format!(
+                        "key {i}: length {len} is larger than the page size {page_size}"
+                    )));
+                }
+                if op == Op::Get && !seen.insert(page.index) {
+                    return Err(Error::invalid(format!("page {} appears twice in one GET batch", page.index)));
+                }
+                Ok(KeyEntry { key, page: page.index, generation: page.generation, len })
+            })
+            .collect()
+    }
+
+    /// Files every completion the bridge posted; wakes other waiters if some are theirs.
+    fn collect(&self, collect: &mut Collect) -> Result<()> {
+        let mut filed = 0;
+        loop {
+            let Collect { consumer, record, .. } = collect;
+            match consumer.try_pop_into(record) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(err) => return Err(self.fail(Error::new(ErrorKind::Protocol, format!("completion ring: {err}")))),
+            }
+            let (id, op, outcomes) = wire::decode_batch_completion(&collect.record)
+                .map_err(|why| self.fail(Error::new(ErrorKind::Protocol, format!("bad completion: {why}"))))?;
+            let Some(pending) = collect.pending.remove(&id) else { continue };
+            self.release(&pending.pages);
+            let result = BatchResult { id, op, outcomes };
+            if pending.waited {
+                collect.waited.insert(id, result);
+            } else {
+                collect.ready.push_back(result);
+            }
+            filed += 1;
+        }
+        if filed > 0 {
+            collect.consumer.release();
+        }
+        Ok(())
+    }
+
+    /// Whether the bridge is still there: its socket has not closed, nor carried a notice.
+    fn bridge_alive(&self) -> Result<()> {
+        if let Some(err) = self.failure.get() {
+            return Err(err.clone());
+        }
+        let mut probe = [0u8; 1];
+        match rustix::net::recv(
+            &self.watch,
+            &mut probe,
+            rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
+        ) {
+            Ok((0, _)) => Err(self.fail(lost("the bridge went away".into()))),
+            Ok(_) => {
+                // The bridge speaks out of turn only to say it dropped this client.
+                let control = self.control.lock().unwrap_or_else(|p| p.into_inner());
+                let why = match channel::receive(&control) {
+                    Ok(Some((Control::Failed { message, .. }, _))) => message,
+                    _ => "the bridge closed the connection".into(),
+                };
+                Err(self.fail(lost(why)))
+            }
+            Err(rustix::io::Errno::AGAIN) => Ok(()),
+            Err(err) => Err(self.fail(lost(err.to_string()))),
+        }
+    }
+
+    /// Waits until the bridge posts something or goes away, at most `limit`.
+    fn wait_for_bridge(&self, limit: Duration) -> Result<()> {
+        let mut fds =
+            [PollFd::from_borrowed_fd(self.notifier.as_fd(), PollFlags::IN), PollFd::new(&self.watch, PollFlags::IN)];
+        let limit = limit.min(Duration::from_millis(50));
+        let timeout = rustix::event::Timespec { tv_sec: 0, tv_nsec: limit.as_nanos() as _ };
+        let _ = poll(&mut fds, Some(&timeout));
+        self.bridge_alive()
+    }
+
+    fn wait(&self, batch: u64) -> Result<BatchResult> {
+        let give_up = Instant::now() + self.timeout() + GRACE;
+        loop {
+            {
+                let mut collect = self.lock_collect();
+                self.reset_notifier();
+                let collected = self.collect(&mut collect);
+                if let Some(result) = collect.waited.remove(&batch) {
+                    self.resignal_if(&collect);
+                    return Ok(result);
+                }
+                self.resignal_if(&collect);
+                collected?;
+            }
+            let now = Instant::now();
+            if now >= give_up {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("batch {batch}: the bridge did not answer in time"),
+                ));
+            }
+            if let Err(err) = self.wait_for_bridge(give_up - now) {
+                self.abandon_all(&err);
+                return Err(err);
+            }
+        }
+    }
+
+    /// Others wait (or drain): leave the notifier set while results are theirs to take.
+    fn resignal_if(&self, collect: &Collect) {
+        if !collect.waited.is_empty() || !collect.ready.is_empty() {
+            let _ = rustix::io::write(&self.notifier, &1u64.to_ne_bytes());
+        }
+    }
+
+    fn reset_notifier(&self) {
+        let mut count = [0u8; 8];
+        let _ = rustix::io::read(&self.notifier, &mut count);
+    }
+
+    /// The bridge is gone: every batch still pending completes with `err`, key by key.
+    fn abandon_all(&self, err: &Error) {
+        let mut collect = self.lock_collect();
+        let pending: Vec<(u64, Pending)> = collect.pending.drain().collect();
+        for (id, pending) in pending {
+            self.release(&pending.pages);
+            let outcomes = vec![crate::conn::Outcome::Failed(err.clone()); pending.keys];
+            let failed = BatchResult { id, op: pending.op, outcomes };
+            if pending.waited {
+                collect.waited.insert(id, failed);
+            } else {
+                collect.ready.push_back(failed);
+            }
+        }
+        drop(collect);
+        let _ = rustix::io::write(&self.notifier, &1u64.to_ne_bytes());
+    }
+}
+
+impl PageStore for BridgeClient {
+    fn allocate(&self) -> Result<Option<PageHandle>> {
+        match self.allocate_many(1) {
+            Ok(mut pages) => Ok(pages.pop()),
+            Err(err) if err.kind() == ErrorKind::Page && err.message().starts_with("out of pages") => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    fn allocate_many(&self, n: usize) -> Result<Vec<PageHandle>> {
+        self.check_usable()?;
+        let count = u32::try_from(n).map_err(|_| Error::invalid("too many pages"))?;
+        match self.call(&Control::Allocate { count })? {
+            Control::Pages { pages } => {
+                let mut owned = self.owned.lock().unwrap_or_else(|p| p.into_inner());
+                Ok(pages
+                    .into_iter()
+                    .map(|(index, generation)| {
+                        owned.insert(index, generation);
+                        self.handle(index, generation)
+                    })
+                    .collect())
+            }
+            other => Err(Error::new(ErrorKind::Protocol, format!("the bridge answered {other:?} to an allocation"))),
+        }
+    }
+
+    fn free(&self, page: &PageHandle) -> Result<()> {
+        self.check_usable()?;
+        self.check(page)?;
+        if self.busy[page.index as usize].load(Ordering::Acquire) > 0 {
+            return Err(Error::new(
+                ErrorKind::Page,
+                format!(
+                    "page {} is in use by an operation in flight: free it once the operation completes",
+                    page.index
+                ),
+            ));
+        }
+        match self.call(&Control::Free { index: page.index, generation: page.generation })? {
+            Control::Freed => {
+                self.owned.lock().unwrap_or_else(|p| p.into_inner()).remove(&page.index);
+                Ok(())
+            }
+            other => Err(Error::new(ErrorKind::Protocol, format!("the bridge answered {other:?} to a free"))),
+        }
+    }
+
+    fn check(&self, page: &PageHandle) -> Result<()> {
+        let owned = self.owned.lock().unwrap_or_else(|p| p.into_inner());
+        match owned.get(&page.index) {
+            Some(&generation) if generation == page.generation && page.pool_id == self.handle(0, 0).pool_id => Ok(()),
+            _ => Err(Error::new(
+                ErrorKind::Page,
+                format!("page {} is not one this client holds (freed, or of another store)", page.index),
+            )),
+        }
+    }
+
+    fn page_ptr(&self, page: &PageHandle) -> Result<*mut u8> {
+        self.check(page)?;
+        Ok(self.pages.page_ptr(page.index as usize))
+    }
+
+    fn page_offset(&self, page: &PageHandle) -> Result<u64> {
+        self.check(page)?;
+        Ok(self.pages.page_offset(page.index as usize))
+    }
+
+    fn arena(&self) -> &Arc<Arena> {
+        &self.pages
+    }
+
+    fn page_size(&self) -> usize {
+        self.pages.page_size()
+    }
+
+    fn num_pages(&self) -> usize {
+        self.pages.num_pages()
+    }
+
+    fn free_pages(&self) -> Result<usize> {
+        self.check_usable()?;
+        match self.call(&Control::Stats)? {
+            Control::StatsReply { free_pages } => Ok(free_pages as usize),
+            other => Err(Error::new(ErrorKind::Protocol, format!("the bridge answered {other:?} to stats"))),
+        }
+    }
+
+    fn run(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>) -> Result<BatchResult> {
+        let batch = self.send(op, keys, pages, lengths, true)?;
+        self.wait(batch)
+    }
+
+    fn run_keys(&self, op: Op, keys: &[&[u8]]) -> Result<BatchResult> {
+        self.run(op, keys, &[], None)
+    }
+
+    fn submit(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>) -> Result<u64> {
+        self.send(op, keys, pages, lengths, false)
+    }
+
+    fn submit_keys(&self, op: Op, keys: &[&[u8]]) -> Result<u64> {
+        self.send(op, keys, &[], None, false)
+    }
+
+    fn drain(&self) -> Result<Vec<BatchResult>> {
+        if std::process::id() != self.owner_pid {
+            return self.check_usable().map(|()| Vec::new());
+        }
+        let mut collect = self.lock_collect();
+        self.reset_notifier();
+        let collected = self.collect(&mut collect);
+        if collected.is_err() || self.failure.get().is_some() {
+            drop(collect);
+            let err = self.failure.get().cloned().unwrap_or_else(|| lost("the bridge went away".into()));
+            self.abandon_all(&err);
+            collect = self.lock_collect();
+        }
+        let results = collect.ready.drain(..).collect();
+        if !collect.waited.is_empty() {
+            let _ = rustix::io::write(&self.notifier, &1u64.to_ne_bytes());
+        }
+        Ok(results)
+    }
+
+    fn event_fd(&self) -> BorrowedFd<'_> {
+        self.notifier.as_fd()
+    }
+
+    fn close(&self) {
+        if std::process::id() != self.owner_pid || self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // Every batch sent completes (the bridge answers each by its deadline) before the
+        // socket closes and the bridge takes the pages back.
+        let give_up = Instant::now() + self.timeout() + GRACE;
+        while Instant::now() < give_up && !self.lock_collect().pending.is_empty() {
+            let mut collect = self.lock_collect();
+            if self.collect(&mut collect).is_err() {
+                break;
+            }
+            let done = collect.pending.is_empty();
+            drop(collect);
+            if done || self.wait_for_bridge(give_up - Instant::now()).is_err() {
+                break;
+            }
+        }
+        let _ = self.control.lock().unwrap_or_else(|p| p.into_inner()).shutdown(std::net::Shutdown::Both);
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn num_workers(&self) -> usize {
+        self.welcome.num_workers as usize
+    }
+
+    fn endpoint(&self) -> String {
+        format!("bridge {} -> {}", self.path.display(), self.welcome.endpoint)
+    }
+
+    fn local_engine(&self) -> Option<&crate::capacity::TrackedEngine> {
+        None
+    }
+}
+
+impl Drop for BridgeClient {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,0 +1,430 @@
+//! What bridge and clients say to each other. Pure code: encoding and checked decoding.
+//!
+//! The control socket carries frames of `u32 length (LE) + kind + fields`: the handshake
+//! (with file descriptors passed alongside, SCM_RIGHTS), page allocation and freeing, and the
+//! bridge's reasons when it drops a client. The data path is the client's own ring pair in
+//! shared memory: one submission record per batch, one completion record per batch.
+//!
+//! Everything a client sends is untrusted: every decoder checks every length and count, and
+//! the bridge checks every page a batch names against the pages it gave that client.
+
+use crate::conn::{Op, Outcome};
+use crate::engine::records::{COMPLETION_HEADER_LEN, decode_completion, encode_completion};
+use crate::error::{Error, ErrorKind, Result};
+
+/// `b"LMCRBRDG"`: the first bytes of every handshake.
+pub const MAGIC: [u8; 8] = *b"LMCRBRDG";
+/// Bump on any incompatible change; a mismatch is refused with both numbers named.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// The largest control frame accepted (a page list of a whole pool stays far below).
+pub const MAX_FRAME: usize = 64 << 20;
+/// No page: EXISTS and DEL name only keys.
+pub const NO_PAGE: u32 = u32::MAX;
+
+/// Control messages, client to bridge and back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Control {
+    Hello {
+        version: u32,
+        pid: u32,
+    },
+    /// Sent with four fds: the page arena, the client's ring arena, the doorbell (the client
+    /// rings it after submitting), the notifier (the bridge rings it after completing).
+    Welcome(Welcome),
+    Refused {
+        reason: String,
+    },
+    Allocate {
+        count: u32,
+    },
+    /// `(index, generation)` of each page allocated.
+    Pages {
+        pages: Vec<(u32, u32)>,
+    },
+    Free {
+        index: u32,
+        generation: u32,
+    },
+    Freed,
+    /// The pool's free pages (a gauge of the shared pool).
+    Stats,
+    StatsReply {
+        free_pages: u64,
+    },
+    Failed {
+        kind: u8,
+        message: String,
+    },
+}
+
+/// What a client learns at the handshake. No credentials: they stay in the bridge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Welcome {
+    pub version: u32,
+    pub client_id: u32,
+    pub page_size: u64,
+    pub num_pages: u64,
+    pub num_workers: u32,
+    /// Every key of a batch completes within this many milliseconds of its submission.
+    pub timeout_ms: u64,
+    /// Where the bridge's I/O goes (`host:port`, `unix:/path`, `cluster ...`), for reprs.
+    pub endpoint: String,
+}
+
+const HELLO: u8 = 1;
+const WELCOME: u8 = 2;
+const REFUSED: u8 = 3;
+const ALLOCATE: u8 = 4;
+const PAGES: u8 = 5;
+const FREE: u8 = 6;
+const FREED: u8 = 7;
+const STATS: u8 = 8;
+const STATS_REPLY: u8 = 9;
+const FAILED: u8 = 10;
+
+impl Control {
+    /// The whole frame, length prefix included.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut body = Vec::new();
+        match self {
+            Control::Hello { version, pid } => {
+                body.push(HELLO);
+                body.extend_from_slice(&MAGIC);
+                put_u32(&mut body, *version);
+                put_u32(&mut body, *pid);
+            }
+            Control::Welcome(w) => {
+                body.push(WELCOME);
+                body.extend_from_slice(&MAGIC);
+                put_u32(&mut body, w.version);
+                put_u32(&mut body, w.client_id);
+                put_u64(&mut body, w.page_size);
+                put_u64(&mut body, w.num_pages);
+                put_u32(&mut body, w.num_workers);
+                put_u64(&mut body, w.timeout_ms);
+                put_str(&mut body, &w.endpoint);
+            }
+            Control::Refused { reason } => {
+                body.push(REFUSED);
+                body.extend_from_slice(&MAGIC);
+                put_str(&mut body, reason);
+            }
+            Control::Allocate { count } => {
+                body.push(ALLOCATE);
+                put_u32(&mut body, *count);
+            }
+            Control::Pages { pages } => {
+                body.push(PAGES);
+                put_u32(&mut body, pages.len() as u32);
+                for (index, generation) in pages {
+                    put_u32(&mut body, *index);
+                    put_u32(&mut body, *generation);
+                }
+            }
+            Control::Free { index, generation } => {
+                body.push(FREE);
+                put_u32(&mut body, *index);
+                put_u32(&mut body, *generation);
+            }
+            Control::Freed => body.push(FREED),
+            Control::Stats => body.push(STATS),
+            Control::StatsReply { free_pages } => {
+                body.push(STATS_REPLY);
+                put_u64(&mut body, *free_pages);
+            }
+            Control::Failed { kind, message } => {
+                body.push(FAILED);
+                body.push(*kind);
+                put_str(&mut body, message);
+            }
+        }
+        let mut frame = Vec::with_capacity(4 + body.len());
+        put_u32(&mut frame, body.len() as u32);
+        frame.extend_from_slice(&body);
+        frame
+    }
+
+    /// Decodes one frame's body (after its length prefix).
+    pub fn decode(body: &[u8]) -> Result<Control, String> {
+        let mut r = Reader::new(body);
+        let kind = r.u8()?;
+        let message = match kind {
+            HELLO | WELCOME | REFUSED => {
+                if r.bytes(MAGIC.len())? != MAGIC {
+                    return Err("not an lmcache-resp bridge handshake (bad magic)".into());
+                }
+                match kind {
+                    HELLO => Control::Hello { version: r.u32()?, pid: r.u32()? },
+                    WELCOME => Control::Welcome(Welcome {
+                        version: r.u32()?,
+                        client_id: r.u32()?,
+                        page_size: r.u64()?,
+                        num_pages: r.u64()?,
+                        num_workers: r.u32()?,
+                        timeout_ms: r.u64()?,
+                        endpoint: r.string()?,
+                    }),
+                    _ => Control::Refused { reason: r.string()? },
+                }
+            }
+            ALLOCATE => Control::Allocate { count: r.u32()? },
+            PAGES => {
+                let count = r.u32()? as usize;
+                if count > r.remaining() / 8 {
+                    return Err(format!("a page list of {count} entries overruns its frame"));
+                }
+                Control::Pages { pages: (0..count).map(|_| Ok((r.u32()?, r.u32()?))).collect::<Result<_, String>>()? }
+            }
+            FREE => Control::Free { index: r.u32()?, generation: r.u32()? },
+            FREED => Control::Freed,
+            STATS => Control::Stats,
+            STATS_REPLY => Control::StatsReply { free_pages: r.u64()? },
+            FAILED => Control::Failed { kind: r.u8()?, message: r.string()? },
+            other => return Err(format!("unknown control message {other}")),
+        };
+        r.finish()?;
+        Ok(message)
+    }
+}
+
+/// One key of a submitted batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyEntry<'a> {
+    pub key: &'a [u8],
+    /// The page (with its allocation's generation), or [`NO_PAGE`].
+    pub page: u32,
+    pub generation: u32,
+    /// SET: bytes of the page sent; GET: room in the page.
+    pub len: u64,
+}
+
+/// A batch as it crosses the submission ring.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Submission<'a> {
+    /// The client's id for the batch; echoed in its completion.
+    pub batch: u64,
+    pub op: Op,
+    pub exact_length: bool,
+    pub keys: Vec<KeyEntry<'a>>,
+}
+
+const ENTRY_HEADER: usize = 20;
+
+impl Submission<'_> {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.push(self.op as u8);
+        out.push(u8::from(self.exact_length));
+        out.extend_from_slice(&[0, 0]);
+        put_u32(out, self.keys.len() as u32);
+        put_u64(out, self.batch);
+        for entry in &self.keys {
+            put_u32(out, entry.page);
+            put_u32(out, entry.generation);
+            put_u64(out, entry.len);
+            put_u32(out, entry.key.len() as u32);
+            out.extend_from_slice(entry.key);
+        }
+    }
+}
+
+impl<'a> Submission<'a> {
+    /// Decodes a record written by a client: any malformation is an error naming it.
+    pub fn decode(record: &'a [u8], max_key_len: usize) -> Result<Submission<'a>, String> {
+        let mut r = Reader::new(record);
+        let op = Op::from_code(r.u8()?).filter(|op| *op != Op::Ping).ok_or("unknown operation")?;
+        let exact_length = match r.u8()? {
+            0 => false,
+            1 => true,
+            other => return Err(format!("bad exact-length flag {other}")),
+        };
+        r.bytes(2)?;
+        let count = r.u32()? as usize;
+        let batch = r.u64()?;
+        if count > r.remaining() / ENTRY_HEADER {
+            return Err(format!("{count} keys cannot fit a {}-byte record", record.len()));
+        }
+        let mut keys = Vec::with_capacity(count);
+        for i in 0..count {
+            let page = r.u32()?;
+            let generation = r.u32()?;
+            let len = r.u64()?;
+            let key_len = r.u32()? as usize;
+            if key_len > max_key_len {
+                return Err(format!("key {i} is {key_len} bytes, longer than {max_key_len}"));
+            }
+            keys.push(KeyEntry { key: r.bytes(key_len)?, page, generation, len });
+        }
+        r.finish()?;
+        Ok(Submission { batch, op, exact_length, keys })
+    }
+}
+
+/// A finished batch as it crosses the completion ring: its id, op, and one outcome per key.
+pub fn encode_batch_completion(batch: u64, op: Op, outcomes: &[Outcome], out: &mut Vec<u8>) {
+    out.clear();
+    put_u64(out, batch);
+    out.push(op as u8);
+    out.extend_from_slice(&[0, 0, 0]);
+    put_u32(out, outcomes.len() as u32);
+    for (i, outcome) in outcomes.iter().enumerate() {
+        let (header, message) = encode_completion(i as u64, outcome);
+        out.extend_from_slice(&header);
+        out.extend_from_slice(message.unwrap_or("").as_bytes());
+    }
+}
+
+pub fn decode_batch_completion(record: &[u8]) -> Result<(u64, Op, Vec<Outcome>), String> {
+    let mut r = Reader::new(record);
+    let batch = r.u64()?;
+    let op = Op::from_code(r.u8()?).ok_or("unknown operation")?;
+    r.bytes(3)?;
+    let count = r.u32()? as usize;
+    if count > r.remaining() / COMPLETION_HEADER_LEN {
+        return Err(format!("{count} outcomes cannot fit a {}-byte record", record.len()));
+    }
+    let mut outcomes = Vec::with_capacity(count);
+    for i in 0..count {
+        let rest = &record[r.at..];
+        let message_len = rest.get(12..16).map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize).unwrap_or(0);
+        let size = COMPLETION_HEADER_LEN.checked_add(message_len).ok_or("overflow")?;
+        let (tag, outcome) = decode_completion(r.bytes(size)?)?;
+        if tag != i as u64 {
+            return Err(format!("outcome {i} is tagged {tag}"));
+        }
+        outcomes.push(outcome);
+    }
+    r.finish()?;
+    Ok((batch, op, outcomes))
+}
+
+/// A control frame's error as the core error it carries.
+pub fn failed_error(kind: u8, message: String) -> Error {
+    Error::new(ErrorKind::from_code(kind).unwrap_or(ErrorKind::Protocol), message)
+}
+
+fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_str(out: &mut Vec<u8>, text: &str) {
+    put_u32(out, text.len() as u32);
+    out.extend_from_slice(text.as_bytes());
+}
+
+struct Reader<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(data: &'a [u8]) -> Reader<'a> {
+        Reader { data, at: 0 }
+    }
+
+    fn remaining(&self) -> usize {
+        self.data.len() - self.at
+    }
+
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).filter(|&end| end <= self.data.len()).ok_or_else(|| {
+            format!("{n} more bytes wanted at offset {} of a {}-byte message", self.at, self.data.len())
+        })?;
+        let bytes = &self.data[self.at..end];
+        self.at = end;
+        Ok(bytes)
+    }
+
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.bytes(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().unwrap()))
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().unwrap()))
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        let len = self.u32()? as usize;
+        String::from_utf8(self.bytes(len)?.to_vec()).map_err(|_| "text that is not UTF-8".to_string())
+    }
+
+    fn finish(&self) -> Result<(), String> {
+        if self.at == self.data.len() { Ok(()) } else { Err(format!("{} trailing bytes", self.data.len() - self.at)) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn control_messages_round_trip() {
+        let messages = [
+            Control::Hello { version: 1, pid: 42 },
+            Control::Welcome(Welcome {
+                version: 1,
+                client_id: 3,
+                page_size: 4 << 20,
+                num_pages: 512,
+                num_workers: 8,
+                timeout_ms: 10_000,
+                endpoint: "10.0.0.5:6379".into(),
+            }),
+            Control::Refused { reason: "protocol version 2, this bridge speaks 1".into() },
+            Control::Allocate { count: 7 },
+            Control::Pages { pages: vec![(1, 2), (3, 4)] },
+            Control::Free { index: 9, generation: 1 },
+            Control::Freed,
+            Control::Stats,
+            Control::StatsReply { free_pages: 17 },
+            Control::Failed { kind: ErrorKind::Page as u8, message: "out of pages".into() },
+        ];
+        for message in messages {
+            let frame = message.encode();
+            assert_eq!(u32::from_le_bytes(frame[..4].try_into().unwrap()) as usize, frame.len() - 4);
+            assert_eq!(Control::decode(&frame[4..]).unwrap(), message);
+            for cut in 0..frame.len() - 4 {
+                assert!(Control::decode(&frame[4..4 + cut]).is_err(), "{message:?} cut at {cut}");
+            }
+        }
+        assert!(Control::decode(b"\x01NOTMAGIC\x01\0\0\0\0\0\0\0").unwrap_err().contains("bad magic"));
+    }
+
+    #[test]
+    fn batches_and_completions_round_trip() {
+        let submission = Submission {
+            batch: 77,
+            op: Op::Get,
+            exact_length: true,
+            keys: vec![
+                KeyEntry { key: b"model@0@a", page: 3, generation: 9, len: 4096 },
+                KeyEntry { key: b"", page: 5, generation: 1, len: 0 },
+            ],
+        };
+        let mut record = Vec::new();
+        submission.encode(&mut record);
+        assert_eq!(Submission::decode(&record, 1024).unwrap(), submission);
+        assert!(Submission::decode(&record, 4).unwrap_err().contains("longer than 4"));
+        let outcomes = vec![Outcome::Hit(4096), Outcome::Failed(Error::invalid("page 5 is not yours"))];
+        encode_batch_completion(77, Op::Get, &outcomes, &mut record);
+        assert_eq!(decode_batch_completion(&record).unwrap(), (77, Op::Get, outcomes));
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics_the_decoders(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = Control::decode(&bytes);
+            let _ = Submission::decode(&bytes, 1 << 18);
+            let _ = decode_batch_completion(&bytes);
+        }
+    }
+}
