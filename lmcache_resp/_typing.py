@@ -38,8 +38,9 @@ class SettingsKwargs(TypedDict, total=False):
 
 
 class AdapterParams(SettingsKwargs, total=False):
-    """What LMCache may hand a connector: the settings, a URL, and its non-MP name for
-    ``num_workers``."""
+    """What LMCache may hand a connector: the settings, a URL, its non-MP name for
+    ``num_workers``, or a bridge's socket (then nothing else but ``timeout``)."""
 
     url: str | None
     resp_num_threads: int | None
+    bridge: str | None

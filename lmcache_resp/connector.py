@@ -5,6 +5,11 @@ LMCache builds it with keyword arguments only (``RespConnector(**adapter_params)
 memoryviews (any sizes, in bytes), never block on I/O, and are safe from several threads.
 Every batch completes, misses are False bits (never errors of the whole batch), failures of
 single keys name the key, and ``close()`` completes or fails everything in flight.
+
+``RespConnector(bridge=PATH)`` goes through a bridge (``python -m lmcache_resp.bridge``)
+instead of opening its own connections: the bridge holds the connections, the I/O threads and
+the credentials; each value is copied once between LMCache's buffer and a page of the bridge's
+arena (see docs/bridge.md).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from lmcache_resp._completions import CompletionRouter
 from lmcache_resp._lifecycle import Closeable
 from lmcache_resp._native import BatchResult
 from lmcache_resp._placement import log_placement
-from lmcache_resp.errors import ClosedError
+from lmcache_resp.errors import ClosedError, InvalidInputError
 from lmcache_resp.settings import RespSettings
 
 if TYPE_CHECKING:
@@ -47,6 +52,10 @@ class RespConnector(Closeable):
     """
 
     def __init__(self, *positional: Any, **params: Unpack[AdapterParams]) -> None:
+        bridge = params.pop("bridge", None)
+        if bridge:
+            self._attach(str(bridge), positional, dict(params))
+            return
         # Positionally, LMCache's C++ client's order: (host, port, num_workers, username, password).
         if len(positional) > len(_POSITIONAL):
             raise TypeError(f"RespConnector takes at most {len(_POSITIONAL)} positional arguments: {', '.join(_POSITIONAL)}")
@@ -64,13 +73,35 @@ class RespConnector(Closeable):
         connector._start(settings)
         return connector
 
+    @classmethod
+    def attach(cls, bridge: str, timeout: float = 10.0) -> RespConnector:
+        """A connector through the bridge listening at the Unix socket ``bridge``."""
+        connector = cls.__new__(cls)
+        connector._attach(bridge, (), {"timeout": timeout})
+        return connector
+
+    def _attach(self, bridge: str, positional: tuple[Any, ...], params: dict[str, Any]) -> None:
+        # The bridge owns every connection setting; only how long to wait for it applies here.
+        timeout = params.pop("timeout", None)
+        given = [name for name, value in params.items() if value not in (None, "", 0)]
+        if positional or given:
+            named = ", ".join(given) or "positional arguments"
+            raise InvalidInputError(
+                f"RespConnector(bridge=...): the bridge holds the connection settings; {named} cannot be set here "
+                "(set them where the bridge starts)"
+            )
+        self._settings: RespSettings | None = None
+        self._native = _native.Connector.attach(bridge, timeout=float(timeout) if timeout else 10.0)
+        self._router = CompletionRouter(self._native)
+        logger.info("RespConnector: through %s (%d I/O workers there)", self._native.endpoint, self._native.num_workers)
+
     def _start(self, settings: RespSettings) -> None:
         self._settings = settings
         logger.info("RespConnector: settings %s", settings.to_dict())
         self._native = _native.Connector(settings)
         self._router = CompletionRouter(self._native)
         logger.info(
-            "RespConnector: %d I/O workers to %s", self._native.num_workers, self._settings.endpoint
+            "RespConnector: %d I/O workers to %s", self._native.num_workers, settings.endpoint
         )
         log_placement("RespConnector", self._native.placement)
 
@@ -107,8 +138,13 @@ class RespConnector(Closeable):
         self._router.close(ClosedError("the connector was closed"))
 
     @property
-    def settings(self) -> RespSettings:
+    def settings(self) -> RespSettings | None:
+        """The connection settings; None through a bridge, which holds them."""
         return self._settings
+
+    @property
+    def endpoint(self) -> str:
+        return self._native.endpoint
 
     @property
     def capacity_stats(self) -> dict[str, Any] | None:
@@ -120,7 +156,6 @@ class RespConnector(Closeable):
     def placement(self) -> dict[str, Any]:
         return self._native.placement
 
-
     def __repr__(self) -> str:
         state = ", closed" if self._native.closed else ""
-        return f"RespConnector({self._settings.endpoint!r}, num_workers={self._native.num_workers}{state})"
+        return f"RespConnector({self._native.endpoint!r}, num_workers={self._native.num_workers}{state})"

@@ -11,6 +11,7 @@ import select
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -330,3 +331,54 @@ class LMCacheLikeDriver:
                 # Draining clears readiness.
                 assert not select.select([self.fd], [], [], 0)[0] or self.connector.drain_completions() == []
         return self.done.pop(future_id)
+
+
+# -- the bridge (python -m lmcache_resp.bridge) as a real process ------------------------------------
+
+PAGE = 64 * 1024
+PAGES = 64
+
+
+class BridgeProcess:
+    """`python -m lmcache_resp.bridge` in a process of its own, to start, kill and restart."""
+
+    def __init__(self, url: str, socket_path: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        self.socket = socket_path
+        self.log = socket_path.with_suffix(".log")
+        self.args = [sys.executable, "-m", "lmcache_resp.bridge", "--url", url, "--socket", str(socket_path),
+                     "--page-size", str(PAGE), "--num-pages", str(PAGES), "--num-workers", "2", *extra]
+        self.env = env
+        self.process: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        deadline = time.monotonic() + 20
+        while not self._listening():
+            assert self.process.poll() is None, self.log.read_text()
+            assert time.monotonic() < deadline, "the bridge did not start listening"
+            time.sleep(0.05)
+
+    def _listening(self) -> bool:
+        try:
+            with socket.socket(socket.AF_UNIX) as probe:
+                probe.connect(str(self.socket))
+            return True
+        except OSError:
+            return False
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        code = self.process.wait(20)
+        self.process = None
+        return code
+
+
+@pytest.fixture
+def bridge(redis_server: RedisServer, tmp_path: Path) -> Iterator[BridgeProcess]:
+    process = BridgeProcess(f"redis://127.0.0.1:{redis_server.port}", tmp_path / "bridge.sock")
+    yield process
+    if process.process is not None:
+        process.stop(signal.SIGKILL)

@@ -284,6 +284,48 @@ def test_password_is_taken_from_the_environment_and_never_shown(
     assert secure_server.redis_py().dbsize() == 0
 
 
+def test_bridge_fleets_side_by_side_on_a_users_server_with_a_password(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, secure_server: RedisServer
+) -> None:
+    """K processes through one bridge against K with a store each: every byte verified in every
+    child, the connections each fleet opened counted by the server, the password passed to the
+    bridge and the children through their environment only, and the user's server left empty."""
+    monkeypatch.setenv("LMCACHE_RESP_PASSWORD", "s3cret-default-pw")
+    status, out, err = run_main(capsys, *TINY, "--port", str(secure_server.port), "--bridge", "--clients", "2",
+                                "--num-workers", "2", "--ops", "set,get,exists,delete", "--json")
+    assert status == 0, out + err
+    assert "s3cret" not in out + err
+    doc = json.loads(out)
+    assert doc["verified"] is True and doc["config"]["bridge"] is True and doc["config"]["clients"] == 2
+    assert doc["verified_get_batches"] == 2 * 2 * 2  # (1 round + the warm-up) x 2 clients x 2 fleets
+    fleets = {c["name"]: c for c in doc["clients"]}
+    assert list(fleets) == ["bridge x2", "independent x2"]
+    # One engine of 2 workers for the host, against one per process.
+    assert fleets["bridge x2"]["description"].endswith("server connections opened: 2")
+    assert fleets["independent x2"]["description"].endswith("server connections opened: 4")
+    for fleet in fleets.values():
+        assert fleet["failure"] is None
+        assert set(fleet["ops"]) == {"set", "get", "exists", "delete"}
+        assert all(isinstance(fleet["ops"][op]["cpu_per_gb"], float) for op in ("set", "get"))
+    assert secure_server.redis_py().dbsize() == 0
+    status, out, err = run_main(capsys, *TINY, "--bridge", "--clients", "2")
+    assert status == 0, out + err
+    assert re.search(r"^  GET \(GB/s\)\s+\| [\d.]+\s+\| [\d.]+\s+\| [\d.]+x$", out, re.M), out
+    assert out.rstrip().splitlines()[-1] == "All tests passed"
+
+
+def test_bridge_fleet_options_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, message in [
+        (["--clients", "2"], "--clients needs --bridge"),
+        (["--bridge", "--sweep"], "--bridge compares the bridge with independent stores"),
+        (["--bridge", "--clients", "0"], "--clients: must be an integer in 1..64"),
+    ]:
+        with pytest.raises(SystemExit) as exited:
+            parse_options(argv)
+        assert exited.value.code == 2
+        assert message in capsys.readouterr().err
+
+
 def test_unreachable_server_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -5,69 +5,20 @@ credentials that never leave the bridge."""
 
 from __future__ import annotations
 
+import asyncio
 import mmap
 import multiprocessing
 import os
 import signal
 import socket
 import struct
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import RedisServer, pattern
+from conftest import PAGE, PAGES, BridgeProcess, RedisServer, pattern
 
-from lmcache_resp import InvalidInputError, PagedRespStore, PageError, RespConnectionError, RespError
-
-PAGE = 64 * 1024
-PAGES = 64
-
-
-class BridgeProcess:
-    def __init__(self, url: str, socket_path: Path, *extra: str, env: dict[str, str] | None = None) -> None:
-        self.socket = socket_path
-        self.log = socket_path.with_suffix(".log")
-        self.args = [sys.executable, "-m", "lmcache_resp.bridge", "--url", url, "--socket", str(socket_path),
-                     "--page-size", str(PAGE), "--num-pages", str(PAGES), "--num-workers", "2", *extra]
-        self.env = env
-        self.process: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    def start(self) -> None:
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env)
-        deadline = time.monotonic() + 20
-        while not self._listening():
-            assert self.process.poll() is None, self.log.read_text()
-            assert time.monotonic() < deadline, "the bridge did not start listening"
-            time.sleep(0.05)
-
-    def _listening(self) -> bool:
-        try:
-            with socket.socket(socket.AF_UNIX) as probe:
-                probe.connect(str(self.socket))
-            return True
-        except OSError:
-            return False
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        assert self.process is not None
-        self.process.send_signal(sig)
-        code = self.process.wait(20)
-        self.process = None
-        return code
-
-
-@pytest.fixture
-def bridge(redis_server: RedisServer, tmp_path: Path) -> Iterator[BridgeProcess]:
-    process = BridgeProcess(f"redis://127.0.0.1:{redis_server.port}", tmp_path / "bridge.sock")
-    yield process
-    if process.process is not None:
-        process.stop(signal.SIGKILL)
-
+from lmcache_resp import BatchError, InvalidInputError, PagedRespStore, PageError, RespConnectionError, RespError
 
 def client_round_trip(socket_path: str, name: str, rounds: int, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     """One client process: its own keys, every byte checked, several rounds."""
@@ -153,6 +104,26 @@ def test_the_bridge_killed_gives_every_client_an_error_at_once_and_a_restart_ser
     with PagedRespStore.attach(bridge.socket) as again:
         page = again.allocate_many(1)
         assert again.get(["before"], page) == [True], "the server kept the data; the new bridge reads it"
+
+
+def test_an_awaiting_batch_fails_at_once_when_the_bridge_dies(bridge: BridgeProcess) -> None:
+    """asyncio waits on the event fd only: the bridge's death must make it readable."""
+
+    async def scenario() -> None:
+        with PagedRespStore.attach(bridge.socket) as store:
+            pages = store.allocate_many(2)
+            assert bridge.process is not None
+            bridge.process.send_signal(signal.SIGSTOP)  # the batch stays in flight
+            waiting = asyncio.ensure_future(store.aget(["a", "b"], pages))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()
+            started = time.monotonic()
+            bridge.stop(signal.SIGKILL)
+            with pytest.raises(BatchError, match="2 of 2 keys failed: key 0: RespConnectionError: the bridge connection is lost"):
+                await asyncio.wait_for(waiting, 5)
+            assert time.monotonic() - started < 2, "the error came at once, not at the batch's timeout"
+
+    asyncio.run(scenario())
 
 
 def test_sigterm_stops_the_bridge_cleanly(bridge: BridgeProcess) -> None:

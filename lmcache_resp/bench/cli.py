@@ -118,6 +118,9 @@ class Options:
     cluster: int = 0
     shards: int = 0
     unix: bool = False
+    # K client processes through one bridge, side by side with K independent stores.
+    bridge: bool = False
+    clients: int = 1
 
     @property
     def embedded(self) -> bool:
@@ -245,6 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
     extra.add_argument("--compare", type=_choices(PEERS), default=(), help=f"peers side by side: comma list of {','.join(PEERS)}")
     extra.add_argument("--lmcache-python", metavar="PATH", help="a Python that can import LMCache's connector (lmcache_peer)")
     extra.add_argument("--ceiling", action="store_true", help="also measure the loopback socket ceiling (no Redis in the path)")
+    extra.add_argument("--bridge", action="store_true",
+                       help="K client processes through one bridge (python -m lmcache_resp.bridge) against K "
+                            "processes with a store each: throughput, connections, CPU per GB")
+    extra.add_argument("--clients", type=_int_in(1, 64), default=None, metavar="K",
+                       help="client processes for --bridge (default 1); each moves --num-keys keys per batch")
     return parser
 
 
@@ -271,6 +279,10 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
             parser.error("--lmcache-python is only used with --compare lmcache")
         if not (os.path.isfile(args.lmcache_python) and os.access(args.lmcache_python, os.X_OK)):
             parser.error(f"--lmcache-python: {args.lmcache_python!r} is not an executable file")
+    if args.clients is not None and not args.bridge:
+        parser.error("--clients needs --bridge")
+    if args.bridge and (sweep or args.compare or args.ceiling):
+        parser.error("--bridge compares the bridge with independent stores: it cannot be combined with --sweep, --compare or --ceiling")
     if args.plot is not None and not args.plot.parent.is_dir():
         parser.error(f"--plot: the folder {str(args.plot.parent)!r} does not exist")
     # $LMCACHE_RESP_PASSWORD (and $LMCACHE_RESP_USERNAME) are read when the connection is resolved.
@@ -299,6 +311,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         cluster=args.cluster,
         shards=args.shards,
         unix=args.unix,
+        bridge=args.bridge,
+        clients=args.clients or 1,
     )
     problem = _memory_problem(options)
     if problem is not None:
@@ -325,6 +339,9 @@ def _estimate_bytes(options: Options) -> int:
         batch = max(sweep_keys(options.num_keys, c) * c for c in (*options.sweep_chunks, options.chunk_bytes))
     else:
         batch = options.pool_bytes
+    if options.bridge:
+        # Both fleets' pools at once: the bridge's and the independent processes'.
+        batch = 2 * options.clients * options.pool_bytes
     copies = 1.0
     if options.embedded:
         copies += 1.1  # the server holds one client's values at a time, plus its own overhead
@@ -343,6 +360,7 @@ def _memory_problem(options: Options) -> str | None:
     return (
         f"this run needs about {needed / GiB:.1f} GiB (--num-keys {options.num_keys} x --chunk-mb "
         f"{options.chunk_bytes / MiB:g} = {options.pool_bytes / GiB:.2f} GiB of pages"
+        f"{f' per client, {options.clients} clients in each of 2 fleets' if options.bridge else ''}"
         f"{', a local server holding them' if options.embedded else ''}"
         f"{', peers keeping their own copies' if any(p in COPYING_PEERS for p in options.compare) else ''}), "
         f"more than {MEMORY_SHARE:.0%} of MemAvailable ({available / GiB:.1f} GiB): lower --num-keys or --chunk-mb"

@@ -65,6 +65,10 @@ def header_lines(options: Options) -> list[str]:
         workload = (f"sweep: chunk sizes {', '.join(format_size(c) for c in sorted(set(options.sweep_chunks)))} at "
                     f"{options.num_workers} workers; workers {', '.join(map(str, sorted(set(options.sweep_workers))))} at "
                     f"{format_size(options.chunk_bytes)}; up to {options.num_keys} keys per batch; {_plural(options.rounds, 'round')} per point after an untimed warm-up")
+    elif options.bridge:
+        workload = (f"workload: {options.clients} client processes, each {options.num_keys} keys x {format_size(options.chunk_bytes)} "
+                    f"per batch, all at once; {options.num_workers} I/O workers per engine, {_plural(options.rounds, 'round')} "
+                    f"after an untimed warm-up, ops {','.join(options.ops)}; rates are the host's aggregate")
     else:
         workload = (f"workload: {options.num_keys} keys x {format_size(options.chunk_bytes)} = {options.pool_bytes / GB:.3f} GB per "
                     f"batch (all keys in ONE call), {options.num_workers} I/O workers, {_plural(options.rounds, 'round')} after an untimed warm-up, ops "
@@ -96,8 +100,9 @@ def _ours_lines(result: RunResult) -> list[str]:
         lines.append(f"latency, ms ({count} single-key batches per op, timed one by one): " + "; ".join(parts))
     cpu = _cpu_parts(ours)
     if cpu:
-        lines.append("client CPU, seconds per GB (user+sys of this process, Rust I/O threads included; the server "
-                     "not counted): " + ", ".join(cpu))
+        whose = ("every client process and the bridge" if result.options.bridge
+                 else "this process, Rust I/O threads included")
+        lines.append(f"client CPU, seconds per GB (user+sys of {whose}; the server not counted): " + ", ".join(cpu))
     return lines
 
 
@@ -106,7 +111,7 @@ def _compare_lines(result: RunResult) -> list[str]:
         return []
     ours, peers = result.clients[0], result.clients[1:]
     lines = ["", f"side by side: same workload, same server, {_plural(result.options.rounds, 'round')}, order rotating per round "
-                 "(medians; ratio = lmcache_resp / peer)"]
+                 f"(medians; ratio = {ours.name} / peer)"]
     for client in result.clients:
         lines.append(f"  {client.name}: {client.description}")
     for name, why in result.unavailable.items():
@@ -271,6 +276,8 @@ def _json_base(options: Options) -> dict[str, Any]:
             "compare": list(options.compare),
             "sweep": options.sweep,
             "seed": options.seed,
+            "bridge": options.bridge,
+            "clients": options.clients,
         },
     }
 

@@ -13,6 +13,7 @@ from lmcache_resp.bench import report
 from lmcache_resp.bench.ceiling import measure_ceiling
 from lmcache_resp.bench.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BenchError, Options
 from lmcache_resp.bench.console import Console
+from lmcache_resp.bench.fleet import MODES, FleetDriver
 from lmcache_resp.bench.measure import Driver, run_rounds
 from lmcache_resp.bench.ours import OursDriver
 from lmcache_resp.bench.peers import make_peer
@@ -37,7 +38,12 @@ def run(options: Options, *, stdout: TextIO, stderr: TextIO) -> int:
             for line in report.header_lines(options):
                 console.say(line)
             try:
-                result = _sweep(options, target, ledger, console) if options.sweep else _standard(options, target, ledger, console)
+                if options.sweep:
+                    result = _sweep(options, target, ledger, console)
+                elif options.bridge:
+                    result = _fleets(options, target, ledger, console)
+                else:
+                    result = _standard(options, target, ledger, console)
             finally:
                 _delete_keys(ledger, target, console)
     except VerificationError as exc:
@@ -115,6 +121,32 @@ def _standard(options: Options, target: Target, ledger: KeyLedger, console: Cons
         # After the clients are closed: the probe keeps every core busy.
         console.progress.start("loopback ceiling")
         result.ceiling = measure_ceiling(options.chunk_bytes)
+    for line in report.standard_lines(result):
+        console.say(line)
+    console.say(report.verified_line(result))
+    return result
+
+
+def _fleets(options: Options, target: Target, ledger: KeyLedger, console: Console) -> report.RunResult:
+    """K processes through one bridge, then (order rotating per round) K with a store each."""
+    result = report.RunResult(options, target, ledger.prefix)
+    k = options.clients
+    drivers: list[Driver] = []
+    try:
+        for mode in MODES:
+            keys = [ledger.keys(f"{mode}{k}-c{i}", options.num_keys) for i in range(k)]
+            console.progress.start(f"starting the {mode} fleet")
+            drivers.append(FleetDriver(
+                mode, k, target, keys, chunk_bytes=options.chunk_bytes, num_workers=options.num_workers,
+                seed=options.seed, timeout=options.timeout, cpu_affinity=options.cpu_affinity,
+            ))
+        console.progress.add_total((options.rounds + 1) * len(drivers))
+        result.clients = run_rounds(drivers, options.ops, options.rounds, console)
+    finally:
+        _close_all(drivers, console)
+    gets = options.rounds + 1 if "get" in options.ops else 0
+    result.verified_get_batches = gets * k * len(drivers)
+    result.verified_bytes = result.verified_get_batches * options.num_keys * options.chunk_bytes
     for line in report.standard_lines(result):
         console.say(line)
     console.say(report.verified_line(result))

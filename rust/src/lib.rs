@@ -13,6 +13,7 @@ pub mod ceiling;
 pub mod client;
 pub mod cluster;
 pub mod conn;
+pub mod connector;
 pub mod engine;
 pub mod error;
 pub mod memory;

@@ -58,6 +58,14 @@ impl RawBuf {
         // cannot overlap caller-owned page memory.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len()) }
     }
+
+    /// Copies all of `src` to the start of this buffer.
+    pub fn copy_from(&self, src: &RawBuf) {
+        assert!(src.len <= self.len, "copy of {} bytes into a {}-byte buffer", src.len, self.len);
+        // SAFETY: both ranges are valid and not written by anyone else while this copy runs
+        // (`new`'s contract, for each); `copy` allows them to overlap.
+        unsafe { std::ptr::copy(src.ptr.as_ptr(), self.ptr.as_ptr(), src.len) }
+    }
 }
 
 /// Memory this process may use at most: the host's RAM, or less where its cgroup says so.
@@ -97,6 +105,18 @@ fn check_fits_in(bytes: u64, what: &str, limit: Option<u64>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copy_from_copies_the_whole_source_and_nothing_past_it() {
+        let mut src = *b"staged";
+        let mut dst = [0xAAu8; 8];
+        // SAFETY: both arrays outlive the RawBufs and nothing else touches them meanwhile.
+        let (from, to) = unsafe { (RawBuf::new(src.as_mut_ptr(), 6), RawBuf::new(dst.as_mut_ptr(), 8)) };
+        to.copy_from(&from);
+        assert_eq!(&dst, b"staged\xAA\xAA");
+        let too_big = std::panic::catch_unwind(|| from.copy_from(&to));
+        assert!(too_big.is_err(), "a source larger than the destination is refused");
+    }
 
     #[test]
     fn the_memory_limit_is_known_and_checked() {

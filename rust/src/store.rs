@@ -56,6 +56,19 @@ pub struct PagedStore {
     pages_lock: Mutex<()>,
 }
 
+/// SET takes a length per key (at most a page); so does a GET that reads only values of
+/// exactly that length. A plain GET receives up to a whole page.
+pub(crate) fn check_lengths(op: Op, keys: usize, lengths: Option<&[u64]>, exact_length: bool) -> Result<()> {
+    let Some(lengths) = lengths else { return Ok(()) };
+    if op != Op::Set && !(op == Op::Get && exact_length) {
+        return Err(Error::invalid("lengths apply to SET only: GET receives up to a whole page"));
+    }
+    if lengths.len() != keys {
+        return Err(Error::invalid(format!("{keys} keys but {} lengths", lengths.len())));
+    }
+    Ok(())
+}
+
 fn page_error(err: PoolError) -> Error {
     Error::new(ErrorKind::Page, err.to_string())
 }
@@ -133,14 +146,7 @@ impl PagedStore {
         if keys.len() != pages.len() {
             return Err(Error::invalid(format!("{} keys but {} pages", keys.len(), pages.len())));
         }
-        if let Some(lengths) = lengths {
-            if op != Op::Set {
-                return Err(Error::invalid("lengths apply to SET only: GET receives up to a whole page"));
-            }
-            if lengths.len() != keys.len() {
-                return Err(Error::invalid(format!("{} keys but {} lengths", keys.len(), lengths.len())));
-            }
-        }
+        check_lengths(op, keys.len(), lengths, false)?;
         let page_size = self.pool.page_size() as u64;
         let _guard = self.lock_pages();
         let mut items = Vec::with_capacity(keys.len());

@@ -12,7 +12,7 @@ use crate::conn::Op;
 use crate::engine::{BatchResult, check_batch_keys};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ring::{Consumer, Producer, PushError};
-use crate::store::PageStore;
+use crate::store::{PageStore, check_lengths};
 use rustix::event::{PollFd, PollFlags, poll};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -43,6 +43,8 @@ pub struct BridgeClient {
     busy: Vec<AtomicU32>,
     next_batch: AtomicU64,
     failure: OnceLock<Error>,
+    /// Set by the watcher thread when the bridge's end of the socket closes.
+    hung_up: Arc<AtomicBool>,
     closed: AtomicBool,
     owner_pid: u32,
 }
@@ -56,6 +58,15 @@ struct Collect {
     ready: VecDeque<BatchResult>,
     /// Finished batches that a thread waits for.
     waited: HashMap<u64, BatchResult>,
+}
+
+/// How a batch's completion is expected.
+#[derive(Clone, Copy)]
+struct Delivery {
+    /// GET: only a value of exactly the given length is read.
+    exact_length: bool,
+    /// A thread waits for it (it is kept from `drain`).
+    waited: bool,
 }
 
 struct Pending {
@@ -86,7 +97,11 @@ impl BridgeClient {
             Ok(None) => return Err(not_a_bridge("it closed the connection without a word".into())),
             Err(err) => return Err(not_a_bridge(err.message().to_owned())),
         };
-        stream.set_read_timeout(None).map_err(|e| Error::os("socket timeout", e))?;
+        // A bridge that stops answering (stopped, wedged) fails a control call after this
+        // long, and the client with it, rather than hanging it.
+        let answer_within = Some(Duration::from_millis(welcome.timeout_ms) + GRACE);
+        stream.set_read_timeout(answer_within).map_err(|e| Error::os("socket timeout", e))?;
+        stream.set_write_timeout(answer_within).map_err(|e| Error::os("socket timeout", e))?;
         let [pages, rings, doorbell, notifier]: [OwnedFd; 4] = fds.try_into().expect("four descriptors");
         let attach = |fd: OwnedFd, what: &str| {
             Arena::attach(fd).map(Arc::new).map_err(|e| not_a_bridge(format!("its {what} is not an arena: {e}")))
@@ -110,6 +125,8 @@ impl BridgeClient {
             )
         };
         let watch = stream.try_clone().map_err(|e| Error::os("dup", e))?;
+        let hung_up = Arc::new(AtomicBool::new(false));
+        watch_for_hang_up(&stream, &notifier, hung_up.clone())?;
         let num_pages = pages.num_pages();
         Ok(BridgeClient {
             path: path.to_path_buf(),
@@ -132,6 +149,7 @@ impl BridgeClient {
             busy: (0..num_pages).map(|_| AtomicU32::new(0)).collect(),
             next_batch: AtomicU64::new(1),
             failure: OnceLock::new(),
+            hung_up,
             closed: AtomicBool::new(false),
             owner_pid: std::process::id(),
         })
@@ -192,11 +210,29 @@ impl BridgeClient {
 
     /// Sends a batch; `waited`: a thread will wait for it (it is kept from `drain`).
     fn send(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>, waited: bool) -> Result<u64> {
+        self.send_batch(op, keys, pages, lengths, Delivery { exact_length: false, waited })
+    }
+
+    /// A GET that reads only values of exactly `lengths` bytes (any other length is a miss),
+    /// for [`super::StagedConnector`].
+    pub(super) fn submit_exact_get(&self, keys: &[&[u8]], pages: &[PageHandle], lengths: &[u64]) -> Result<u64> {
+        self.send_batch(Op::Get, keys, pages, Some(lengths), Delivery { exact_length: true, waited: false })
+    }
+
+    fn send_batch(
+        &self,
+        op: Op,
+        keys: &[&[u8]],
+        pages: &[PageHandle],
+        lengths: Option<&[u64]>,
+        delivery: Delivery,
+    ) -> Result<u64> {
+        let Delivery { exact_length, waited } = delivery;
         self.check_usable()?;
         check_batch_keys(op, keys)?;
-        let entries = self.entries(op, keys, pages, lengths)?;
+        let entries = self.entries(op, keys, pages, lengths, exact_length)?;
         let batch = self.next_batch.fetch_add(1, Ordering::Relaxed);
-        let submission = Submission { batch, op, exact_length: false, keys: entries };
+        let submission = Submission { batch, op, exact_length, keys: entries };
         let mut record = Vec::new();
         submission.encode(&mut record);
         let page_list: Vec<u32> = submission.keys.iter().filter(|k| k.page != NO_PAGE).map(|k| k.page).collect();
@@ -265,6 +301,7 @@ impl BridgeClient {
         keys: &[&'k [u8]],
         pages: &[PageHandle],
         lengths: Option<&[u64]>,
+        exact_length: bool,
     ) -> Result<Vec<KeyEntry<'k>>> {
         if !matches!(op, Op::Get | Op::Set) {
             return Ok(keys.iter().map(|key| KeyEntry { key, page: NO_PAGE, generation: 0, len: 0 }).collect());
@@ -272,11 +309,7 @@ impl BridgeClient {
         if keys.len() != pages.len() {
             return Err(Error::invalid(format!("{} keys but {} pages", keys.len(), pages.len())));
         }
-        if let Some(lengths) = lengths {
-            if op != Op::Set || lengths.len() != keys.len() {
-                return Err(Error::invalid("lengths apply to SET only, one per key"));
-            }
-        }
+        check_lengths(op, keys.len(), lengths, exact_length)?;
         let page_size = self.welcome.page_size;
         let mut seen = std::collections::HashSet::new();
         keys.iter()
@@ -421,6 +454,31 @@ impl BridgeClient {
     }
 }
 
+/// A thread that waits for the bridge's end of the socket to close (the bridge died or dropped
+/// this client) and then wakes the notifier: a client that only waits for its event fd (asyncio)
+/// learns of it at once, in its next `drain`. It ends when the socket closes on either side.
+fn watch_for_hang_up(stream: &UnixStream, notifier: &OwnedFd, hung_up: Arc<AtomicBool>) -> Result<()> {
+    let socket = stream.try_clone().map_err(|e| Error::os("dup", e))?;
+    let notifier = notifier.try_clone().map_err(|e| Error::os("dup", e))?;
+    let watch = move || {
+        let mut fds = [PollFd::new(&socket, PollFlags::RDHUP)];
+        loop {
+            match poll(&mut fds, None) {
+                Ok(_) if !fds[0].revents().is_empty() => break,
+                Ok(_) | Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => break,
+            }
+        }
+        hung_up.store(true, Ordering::Release);
+        let _ = rustix::io::write(&notifier, &1u64.to_ne_bytes());
+    };
+    std::thread::Builder::new()
+        .name("lmcache-resp-bridge-watch".into())
+        .spawn(watch)
+        .map(drop)
+        .map_err(|e| Error::os("spawning the bridge watcher", e))
+}
+
 impl PageStore for BridgeClient {
     fn allocate(&self) -> Result<Option<PageHandle>> {
         match self.allocate_many(1) {
@@ -531,6 +589,9 @@ impl PageStore for BridgeClient {
         if std::process::id() != self.owner_pid {
             return self.check_usable().map(|()| Vec::new());
         }
+        if self.hung_up.load(Ordering::Acquire) {
+            let _ = self.bridge_alive();
+        }
         let mut collect = self.lock_collect();
         self.reset_notifier();
         let collected = self.collect(&mut collect);
@@ -568,6 +629,11 @@ impl PageStore for BridgeClient {
             if done || self.wait_for_bridge(give_up - Instant::now()).is_err() {
                 break;
             }
+        }
+        if self.failure.get().is_none() {
+            // The pages are back in the pool when this returns (those of batches that did
+            // not finish in time follow when they do).
+            let _ = self.call(&Control::Detach);
         }
         let _ = self.control.lock().unwrap_or_else(|p| p.into_inner()).shutdown(std::net::Shutdown::Both);
     }

@@ -301,6 +301,7 @@ fn control_loop(shared: &Shared, client: &Client) {
             Control::Allocate { count } => allocate(shared, client, count as usize),
             Control::Free { index, generation } => free(shared, client, index, generation).map(|()| Control::Freed),
             Control::Stats => Ok(Control::StatsReply { free_pages: shared.pool.free_count() as u64 }),
+            Control::Detach => Ok(Control::Detached { pages: return_idle_pages(shared, client) }),
             other => Err(Error::new(ErrorKind::Protocol, format!("unexpected control message {other:?}"))),
         };
         let reply = reply.unwrap_or_else(|err| Control::Failed { kind: err.kind() as u8, message: err.to_string() });
@@ -320,6 +321,17 @@ fn allocate(shared: &Shared, client: &Client, count: usize) -> Result<Control> {
         pages.insert(handle.index, handle);
     }
     Ok(Control::Pages { pages: listed })
+}
+
+/// A leaving client's pages that no batch uses go back to the pool now; the others when
+/// their batches finish (see `retire_gone`).
+fn return_idle_pages(shared: &Shared, client: &Client) -> u32 {
+    let mut pages = client.pages.lock().unwrap_or_else(|p| p.into_inner());
+    let idle: Vec<u32> =
+        pages.keys().copied().filter(|&index| shared.busy[index as usize].load(Ordering::Acquire) == 0).collect();
+    let handles: Vec<PageHandle> = idle.iter().filter_map(|index| pages.remove(index)).collect();
+    let _ = shared.pool.free_many(&handles);
+    handles.len() as u32
 }
 
 fn free(shared: &Shared, client: &Client, index: u32, generation: u32) -> Result<()> {
@@ -429,9 +441,6 @@ fn submit(shared: &Shared, client: &Client, submission: &Submission<'_>) -> Opti
         Err(err) => return fail(err),
     };
     let pages: Vec<u32> = submission.keys.iter().filter(|k| k.page != NO_PAGE).map(|k| k.page).collect();
-    for &page in &pages {
-        shared.busy[page as usize].fetch_add(1, Ordering::AcqRel);
-    }
     let batch = Batch::new(submission.op, &items).with_exact_length(submission.exact_length);
     let mut routes = shared.routes.lock().unwrap_or_else(|p| p.into_inner());
     match shared.engine.submit(batch) {
@@ -447,13 +456,13 @@ fn submit(shared: &Shared, client: &Client, submission: &Submission<'_>) -> Opti
     }
 }
 
-/// The engine's items for a batch, after checking every page against the client's own.
+/// The engine's items for a batch, every page checked as the client's own and counted busy.
 fn checked_items<'a>(shared: &Shared, client: &Client, submission: &Submission<'a>) -> Result<Vec<Item<'a>>> {
     let needs_page = matches!(submission.op, Op::Get | Op::Set);
     let held = client.pages.lock().unwrap_or_else(|p| p.into_inner());
     let arena = shared.pool.arena();
     let mut seen = HashSet::new();
-    submission
+    let items = submission
         .keys
         .iter()
         .enumerate()
@@ -483,7 +492,13 @@ fn checked_items<'a>(shared: &Shared, client: &Client, submission: &Submission<'
             }
             Ok(Item { key, memory: Memory::Arena { offset: arena.page_offset(*page as usize), len: *len } })
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    // Counted busy before the client's page lock is let go: a free or detach on the client's
+    // control thread waits for that lock and then sees these pages busy.
+    for entry in submission.keys.iter().filter(|k| k.page != NO_PAGE) {
+        shared.busy[entry.page as usize].fetch_add(1, Ordering::AcqRel);
+    }
+    Ok(items)
 }
 
 fn release(shared: &Shared, pages: &[u32]) {

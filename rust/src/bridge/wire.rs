@@ -55,6 +55,12 @@ pub enum Control {
         kind: u8,
         message: String,
     },
+    /// The client is leaving: the bridge takes its idle pages back before answering, so they
+    /// are in the pool when `close()` returns.
+    Detach,
+    Detached {
+        pages: u32,
+    },
 }
 
 /// What a client learns at the handshake. No credentials: they stay in the bridge.
@@ -81,6 +87,8 @@ const FREED: u8 = 7;
 const STATS: u8 = 8;
 const STATS_REPLY: u8 = 9;
 const FAILED: u8 = 10;
+const DETACH: u8 = 11;
+const DETACHED: u8 = 12;
 
 impl Control {
     /// The whole frame, length prefix included.
@@ -137,6 +145,11 @@ impl Control {
                 body.push(*kind);
                 put_str(&mut body, message);
             }
+            Control::Detach => body.push(DETACH),
+            Control::Detached { pages } => {
+                body.push(DETACHED);
+                put_u32(&mut body, *pages);
+            }
         }
         let mut frame = Vec::with_capacity(4 + body.len());
         put_u32(&mut frame, body.len() as u32);
@@ -180,6 +193,8 @@ impl Control {
             STATS => Control::Stats,
             STATS_REPLY => Control::StatsReply { free_pages: r.u64()? },
             FAILED => Control::Failed { kind: r.u8()?, message: r.string()? },
+            DETACH => Control::Detach,
+            DETACHED => Control::Detached { pages: r.u32()? },
             other => return Err(format!("unknown control message {other}")),
         };
         r.finish()?;
@@ -387,6 +402,8 @@ mod tests {
             Control::Stats,
             Control::StatsReply { free_pages: 17 },
             Control::Failed { kind: ErrorKind::Page as u8, message: "out of pages".into() },
+            Control::Detach,
+            Control::Detached { pages: 12 },
         ];
         for message in messages {
             let frame = message.encode();

@@ -9,6 +9,7 @@ use crate::engine::EngineConfig;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[pyclass(module = "lmcache_resp._native", frozen)]
 pub struct Bridge {
@@ -94,4 +95,12 @@ impl Drop for Bridge {
     fn drop(&mut self) {
         Python::attach(|py| py.detach(|| self.server.stop()));
     }
+}
+
+/// How long an attaching client waits for the bridge's welcome.
+pub fn attach_timeout(seconds: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|t| !t.is_zero())
+        .ok_or_else(|| invalid_input(format!("timeout must be a positive number of seconds, got {seconds}")))
 }

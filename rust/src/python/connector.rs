@@ -1,24 +1,30 @@
-//! `_native.Connector`: the engine over the caller's own memory (LMCache's pinned pool).
-//! Buffers are taken during submit; their exporters are held until the batch is drained, so
-//! the memory cannot go away under a worker even if the caller drops its views.
+//! `_native.Connector`: batches over the caller's own memory (LMCache's pinned pool), through
+//! the engine in this process or through a bridge. Buffers are taken during submit; their
+//! exporters are held until the batch is drained, so the memory cannot go away under a worker
+//! even if the caller drops its views.
 
+use super::bridge::attach_timeout;
 use super::buffers::{Access, HeldBuffer, batch_list, key_bytes, key_list};
 use super::errors::{invalid_input, to_py_err};
-use super::facts::{capacity_dict, placement_dict};
+use super::facts::{corrupt_engine_ring, engine_capacity, engine_placement, engine_worker_threads};
 use super::results::{BatchResult, op_from_name};
 use super::settings::settings_of;
+use crate::bridge::StagedConnector;
 use crate::capacity::TrackedEngine;
 use crate::conn::Op;
-use crate::engine::{Batch, EngineConfig, Item, Memory};
+use crate::connector::BufferConnector;
+use crate::engine::EngineConfig;
+use crate::memory::RawBuf;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 #[pyclass(module = "lmcache_resp._native", frozen)]
 pub struct Connector {
-    engine: TrackedEngine,
+    connector: Box<dyn BufferConnector>,
     /// Buffers of submitted batches, by batch id, released when the batch is drained.
     held: Mutex<HashMap<u64, Vec<HeldBuffer>>>,
 }
@@ -32,7 +38,17 @@ impl Connector {
     fn new(py: Python<'_>, settings: &Bound<'_, PyAny>) -> PyResult<Self> {
         let config = EngineConfig::new(settings_of(settings)?);
         let engine = py.detach(|| TrackedEngine::start(config)).map_err(|e| to_py_err(&e))?;
-        Ok(Connector { engine, held: Mutex::new(HashMap::new()) })
+        Ok(Connector::over(Box::new(engine)))
+    }
+
+    /// A connector through the bridge listening at `path`: values are staged through pages of
+    /// the bridge's arena (one copy each way); the bridge holds the connections and credentials.
+    #[staticmethod]
+    #[pyo3(signature = (path, *, timeout=10.0))]
+    fn attach(py: Python<'_>, path: PathBuf, timeout: f64) -> PyResult<Self> {
+        let timeout = attach_timeout(timeout)?;
+        let staged = py.detach(|| StagedConnector::attach(&path, timeout)).map_err(|e| to_py_err(&e))?;
+        Ok(Connector::over(Box::new(staged)))
     }
 
     /// Submits a batch over caller buffers (GET: writable, and only a value of exactly the
@@ -71,20 +87,12 @@ impl Connector {
         if matches!(op, Op::Get | Op::Set) && held.len() != key_slices.len() {
             return Err(invalid_input(format!("{} keys but {} buffers", key_slices.len(), held.len())));
         }
-        let items: Vec<Item<'_>> = key_slices
-            .iter()
-            .enumerate()
-            .map(|(i, key)| match held.get(i) {
-                Some(buffer) => Item { key, memory: Memory::Buffer(buffer.raw()) },
-                None => Item::key_only(key),
-            })
-            .collect();
-        let batch = Batch::new(op, &items).with_exact_length(true);
+        let raws: Vec<RawBuf> = held.iter().map(HeldBuffer::raw).collect();
         // Holding the map across the submit means no drain can see the batch before its
         // buffers are filed.
         let outcome = py.detach(|| {
             let mut map = self.held.lock().unwrap_or_else(|p| p.into_inner());
-            match self.engine.submit(batch) {
+            match self.connector.submit(op, &key_slices, &raws) {
                 Ok(id) => {
                     if !held.is_empty() {
                         map.insert(id, held);
@@ -104,7 +112,7 @@ impl Connector {
     fn drain(&self, py: Python<'_>) -> PyResult<Vec<BatchResult>> {
         let (results, released) = py
             .detach(|| {
-                let results = self.engine.drain()?;
+                let results = self.connector.drain()?;
                 let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
                 let released: Vec<Vec<HeldBuffer>> = results.iter().filter_map(|r| held.remove(&r.id)).collect();
                 Ok((results, released))
@@ -116,53 +124,59 @@ impl Connector {
     }
 
     fn event_fd(&self) -> i32 {
-        self.engine.event_fd().as_raw_fd()
+        self.connector.event_fd().as_raw_fd()
     }
 
     fn close(&self, py: Python<'_>) {
-        py.detach(|| self.engine.close());
+        py.detach(|| self.connector.close());
     }
 
     #[getter]
     fn closed(&self) -> bool {
-        self.engine.is_closed()
+        self.connector.is_closed()
     }
 
     #[getter]
     fn num_workers(&self) -> usize {
-        self.engine.num_workers()
+        self.connector.num_workers()
     }
 
     #[getter]
     fn endpoint(&self) -> String {
-        self.engine.endpoint().to_owned()
+        self.connector.endpoint()
     }
 
     #[getter]
     fn placement<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        placement_dict(py, self.engine.placement())
+        engine_placement(py, self.connector.local_engine(), &self.connector.endpoint())
     }
 
     #[getter]
     fn worker_threads(&self) -> Vec<(i32, Option<u32>)> {
-        self.engine.worker_threads()
+        engine_worker_threads(self.connector.local_engine())
     }
 
     /// Capacity tracking figures, or None when tracking is off.
     #[getter]
     fn capacity_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        capacity_dict(py, &self.engine)
+        engine_capacity(py, self.connector.local_engine())
     }
 
     /// Pushes garbage into a worker's ring: the engine must fail cleanly (tests only).
     fn _corrupt_ring_for_test(&self, worker: usize) -> PyResult<()> {
-        self.engine.corrupt_ring_for_test(worker).map_err(|e| to_py_err(&e))
+        corrupt_engine_ring(self.connector.local_engine(), worker)
+    }
+}
+
+impl Connector {
+    fn over(connector: Box<dyn BufferConnector>) -> Connector {
+        Connector { connector, held: Mutex::new(HashMap::new()) }
     }
 }
 
 impl Drop for Connector {
     fn drop(&mut self) {
         // Closing waits for the workers: never with the GIL held.
-        Python::attach(|py| py.detach(|| self.engine.close()));
+        Python::attach(|py| py.detach(|| self.connector.close()));
     }
 }

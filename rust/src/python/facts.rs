@@ -1,5 +1,7 @@
-//! What an engine can tell about itself, as dicts: where it runs and what it tracks.
+//! What an engine can tell about itself, as dicts: where it runs and what it tracks. A store
+//! or connector attached to a bridge has no engine here: its answers say so.
 
+use super::errors::{invalid_input, to_py_err};
 use super::settings::policy_name;
 use crate::capacity::TrackedEngine;
 use lmcache_resp_numa::Placement;
@@ -31,4 +33,42 @@ pub fn capacity_dict<'py>(py: Python<'py>, engine: &TrackedEngine) -> PyResult<O
     out.set_item("trigger_watermark", config.trigger_watermark)?;
     out.set_item("eviction_ratio", config.eviction_ratio)?;
     Ok(Some(out))
+}
+
+/// The placement of `engine`, or, with none in this process, where the I/O threads are.
+pub fn engine_placement<'py>(
+    py: Python<'py>,
+    engine: Option<&TrackedEngine>,
+    endpoint: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    match engine {
+        Some(engine) => placement_dict(py, engine.placement()),
+        None => {
+            let elsewhere = Placement {
+                worker_cpus: Vec::new(),
+                cpuset: Vec::new(),
+                memory_node: None,
+                explanation: vec![format!("the I/O threads run in the bridge process ({endpoint})")],
+            };
+            placement_dict(py, &elsewhere)
+        }
+    }
+}
+
+pub fn engine_worker_threads(engine: Option<&TrackedEngine>) -> Vec<(i32, Option<u32>)> {
+    engine.map(|e| e.worker_threads()).unwrap_or_default()
+}
+
+pub fn engine_capacity<'py>(py: Python<'py>, engine: Option<&TrackedEngine>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    match engine {
+        Some(engine) => capacity_dict(py, engine),
+        None => Ok(None),
+    }
+}
+
+pub fn corrupt_engine_ring(engine: Option<&TrackedEngine>, worker: usize) -> PyResult<()> {
+    match engine {
+        Some(engine) => engine.corrupt_ring_for_test(worker).map_err(|e| to_py_err(&e)),
+        None => Err(invalid_input("the engine runs in the bridge process")),
+    }
 }

@@ -1,8 +1,9 @@
 //! `_native.PagedStore` and `_native.Page`: the paged store and zero-copy views of its pages.
 
+use super::bridge::attach_timeout;
 use super::buffers::{batch_list, key_bytes, key_list, lengths_of};
 use super::errors::{invalid_input, to_py_err};
-use super::facts::{capacity_dict, placement_dict};
+use super::facts::{corrupt_engine_ring, engine_capacity, engine_placement, engine_worker_threads};
 use super::results::{BatchResult, op_from_name};
 use super::settings::settings_of;
 use crate::arena::{Arena, PageHandle};
@@ -132,12 +133,8 @@ impl PagedStore {
     #[staticmethod]
     #[pyo3(signature = (path, *, timeout=10.0))]
     fn attach(py: Python<'_>, path: std::path::PathBuf, timeout: f64) -> PyResult<Self> {
-        if !(timeout.is_finite() && timeout > 0.0) {
-            return Err(invalid_input(format!("timeout must be a positive number of seconds, got {timeout}")));
-        }
-        let client = py
-            .detach(|| BridgeClient::attach(&path, std::time::Duration::from_secs_f64(timeout)))
-            .map_err(|e| to_py_err(&e))?;
+        let timeout = attach_timeout(timeout)?;
+        let client = py.detach(|| BridgeClient::attach(&path, timeout)).map_err(|e| to_py_err(&e))?;
         let store: Arc<dyn PageStore> = Arc::new(client);
         Ok(PagedStore { store })
     }
@@ -269,41 +266,24 @@ impl PagedStore {
     /// Where the I/O threads run and the arena lives, and why.
     #[getter]
     fn placement<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        match self.store.local_engine() {
-            Some(engine) => placement_dict(py, engine.placement()),
-            None => {
-                let placed = lmcache_resp_numa::Placement {
-                    worker_cpus: Vec::new(),
-                    cpuset: Vec::new(),
-                    memory_node: None,
-                    explanation: vec![format!("the I/O threads run in the bridge process ({})", self.store.endpoint())],
-                };
-                placement_dict(py, &placed)
-            }
-        }
+        engine_placement(py, self.store.local_engine(), &self.store.endpoint())
     }
 
     /// `(kernel thread id, planned CPU or None)` per I/O worker.
     #[getter]
     fn worker_threads(&self) -> Vec<(i32, Option<u32>)> {
-        self.store.local_engine().map(|e| e.worker_threads()).unwrap_or_default()
+        engine_worker_threads(self.store.local_engine())
     }
 
     /// Capacity tracking figures, or None when tracking is off.
     #[getter]
     fn capacity_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        match self.store.local_engine() {
-            Some(engine) => capacity_dict(py, engine),
-            None => Ok(None),
-        }
+        engine_capacity(py, self.store.local_engine())
     }
 
     /// Pushes garbage into a worker's ring: the store must fail cleanly (tests only).
     fn _corrupt_ring_for_test(&self, worker: usize) -> PyResult<()> {
-        match self.store.local_engine() {
-            Some(engine) => engine.corrupt_ring_for_test(worker).map_err(|e| to_py_err(&e)),
-            None => Err(invalid_input("the engine runs in the bridge process")),
-        }
+        corrupt_engine_ring(self.store.local_engine(), worker)
     }
 }
 
