@@ -106,6 +106,15 @@ def test_the_bridge_killed_gives_every_client_an_error_at_once_and_a_restart_ser
         assert again.get(["before"], page) == [True], "the server kept the data; the new bridge reads it"
 
 
+def stop_and_wait(pid: int) -> None:
+    """SIGSTOP, and wait until the kernel says the process is stopped (signals are async)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        assert time.monotonic() < deadline, "the bridge did not stop"
+        time.sleep(0.01)
+
+
 def test_an_awaiting_batch_fails_at_once_when_the_bridge_dies(bridge: BridgeProcess) -> None:
     """asyncio waits on the event fd only: the bridge's death must make it readable."""
 
@@ -113,7 +122,7 @@ def test_an_awaiting_batch_fails_at_once_when_the_bridge_dies(bridge: BridgeProc
         with PagedRespStore.attach(bridge.socket) as store:
             pages = store.allocate_many(2)
             assert bridge.process is not None
-            bridge.process.send_signal(signal.SIGSTOP)  # the batch stays in flight
+            stop_and_wait(bridge.process.pid)  # the batch stays in flight
             waiting = asyncio.ensure_future(store.aget(["a", "b"], pages))
             await asyncio.sleep(0.2)
             assert not waiting.done()
@@ -124,6 +133,24 @@ def test_an_awaiting_batch_fails_at_once_when_the_bridge_dies(bridge: BridgeProc
             assert time.monotonic() - started < 2, "the error came at once, not at the batch's timeout"
 
     asyncio.run(scenario())
+
+
+def test_a_stopped_bridge_fails_calls_at_their_deadline_instead_of_hanging(redis_server: RedisServer, tmp_path: Path) -> None:
+    bridge = BridgeProcess(f"redis://127.0.0.1:{redis_server.port}", tmp_path / "bridge.sock", "--timeout", "1")
+    try:
+        store = PagedRespStore.attach(bridge.socket)
+        pages = store.allocate_many(1)
+        assert bridge.process is not None
+        stop_and_wait(bridge.process.pid)
+        started = time.monotonic()
+        with pytest.raises(RespError):  # a control call: no answer within the timeout + 5 s grace
+            store.allocate_many(1)
+        with pytest.raises(RespError):  # and a batch
+            store.get(["k"], pages)
+        assert time.monotonic() - started < 15
+        store.close()
+    finally:
+        bridge.stop(signal.SIGKILL)
 
 
 def test_sigterm_stops_the_bridge_cleanly(bridge: BridgeProcess) -> None:

@@ -4,27 +4,18 @@
 
 use crate::capacity::TrackedEngine;
 use crate::conn::Op;
-use crate::engine::{Batch, BatchResult, Engine, Item, Memory};
+use crate::engine::{Batch, Item, Memory};
 use crate::error::{Error, Result};
+use crate::handle::EngineHandle;
 use crate::memory::RawBuf;
-use std::os::fd::BorrowedFd;
 
 /// What LMCache's native connector needs, wherever the engine runs.
 ///
 /// GET reads a value only when its length is exactly its buffer's (LMCache's chunks have fixed
 /// sizes): any other length is a miss. SET stores each buffer whole. EXISTS and DELETE take
 /// keys only. Every buffer stays valid until its batch is drained, as [`RawBuf::new`] promised.
-pub trait BufferConnector: Send + Sync {
+pub trait BufferConnector: EngineHandle {
     fn submit(&self, op: Op, keys: &[&[u8]], buffers: &[RawBuf]) -> Result<u64>;
-    fn drain(&self) -> Result<Vec<BatchResult>>;
-    /// Readable while finished batches wait to be drained.
-    fn event_fd(&self) -> BorrowedFd<'_>;
-    fn close(&self);
-    fn is_closed(&self) -> bool;
-    fn num_workers(&self) -> usize;
-    fn endpoint(&self) -> String;
-    /// The engine, when it runs in this process.
-    fn local_engine(&self) -> Option<&TrackedEngine>;
 }
 
 /// Checks the buffers against the operation: one per key for GET and SET, none otherwise.
@@ -49,33 +40,5 @@ impl BufferConnector for TrackedEngine {
             })
             .collect();
         TrackedEngine::submit(self, Batch::new(op, &items).with_exact_length(true))
-    }
-
-    fn drain(&self) -> Result<Vec<BatchResult>> {
-        TrackedEngine::drain(self)
-    }
-
-    fn event_fd(&self) -> BorrowedFd<'_> {
-        Engine::event_fd(self)
-    }
-
-    fn close(&self) {
-        Engine::close(self);
-    }
-
-    fn is_closed(&self) -> bool {
-        Engine::is_closed(self)
-    }
-
-    fn num_workers(&self) -> usize {
-        Engine::num_workers(self)
-    }
-
-    fn endpoint(&self) -> String {
-        Engine::endpoint(self).to_owned()
-    }
-
-    fn local_engine(&self) -> Option<&TrackedEngine> {
-        Some(self)
     }
 }

@@ -16,6 +16,7 @@ pub mod conn;
 pub mod connector;
 pub mod engine;
 pub mod error;
+pub mod handle;
 pub mod memory;
 pub mod net;
 pub mod placement;

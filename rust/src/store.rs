@@ -7,6 +7,7 @@ use crate::capacity::TrackedEngine;
 use crate::conn::Op;
 use crate::engine::{Batch, BatchResult, EngineConfig, Item, Memory};
 use crate::error::{Error, ErrorKind, Result};
+use crate::handle::EngineHandle;
 use std::collections::{HashMap, HashSet};
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -14,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What the Python store offers, whether its engine runs in this process ([`PagedStore`]) or
 /// in a bridge process ([`crate::bridge::BridgeClient`]).
-pub trait PageStore: Send + Sync {
+pub trait PageStore: EngineHandle {
     /// A free page, or None when the pool is exhausted.
     fn allocate(&self) -> Result<Option<PageHandle>>;
     /// `n` pages, or an error (and none allocated) if fewer are free.
@@ -34,15 +35,6 @@ pub trait PageStore: Send + Sync {
     fn run_keys(&self, op: Op, keys: &[&[u8]]) -> Result<BatchResult>;
     fn submit(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>) -> Result<u64>;
     fn submit_keys(&self, op: Op, keys: &[&[u8]]) -> Result<u64>;
-    fn drain(&self) -> Result<Vec<BatchResult>>;
-    /// Readable while submitted batches wait to be drained.
-    fn event_fd(&self) -> BorrowedFd<'_>;
-    fn close(&self);
-    fn is_closed(&self) -> bool;
-    fn num_workers(&self) -> usize;
-    fn endpoint(&self) -> String;
-    /// The engine, when it runs in this process.
-    fn local_engine(&self) -> Option<&TrackedEngine>;
 }
 
 pub struct PagedStore {
@@ -306,7 +298,9 @@ impl PageStore for PagedStore {
     fn submit_keys(&self, op: Op, keys: &[&[u8]]) -> Result<u64> {
         PagedStore::submit_keys(self, op, keys)
     }
+}
 
+impl EngineHandle for PagedStore {
     fn drain(&self) -> Result<Vec<BatchResult>> {
         PagedStore::drain(self)
     }

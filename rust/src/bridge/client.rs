@@ -11,6 +11,7 @@ use crate::arena::{Arena, PageHandle};
 use crate::conn::Op;
 use crate::engine::{BatchResult, check_batch_keys};
 use crate::error::{Error, ErrorKind, Result};
+use crate::handle::EngineHandle;
 use crate::ring::{Consumer, Producer, PushError};
 use crate::store::{PageStore, check_lengths};
 use rustix::event::{PollFd, PollFlags, poll};
@@ -584,7 +585,9 @@ impl PageStore for BridgeClient {
     fn submit_keys(&self, op: Op, keys: &[&[u8]]) -> Result<u64> {
         self.send(op, keys, &[], None, false)
     }
+}
 
+impl EngineHandle for BridgeClient {
     fn drain(&self) -> Result<Vec<BatchResult>> {
         if std::process::id() != self.owner_pid {
             return self.check_usable().map(|()| Vec::new());

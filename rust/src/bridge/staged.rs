@@ -15,6 +15,7 @@ use crate::conn::{Op, Outcome};
 use crate::connector::{BufferConnector, check_buffers};
 use crate::engine::BatchResult;
 use crate::error::{Error, ErrorKind, Result};
+use crate::handle::EngineHandle;
 use crate::memory::RawBuf;
 use crate::store::PageStore;
 use std::collections::HashMap;
@@ -152,7 +153,9 @@ impl BufferConnector for StagedConnector {
             _ => self.client.submit_keys(op, keys),
         }
     }
+}
 
+impl EngineHandle for StagedConnector {
     fn drain(&self) -> Result<Vec<BatchResult>> {
         let mut results = self.client.drain()?;
         let mut staged = lock(&self.staged);
