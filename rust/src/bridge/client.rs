@@ -9,6 +9,7 @@ use super::channel::{self, lost};
 use super::wire::{self, Control, KeyEntry, NO_PAGE, PROTOCOL_VERSION, Submission, Welcome};
 use crate::arena::{Arena, PageHandle};
 use crate::conn::Op;
+use crate::engine::notify::EventFd;
 use crate::engine::{BatchResult, check_batch_keys};
 use crate::error::{Error, ErrorKind, Result};
 use crate::handle::EngineHandle;
@@ -36,8 +37,8 @@ pub struct BridgeClient {
     _rings: Arc<Arena>,
     submit: Mutex<Producer>,
     collect: Mutex<Collect>,
-    doorbell: OwnedFd,
-    notifier: OwnedFd,
+    doorbell: EventFd,
+    notifier: EventFd,
     /// Pages this client holds: index -> generation.
     owned: Mutex<HashMap<u32, u32>>,
     /// This client's operations in flight per page.
@@ -104,6 +105,7 @@ impl BridgeClient {
         stream.set_read_timeout(answer_within).map_err(|e| Error::os("socket timeout", e))?;
         stream.set_write_timeout(answer_within).map_err(|e| Error::os("socket timeout", e))?;
         let [pages, rings, doorbell, notifier]: [OwnedFd; 4] = fds.try_into().expect("four descriptors");
+        let (doorbell, notifier) = (EventFd::from_owned(doorbell), EventFd::from_owned(notifier));
         let attach = |fd: OwnedFd, what: &str| {
             Arena::attach(fd).map(Arc::new).map_err(|e| not_a_bridge(format!("its {what} is not an arena: {e}")))
         };
@@ -154,14 +156,6 @@ impl BridgeClient {
             closed: AtomicBool::new(false),
             owner_pid: std::process::id(),
         })
-    }
-
-    pub fn welcome(&self) -> &Welcome {
-        &self.welcome
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     fn timeout(&self) -> Duration {
@@ -293,7 +287,7 @@ impl BridgeClient {
     }
 
     fn ring_doorbell(&self) {
-        let _ = rustix::io::write(&self.doorbell, &1u64.to_ne_bytes());
+        self.doorbell.signal();
     }
 
     fn entries<'k>(
@@ -427,13 +421,12 @@ impl BridgeClient {
     /// Others wait (or drain): leave the notifier set while results are theirs to take.
     fn resignal_if(&self, collect: &Collect) {
         if !collect.waited.is_empty() || !collect.ready.is_empty() {
-            let _ = rustix::io::write(&self.notifier, &1u64.to_ne_bytes());
+            self.notifier.signal();
         }
     }
 
     fn reset_notifier(&self) {
-        let mut count = [0u8; 8];
-        let _ = rustix::io::read(&self.notifier, &mut count);
+        self.notifier.reset();
     }
 
     /// The bridge is gone: every batch still pending completes with `err`, key by key.
@@ -451,14 +444,14 @@ impl BridgeClient {
             }
         }
         drop(collect);
-        let _ = rustix::io::write(&self.notifier, &1u64.to_ne_bytes());
+        self.notifier.signal();
     }
 }
 
 /// A thread that waits for the bridge's end of the socket to close (the bridge died or dropped
 /// this client) and then wakes the notifier: a client that only waits for its event fd (asyncio)
 /// learns of it at once, in its next `drain`. It ends when the socket closes on either side.
-fn watch_for_hang_up(stream: &UnixStream, notifier: &OwnedFd, hung_up: Arc<AtomicBool>) -> Result<()> {
+fn watch_for_hang_up(stream: &UnixStream, notifier: &EventFd, hung_up: Arc<AtomicBool>) -> Result<()> {
     let socket = stream.try_clone().map_err(|e| Error::os("dup", e))?;
     let notifier = notifier.try_clone().map_err(|e| Error::os("dup", e))?;
     let watch = move || {
@@ -471,7 +464,7 @@ fn watch_for_hang_up(stream: &UnixStream, notifier: &OwnedFd, hung_up: Arc<Atomi
             }
         }
         hung_up.store(true, Ordering::Release);
-        let _ = rustix::io::write(&notifier, &1u64.to_ne_bytes());
+        notifier.signal();
     };
     std::thread::Builder::new()
         .name("lmcache-resp-bridge-watch".into())
@@ -606,7 +599,7 @@ impl EngineHandle for BridgeClient {
         }
         let results = collect.ready.drain(..).collect();
         if !collect.waited.is_empty() {
-            let _ = rustix::io::write(&self.notifier, &1u64.to_ne_bytes());
+            self.notifier.signal();
         }
         Ok(results)
     }

@@ -13,12 +13,13 @@ use super::wire::{self, Control, KeyEntry, NO_PAGE, PROTOCOL_VERSION, Submission
 use crate::arena::{Arena, ArenaSpec, PageHandle, PagePool, RingRegionSpec};
 use crate::capacity::TrackedEngine;
 use crate::conn::{Op, Outcome};
+use crate::engine::notify::EventFd;
 use crate::engine::{Batch, BatchResult, EngineConfig, Item, MAX_KEY_LEN, Memory};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ring::{self, Consumer, Producer, PushError};
-use rustix::event::{EventfdFlags, PollFd, PollFlags, eventfd, poll};
+use rustix::event::{PollFd, PollFlags, poll};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -47,9 +48,9 @@ struct Shared {
     next_client: AtomicU32,
     stop: AtomicBool,
     /// Wakes the relay: a client came or went. The relay resets it.
-    wake: OwnedFd,
+    wake: EventFd,
     /// Set once, when the bridge stops; never reset, so every thread polling it sees it.
-    stopped: OwnedFd,
+    stopped: EventFd,
 }
 
 /// Where an engine batch's results go, and the pages it holds busy until then.
@@ -66,8 +67,8 @@ struct Client {
     /// Pages this client holds, by index.
     pages: Mutex<HashMap<u32, PageHandle>>,
     data: Mutex<ClientData>,
-    doorbell: OwnedFd,
-    notifier: OwnedFd,
+    doorbell: EventFd,
+    notifier: EventFd,
     /// Its socket closed (the process ended, or the bridge dropped it).
     gone: AtomicBool,
     _rings: Arc<Arena>,
@@ -94,8 +95,6 @@ impl BridgeServer {
         let engine = TrackedEngine::start(config)?;
         let arena = engine.pages().expect("an engine with pages").clone();
         let pool = PagePool::new(arena).map_err(|e| Error::invalid(e.to_string()))?;
-        let new_eventfd =
-            || eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).map_err(|e| Error::os("eventfd", e.into()));
         let (wake, stopped) = (new_eventfd()?, new_eventfd()?);
         let shared = Arc::new(Shared {
             engine,
@@ -138,7 +137,7 @@ impl BridgeServer {
     /// the results), drops the clients, and removes the socket file. Idempotent.
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::Release);
-        let _ = rustix::io::write(&self.shared.stopped, &1u64.to_ne_bytes());
+        self.shared.stopped.signal();
         self.shared.ring_wake();
         let threads: Vec<_> = self.threads.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
         for thread in threads {
@@ -185,7 +184,7 @@ impl Shared {
     }
 
     fn ring_wake(&self) {
-        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+        self.wake.signal();
     }
 
     fn stopping(&self) -> bool {
@@ -249,8 +248,6 @@ fn handshake(shared: &Arc<Shared>, stream: UnixStream) -> Result<()> {
             Producer::attach(comp_base, comp_len, owner).map_err(ring_err)?,
         )
     };
-    let new_eventfd =
-        || eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).map_err(|e| Error::os("eventfd", e.into()));
     let (doorbell, notifier) = (new_eventfd()?, new_eventfd()?);
     let timeout = shared.engine.timeout();
     let welcome = Welcome {
@@ -369,9 +366,9 @@ fn relay_loop(shared: &Shared) {
             let timeout = rustix::event::Timespec { tv_sec: 0, tv_nsec: if waiting { 1_000_000 } else { 200_000_000 } };
             let _ = poll(&mut fds, Some(&timeout));
         }
-        reset(&shared.wake);
+        shared.wake.reset();
         for client in &clients {
-            reset(&client.doorbell);
+            client.doorbell.reset();
             if !client.gone.load(Ordering::Acquire) {
                 pump(shared, client);
             }
@@ -388,9 +385,8 @@ fn lock_data(client: &Client) -> MutexGuard<'_, ClientData> {
     client.data.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn reset(fd: &OwnedFd) {
-    let mut count = [0u8; 8];
-    let _ = rustix::io::read(fd, &mut count);
+fn new_eventfd() -> Result<EventFd> {
+    EventFd::new().map_err(|e| Error::os("eventfd", e))
 }
 
 /// Takes the client's submitted batches: checks each, sends the good ones to the engine,
@@ -550,7 +546,7 @@ fn flush(client: &Client) {
     }
     if posted {
         data.completions.publish();
-        let _ = rustix::io::write(&client.notifier, &1u64.to_ne_bytes());
+        client.notifier.signal();
     }
 }
 

@@ -51,16 +51,6 @@ impl StagedConnector {
         })
     }
 
-    pub fn client(&self) -> &BridgeClient {
-        &self.client
-    }
-
-    /// Staging pages this connector holds (in flight or spare).
-    pub fn staging_pages(&self) -> usize {
-        let in_flight: usize = lock(&self.staged).values().map(|s| s.pages.len()).sum();
-        lock(&self.spare).len() + in_flight
-    }
-
     fn take_pages(&self, n: usize) -> Result<Vec<PageHandle>> {
         let mut spare = lock(&self.spare);
         if spare.len() < n {

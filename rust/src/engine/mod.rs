@@ -26,7 +26,7 @@ mod control;
 mod counter;
 #[cfg(all(test, loom))]
 mod loom_tests;
-mod notify;
+pub(crate) mod notify;
 pub mod records;
 mod route;
 mod submit;
