@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -308,6 +309,29 @@ def redis_cluster_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     cluster = RedisCluster(tmp_path_factory.mktemp("redis-cluster-replicas"), primaries=3, replicas=1)
     yield cluster
     cluster.stop()
+
+
+class ThreadTicks:
+    """Counts how often another Python thread gets to run (about every millisecond) while the
+    block runs: a call that holds the GIL starves it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick)
+
+    def _tick(self) -> None:
+        while not self._stop.is_set():
+            self.count += 1
+            time.sleep(0.001)
+
+    def __enter__(self) -> ThreadTicks:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 class LMCacheLikeDriver:

@@ -7,12 +7,11 @@ import mmap
 import os
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
 import pytest
-from conftest import RedisServer, free_port, pattern
+from conftest import RedisServer, ThreadTicks, free_port, pattern
 
 import lmcache_resp
 from lmcache_resp import (
@@ -236,30 +235,18 @@ def test_tcp_nodelay(redis_server: RedisServer) -> None:
 def test_timeout_bounds_every_call_and_releases_the_gil(redis_server: RedisServer) -> None:
     with client_for(redis_server, timeout=0.5) as client:
         redis_server.pause()
-        ticks = 0
-        stop = threading.Event()
-
-        def count() -> None:
-            nonlocal ticks
-            while not stop.is_set():
-                ticks += 1
-                time.sleep(0.001)
-
-        counter = threading.Thread(target=count)
-        counter.start()
-        started = time.monotonic()
         try:
-            with pytest.raises(RespTimeoutError) as info:
-                client.get("k", bytearray(10))
+            with ThreadTicks() as ticks:
+                started = time.monotonic()
+                with pytest.raises(RespTimeoutError) as info:
+                    client.get("k", bytearray(10))
+                elapsed = time.monotonic() - started
         finally:
-            elapsed = time.monotonic() - started
-            stop.set()
-            counter.join()
             redis_server.resume()
         assert isinstance(info.value, TimeoutError)
         assert 0.5 <= elapsed < 1.0
         # The other thread ran while the call waited: the GIL was released.
-        assert ticks > 100
+        assert ticks.count > 100
         client.set("after", b"recovered")
         assert redis_server.redis_py().get("after") == b"recovered"
 

@@ -8,11 +8,10 @@ import asyncio
 import mmap
 import multiprocessing
 import os
-import threading
 import time
 
 import pytest
-from conftest import RedisServer, pattern
+from conftest import RedisServer, ThreadTicks, pattern
 
 from lmcache_resp import (
     AuthenticationError,
@@ -259,30 +258,18 @@ def test_closing_waits_for_the_workers_without_holding_the_gil(redis_server: Red
     try:
         store.submit_get(["slow"], pages)
         time.sleep(0.1)
-        ticks = 0
-        stop = threading.Event()
-
-        def count() -> None:
-            nonlocal ticks
-            while not stop.is_set():
-                ticks += 1
-                time.sleep(0.001)
-
-        counter = threading.Thread(target=count)
-        counter.start()
-        started = time.monotonic()
-        if how == "close":
-            store.close()
-        else:
-            del pages
-            del store
-        took = time.monotonic() - started
-        stop.set()
-        counter.join()
+        with ThreadTicks() as ticks:
+            started = time.monotonic()
+            if how == "close":
+                store.close()
+            else:
+                del pages
+                del store
+            took = time.monotonic() - started
     finally:
         redis_server.resume()
     assert took > 0.5, "close waited for the GET on the wire"
-    assert ticks > 100, f"another Python thread ran only {ticks} times while close() waited: the GIL was held"
+    assert ticks.count > 100, f"another Python thread ran only {ticks.count} times while close() waited: the GIL was held"
 
 
 def test_authentication_errors_still_name_the_user_not_the_password(secure_server: RedisServer) -> None:

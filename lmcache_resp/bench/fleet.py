@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -33,6 +34,7 @@ from lmcache_resp.bench.cli import ALL_OPS, BenchError
 from lmcache_resp.bench.measure import OpSample
 from lmcache_resp.bench.target import Target
 from lmcache_resp.bench.workload import Mismatch, VerificationError
+from lmcache_resp.errors import RespError
 
 __all__ = ["MODES", "FleetDriver", "server_connections"]
 
@@ -128,6 +130,8 @@ class FleetDriver:
         self.timeout = timeout
         self.keys_per_client = len(keys[0])
         self._bridge: subprocess.Popen[bytes] | None = None
+        # The bridge's socket; None for independent stores.
+        self.socket: Path | None = None
         self._children: list[subprocess.Popen[bytes]] = []
         self._dir = Path(tempfile.mkdtemp(prefix="lmcache-resp-fleet-"))
         env = _credential_env(target)
@@ -168,7 +172,7 @@ class FleetDriver:
         self, index: int, target: Target, env: dict[str, str], keys: Sequence[str], seed: int, cpu_affinity: str | None
     ) -> None:
         config = {
-            "mode": self.mode, "socket": str(getattr(self, "socket", "")), "keys": list(keys),
+            "mode": self.mode, "socket": str(self.socket or ""), "keys": list(keys),
             "chunk_bytes": self.chunk_bytes, "seed": seed, "num_workers": self.num_workers,
             "cpu_affinity": cpu_affinity, "timeout": self.timeout, "name": f"{self.name}[{index}]",
             "connect": {k: v for k, v in target.connect_kwargs().items() if k not in ("username", "password")},
@@ -197,8 +201,6 @@ class FleetDriver:
         if "mismatches" in reply:
             raise VerificationError([Mismatch(**m) for m in reply["mismatches"]])
         if "error" in reply:
-            from lmcache_resp.errors import RespError
-
             raise RespError(f"{self.name}: client {index}: {reply['error']}")
         return reply
 
@@ -255,8 +257,6 @@ class FleetDriver:
 
 def _read_line(stream: IO[bytes], timeout: float) -> bytes:
     """One line, or b"" when the child exits; BenchError when it says nothing for ``timeout``."""
-    import select
-
     ready, _, _ = select.select([stream], [], [], timeout)
     if not ready:
         raise BenchError(f"a fleet client said nothing for {timeout:.0f} s")

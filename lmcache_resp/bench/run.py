@@ -121,10 +121,7 @@ def _standard(options: Options, target: Target, ledger: KeyLedger, console: Cons
         # After the clients are closed: the probe keeps every core busy.
         console.progress.start("loopback ceiling")
         result.ceiling = measure_ceiling(options.chunk_bytes)
-    for line in report.standard_lines(result):
-        console.say(line)
-    console.say(report.verified_line(result))
-    return result
+    return _reported(result, console)
 
 
 def _fleets(options: Options, target: Target, ledger: KeyLedger, console: Console) -> report.RunResult:
@@ -147,6 +144,11 @@ def _fleets(options: Options, target: Target, ledger: KeyLedger, console: Consol
     gets = options.rounds + 1 if "get" in options.ops else 0
     result.verified_get_batches = gets * k * len(drivers)
     result.verified_bytes = result.verified_get_batches * options.num_keys * options.chunk_bytes
+    return _reported(result, console)
+
+
+def _reported(result: report.RunResult, console: Console) -> report.RunResult:
+    """Says the side-by-side report and what was verified; returns the result."""
     for line in report.standard_lines(result):
         console.say(line)
     console.say(report.verified_line(result))

@@ -174,22 +174,7 @@ impl RedisServer {
     /// As [`RedisServer::raw_command`], authenticating with `password` (after the password
     /// was changed at runtime, say).
     pub fn raw_command_as(&self, password: Option<&str>, args: &[&[u8]]) -> Vec<u8> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
-        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut frame = Vec::new();
-        if let Some(password) = password {
-            encode(&mut frame, &[b"AUTH", password.as_bytes()]);
-        }
-        encode(&mut frame, args);
-        stream.write_all(&frame).unwrap();
-        stream.shutdown(std::net::Shutdown::Write).unwrap();
-        let mut reply = Vec::new();
-        stream.read_to_end(&mut reply).unwrap();
-        if password.is_some() {
-            assert!(reply.starts_with(b"+OK\r\n"), "AUTH failed: {:?}", String::from_utf8_lossy(&reply));
-            reply.drain(..5);
-        }
-        reply
+        raw_command_at("127.0.0.1", self.port, password, args)
     }
 
     /// A field of `INFO stats`.
@@ -199,6 +184,27 @@ impl RedisServer {
         let line = text.lines().find(|l| l.starts_with(&format!("{field}:"))).unwrap_or_else(|| panic!("no {field}"));
         line.split(':').nth(1).unwrap().trim().parse().unwrap()
     }
+}
+
+/// One command over a fresh socket to `host:port` (after AUTH with `password`, whose `+OK` is
+/// checked and dropped); the raw reply bytes.
+fn raw_command_at(host: &str, port: u16, password: Option<&str>, args: &[&[u8]]) -> Vec<u8> {
+    let mut stream = TcpStream::connect((host, port)).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut frame = Vec::new();
+    if let Some(password) = password {
+        encode(&mut frame, &[b"AUTH", password.as_bytes()]);
+    }
+    encode(&mut frame, args);
+    stream.write_all(&frame).unwrap();
+    stream.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut reply = Vec::new();
+    stream.read_to_end(&mut reply).unwrap();
+    if password.is_some() {
+        assert!(reply.starts_with(b"+OK\r\n"), "AUTH failed: {:?}", String::from_utf8_lossy(&reply));
+        reply.drain(..5);
+    }
+    reply
 }
 
 fn encode(frame: &mut Vec<u8>, args: &[&[u8]]) {
@@ -404,22 +410,7 @@ impl RedisCluster {
 
     /// Sends one command to `node` over a raw socket and returns the raw reply bytes.
     pub fn raw_command(&self, node: &ClusterNode, args: &[&[u8]]) -> Vec<u8> {
-        let mut stream = TcpStream::connect((node.host.as_str(), node.port)).expect("connect");
-        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut frame = Vec::new();
-        if let Some(password) = &self.password {
-            encode(&mut frame, &[b"AUTH", password.as_bytes()]);
-        }
-        encode(&mut frame, args);
-        stream.write_all(&frame).unwrap();
-        stream.shutdown(std::net::Shutdown::Write).unwrap();
-        let mut reply = Vec::new();
-        stream.read_to_end(&mut reply).unwrap();
-        if self.password.is_some() {
-            assert!(reply.starts_with(b"+OK\r\n"), "AUTH failed: {:?}", String::from_utf8_lossy(&reply));
-            reply.drain(..5);
-        }
-        reply
+        raw_command_at(&node.host, node.port, self.password.as_deref(), args)
     }
 
     /// Runs `redis-cli -c` (following redirects, as a cluster client) against the seed node;

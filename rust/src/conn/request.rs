@@ -119,11 +119,26 @@ impl Request {
             Op::Get | Op::Set => Some(data.expect("GET and SET need a buffer")),
             _ => None,
         };
+        Request { tag, data, ..Request::unsent(Kind::User(op), command.header(), deadline) }
+    }
+
+    /// Any command (encoded whole in `frame`); its reply comes back as [`Outcome::Reply`].
+    pub fn command(frame: Vec<u8>, tag: u64, deadline: Instant) -> Request {
+        Request { tag, ..Request::unsent(Kind::Command, frame, deadline) }
+    }
+
+    /// The `ASKING` that must precede a request redirected by `-ASK`.
+    pub fn asking(deadline: Instant) -> Request {
+        Request::unsent(Kind::Asking, crate::resp::Command::Asking.header(), deadline)
+    }
+
+    /// A request of `kind` with no tag or data, never sent yet.
+    fn unsent(kind: Kind, header: Vec<u8>, deadline: Instant) -> Request {
         Request {
-            kind: Kind::User(op),
-            tag,
-            header: command.header(),
-            data,
+            kind,
+            tag: 0,
+            header,
+            data: None,
             deadline,
             attempts: 0,
             exact_length: false,
@@ -131,22 +146,6 @@ impl Request {
             reroutes: 0,
             slot: 0,
         }
-    }
-
-    /// Any command (encoded whole in `frame`); its reply comes back as [`Outcome::Reply`].
-    pub fn command(frame: Vec<u8>, tag: u64, deadline: Instant) -> Request {
-        Request { kind: Kind::Command, ..Request::handshake(Step::Ping, frame, deadline) }.with_tag(tag)
-    }
-
-    /// The `ASKING` that must precede a request redirected by `-ASK`.
-    pub fn asking(deadline: Instant) -> Request {
-        let frame = crate::resp::Command::Asking.header();
-        Request { kind: Kind::Asking, ..Request::handshake(Step::Ping, frame, deadline) }
-    }
-
-    fn with_tag(mut self, tag: u64) -> Request {
-        self.tag = tag;
-        self
     }
 
     /// The request on another connection: its sends there start from zero.
@@ -163,18 +162,7 @@ impl Request {
     }
 
     pub fn handshake(step: Step, header: Vec<u8>, deadline: Instant) -> Request {
-        Request {
-            kind: Kind::Handshake(step),
-            tag: 0,
-            header,
-            data: None,
-            deadline,
-            attempts: 0,
-            exact_length: false,
-            wrote_partially: false,
-            reroutes: 0,
-            slot: 0,
-        }
+        Request::unsent(Kind::Handshake(step), header, deadline)
     }
 
     /// Requests that a caller waits for (user data operations and commands), as opposed to
