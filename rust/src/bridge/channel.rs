@@ -19,16 +19,15 @@ const MAX_FDS: usize = 4;
 pub fn send(stream: &UnixStream, message: &Control, fds: &[BorrowedFd<'_>]) -> Result<()> {
     let frame = message.encode();
     if fds.is_empty() {
-        return (&*stream).write_all(&frame).map_err(|e| lost(e.to_string()));
+        return (&*stream).write_all(&frame).map_err(broken);
     }
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(Error::invalid("too many descriptors for one frame"));
     }
-    let sent =
-        sendmsg(stream, &[IoSlice::new(&frame)], &mut control, SendFlags::NOSIGNAL).map_err(|e| lost(e.to_string()))?;
-    (&*stream).write_all(&frame[sent..]).map_err(|e| lost(e.to_string()))
+    let sent = sendmsg(stream, &[IoSlice::new(&frame)], &mut control, SendFlags::NOSIGNAL).map_err(broken)?;
+    (&*stream).write_all(&frame[sent..]).map_err(broken)
 }
 
 /// Receives one frame and any descriptors sent with it. `Ok(None)`: the peer closed the
@@ -37,8 +36,8 @@ pub fn receive(stream: &UnixStream) -> Result<Option<(Control, Vec<OwnedFd>)>> {
     let mut prefix = [0u8; 4];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
-    let got = recvmsg(stream, &mut [IoSliceMut::new(&mut prefix)], &mut control, RecvFlags::CMSG_CLOEXEC)
-        .map_err(|e| lost(e.to_string()))?;
+    let got =
+        recvmsg(stream, &mut [IoSliceMut::new(&mut prefix)], &mut control, RecvFlags::CMSG_CLOEXEC).map_err(broken)?;
     let mut fds = Vec::new();
     for message in control.drain() {
         if let RecvAncillaryMessage::ScmRights(received) = message {
@@ -48,14 +47,14 @@ pub fn receive(stream: &UnixStream) -> Result<Option<(Control, Vec<OwnedFd>)>> {
     match got.bytes {
         0 => return Ok(None),
         4 => {}
-        n => (&*stream).read_exact(&mut prefix[n..]).map_err(|e| lost(e.to_string()))?,
+        n => (&*stream).read_exact(&mut prefix[n..]).map_err(broken)?,
     }
     let len = u32::from_le_bytes(prefix) as usize;
     if len == 0 || len > MAX_FRAME {
         return Err(protocol(format!("a control frame of {len} bytes")));
     }
     let mut body = vec![0u8; len];
-    (&*stream).read_exact(&mut body).map_err(|e| lost(e.to_string()))?;
+    (&*stream).read_exact(&mut body).map_err(broken)?;
     let message = Control::decode(&body).map_err(protocol)?;
     Ok(Some((message, fds)))
 }
@@ -67,6 +66,18 @@ pub fn call(stream: &UnixStream, request: &Control) -> Result<Control> {
         Some((Control::Failed { kind, message }, _)) => Err(super::wire::failed_error(kind, message)),
         Some((reply, _)) => Ok(reply),
         None => Err(lost("the bridge closed the connection".into())),
+    }
+}
+
+/// The socket failed; a timeout (the peer is stopped or wedged) is said as such, since the
+/// OS's words for it ("resource temporarily unavailable") would not tell.
+fn broken(err: impl Into<std::io::Error>) -> Error {
+    let err = err.into();
+    match err.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            lost("no answer within the socket's timeout: the other side is stopped or overloaded".into())
+        }
+        _ => lost(err.to_string()),
     }
 }
 

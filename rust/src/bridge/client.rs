@@ -185,7 +185,12 @@ impl BridgeClient {
 
     /// The bridge is gone (or dropped this client): every call from now on fails with why.
     fn fail(&self, err: Error) -> Error {
-        let err = Error::new(ErrorKind::Connection, err.message().to_owned());
+        let why = format!(
+            "{}; this store is done: attach again once a bridge answers at {}",
+            err.message(),
+            self.path.display()
+        );
+        let err = Error::new(ErrorKind::Connection, why);
         let _ = self.failure.set(err.clone());
         self.failure.get().cloned().unwrap_or(err)
     }
