@@ -74,8 +74,21 @@ impl Batches {
     }
 
     /// Takes a slot for a new batch of `keys` keys; `None` when every slot is in use.
-    pub fn open(&mut self, id: u64, op: Op, keys: usize, delivery: Delivery) -> Option<u32> {
-        let slot = self.free.pop()?;
+    ///
+    /// A batch is complete once its last completion is filed, but the worker that posted it
+    /// counts it off the slot's counter only afterwards: a slot is reused only once
+    /// `counted_off(slot)` says its counter is back at zero, or the late count-off would land
+    /// on the next batch's counter and lose this batch's wake-up.
+    pub fn open(
+        &mut self,
+        id: u64,
+        op: Op,
+        keys: usize,
+        delivery: Delivery,
+        counted_off: impl Fn(u32) -> bool,
+    ) -> Option<u32> {
+        let at = self.free.iter().rposition(|&slot| counted_off(slot))?;
+        let slot = self.free.swap_remove(at);
         self.slots[slot as usize] =
             Some(Batch { id, op, outcomes: vec![None; keys], arrived: 0, delivery, abandoned: false });
         if keys == 0 {
@@ -167,9 +180,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_slot_is_not_reused_before_its_counter_is_counted_off() {
+        let mut batches = Batches::new(2);
+        let first = batches.open(1, Op::Get, 1, Delivery::Drain, |_| true).unwrap();
+        assert_eq!(batches.record(first, 0, Outcome::Miss), Ok(Recorded::Completed));
+        // The batch is complete and its slot free, but its worker has not counted it off yet.
+        let second = batches.open(2, Op::Get, 1, Delivery::Drain, |slot| slot != first).unwrap();
+        assert_ne!(second, first);
+        assert_eq!(batches.open(3, Op::Get, 1, Delivery::Drain, |slot| slot != first), None);
+        assert_eq!(batches.open(3, Op::Get, 1, Delivery::Drain, |_| true), Some(first));
+    }
+
+    #[test]
     fn a_drain_batch_is_ready_once_every_key_arrived_in_key_order() {
         let mut batches = Batches::new(2);
-        let slot = batches.open(41, Op::Get, 3, Delivery::Drain).unwrap();
+        let slot = batches.open(41, Op::Get, 3, Delivery::Drain, |_| true).unwrap();
         assert_eq!(batches.record(slot, 2, Outcome::Miss), Ok(Recorded::Pending));
         assert_eq!(batches.record(slot, 0, Outcome::Hit(5)), Ok(Recorded::Pending));
         assert!(!batches.has_ready());
@@ -185,21 +210,21 @@ mod tests {
     #[test]
     fn a_wait_batch_stays_until_taken() {
         let mut batches = Batches::new(1);
-        let slot = batches.open(1, Op::Set, 1, Delivery::Wait).unwrap();
-        assert_eq!(batches.open(2, Op::Set, 1, Delivery::Wait), None, "only one slot");
+        let slot = batches.open(1, Op::Set, 1, Delivery::Wait, |_| true).unwrap();
+        assert_eq!(batches.open(2, Op::Set, 1, Delivery::Wait, |_| true), None, "only one slot");
         assert_eq!(batches.take_completed(slot), None);
         batches.record(slot, 0, Outcome::Done).unwrap();
         assert!(!batches.has_ready());
         assert_eq!(batches.take_completed(slot).unwrap().outcomes, vec![Outcome::Done]);
-        assert!(batches.open(3, Op::Set, 0, Delivery::Wait).is_some(), "slot reusable");
+        assert!(batches.open(3, Op::Set, 0, Delivery::Wait, |_| true).is_some(), "slot reusable");
     }
 
     #[test]
     fn empty_batches_complete_at_once_and_abandoned_ones_free_their_slot() {
         let mut batches = Batches::new(1);
-        batches.open(9, Op::Exists, 0, Delivery::Drain).unwrap();
+        batches.open(9, Op::Exists, 0, Delivery::Drain, |_| true).unwrap();
         assert_eq!(batches.take_ready()[0].outcomes, vec![]);
-        let slot = batches.open(10, Op::Get, 1, Delivery::Wait).unwrap();
+        let slot = batches.open(10, Op::Get, 1, Delivery::Wait, |_| true).unwrap();
         batches.abandon(slot);
         batches.record(slot, 0, Outcome::Miss).unwrap();
         assert_eq!(batches.free.len(), batches.slots.len());
@@ -209,19 +234,19 @@ mod tests {
     #[test]
     fn discarded_batches_free_their_slot_without_a_result() {
         let mut batches = Batches::new(1);
-        let slot = batches.open(4, Op::Del, 2, Delivery::Discard).unwrap();
+        let slot = batches.open(4, Op::Del, 2, Delivery::Discard, |_| true).unwrap();
         batches.record(slot, 0, Outcome::Bool(true)).unwrap();
         batches.record(slot, 1, Outcome::Bool(false)).unwrap();
         assert!(!batches.has_ready());
         assert_eq!(batches.take_completed(slot), None);
-        assert!(batches.open(5, Op::Del, 1, Delivery::Drain).is_some(), "the slot was freed");
+        assert!(batches.open(5, Op::Del, 1, Delivery::Drain, |_| true).is_some(), "the slot was freed");
     }
 
     #[test]
     fn failing_open_batches_completes_each_with_the_error_for_the_keys_left() {
         let mut batches = Batches::new(3);
-        let waited = batches.open(1, Op::Get, 2, Delivery::Wait).unwrap();
-        let drained = batches.open(2, Op::Set, 1, Delivery::Drain).unwrap();
+        let waited = batches.open(1, Op::Get, 2, Delivery::Wait, |_| true).unwrap();
+        let drained = batches.open(2, Op::Set, 1, Delivery::Drain, |_| true).unwrap();
         batches.record(waited, 0, Outcome::Hit(3)).unwrap();
         let err = crate::error::Error::new(crate::error::ErrorKind::EngineFailed, "worker died");
         let mut failed = batches.fail_open(&err);
@@ -236,7 +261,7 @@ mod tests {
     #[test]
     fn bad_completions_are_reported_not_applied() {
         let mut batches = Batches::new(1);
-        let slot = batches.open(1, Op::Get, 1, Delivery::Drain).unwrap();
+        let slot = batches.open(1, Op::Get, 1, Delivery::Drain, |_| true).unwrap();
         assert!(batches.record(slot, 5, Outcome::Miss).unwrap_err().contains("key 5 of a 1-key batch"));
         assert!(batches.record(0, 0, Outcome::Miss).is_ok());
         assert!(batches.record(0, 0, Outcome::Miss).unwrap_err().contains("unused batch slot"));

@@ -105,3 +105,40 @@ fn a_drain_never_clears_the_signal_of_a_completion_it_did_not_collect() {
         }
     });
 }
+
+/// A worker posts the last completion of a drained batch and then counts it off; meanwhile the
+/// front-end files that completion (which frees the batch's slot) and a submitter opens a new
+/// batch. The new batch may take the slot only once its counter is back at zero
+/// (`Batches::open`'s `counted_off`), or the worker's late count-off lands on the new batch's
+/// counter and the drained batch's wake-up is lost.
+#[test]
+fn a_reused_slot_never_swallows_the_previous_batch_s_wake_up() {
+    loom::model(|| {
+        let (mut producer, mut consumer) = new_ring(64);
+        let counter = Arc::new(AtomicU32::new(counter::armed(1, false)));
+        let eventfd = Arc::new(Mutex::new(0u64));
+        let worker = {
+            let (counter, eventfd) = (counter.clone(), eventfd.clone());
+            thread::spawn(move || {
+                producer.try_push(&[b"last key"]).unwrap();
+                producer.publish();
+                match counter::wake_for(counter.fetch_sub(1, Ordering::AcqRel), 1) {
+                    Wake::Drainers => *eventfd.lock().unwrap() += 1,
+                    Wake::Waiter => panic!("the count-off landed on the next batch's counter"),
+                    Wake::Nobody => panic!("the last key of the batch did not close it"),
+                }
+            })
+        };
+        let mut record = Vec::new();
+        while !consumer.try_pop_into(&mut record).unwrap() {
+            thread::yield_now();
+        }
+        // The batch is complete and its slot free: a new waited-for batch wants a slot.
+        let counted_off = !counter::is_open(counter.load(Ordering::Acquire));
+        if counted_off {
+            counter.store(counter::armed(1, true), Ordering::Release);
+        }
+        worker.join().unwrap();
+        assert_eq!(*eventfd.lock().unwrap(), 1, "the drained batch's completion was never announced");
+    });
+}

@@ -197,7 +197,8 @@ impl Engine {
         loop {
             {
                 let mut front = self.lock_front();
-                if let Some(slot) = front.batches.open(id, op, keys, delivery) {
+                let counted_off = |slot| !counter::is_open(self.shared.counter(slot).load(Ordering::Acquire));
+                if let Some(slot) = front.batches.open(id, op, keys, delivery, counted_off) {
                     return Ok(slot);
                 }
                 self.collect(&mut front);
