@@ -171,7 +171,7 @@ def test_sigterm_stops_the_bridge_cleanly(bridge: BridgeProcess) -> None:
 MAGIC = b"LMCRBRDG"
 
 
-def hello(version: int = 1) -> bytes:
+def hello(version: int = 2) -> bytes:
     body = bytes([1]) + MAGIC + struct.pack("<II", version, os.getpid())
     return struct.pack("<I", len(body)) + body
 
@@ -193,7 +193,7 @@ def test_a_client_of_another_protocol_version_is_refused_saying_why(bridge: Brid
         sock.sendall(hello(version=999))
         body, fds = read_frame(sock)
     assert body[0] == 3 and body[1:9] == MAGIC, body[:9]
-    assert b"protocol version 999 is not this bridge's (1)" in body
+    assert b"protocol version 999 is not this bridge's (2)" in body
     assert fds == []
 
 

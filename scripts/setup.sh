@@ -38,4 +38,4 @@ fi
 .venv/bin/python -m pip install -q -r requirements-dev.txt
 
 echo "==> building lmcache_resp (release)"
-VIRTUAL_ENV="$PWD/.venv" PATH="$PWD/.venv/bin:$PATH" .venv/bin/maturin develop --release -q
+VIRTUAL_ENV="$PWD/.venv" PATH="$PWD/.venv/bin:$PATH" .venv/bin/maturin develop --release -q --features python,test-hooks

@@ -4,11 +4,13 @@
 use lmcache_resp_core::ErrorKind;
 use lmcache_resp_core::arena::Arena;
 use lmcache_resp_core::bridge::wire::{Control, KeyEntry, PROTOCOL_VERSION, Submission, decode_batch_completion};
-use lmcache_resp_core::bridge::{BridgeClient, BridgeServer, channel};
-use lmcache_resp_core::conn::{Op, Outcome};
+use lmcache_resp_core::bridge::{BridgeServer, channel};
+use lmcache_resp_core::conn::Outcome;
 use lmcache_resp_core::engine::EngineConfig;
+use lmcache_resp_core::front::BridgedPageStore as BridgeClient;
+use lmcache_resp_core::front::PageStore;
+use lmcache_resp_core::op::Op;
 use lmcache_resp_core::ring::{Consumer, Producer};
-use lmcache_resp_core::store::PageStore;
 use redis_harness::RedisServer;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;

@@ -1,8 +1,9 @@
 //! The I/O engine (rings, workers, pipelined connections) against a real redis-server.
 
 use lmcache_resp_core::capacity::TrackedEngine;
-use lmcache_resp_core::conn::{Op, Outcome};
+use lmcache_resp_core::conn::Outcome;
 use lmcache_resp_core::engine::{Batch, Engine, EngineConfig, Item, Memory};
+use lmcache_resp_core::op::Op;
 use lmcache_resp_core::settings::Settings;
 use lmcache_resp_core::{ErrorKind, RawBuf, Secret};
 use redis_harness::{RedisServer, ServerConfig, dead_port, pattern};

@@ -3,9 +3,10 @@
 //! every byte verified; and the clear errors for bad cluster input.
 
 use lmcache_resp_core::cluster::{Rendezvous, key_slot};
-use lmcache_resp_core::conn::{Op, Outcome};
+use lmcache_resp_core::conn::Outcome;
 use lmcache_resp_core::engine::{Batch, BatchResult, Engine, EngineConfig, Item, Memory};
 use lmcache_resp_core::net::Endpoint;
+use lmcache_resp_core::op::Op;
 use lmcache_resp_core::settings::Settings;
 use lmcache_resp_core::{ErrorKind, RawBuf};
 use redis_harness::{ClusterNode, RedisCluster, RedisServer, dead_port, pattern};

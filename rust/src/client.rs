@@ -1,10 +1,11 @@
 //! A blocking client on one connection: each call sends one command and waits, at most the
 //! client's timeout, for its reply. Values go out of and come into caller memory directly.
 
-use crate::conn::{Completion, Conn, Op, Outcome, PipelineLimits, ReconnectPolicy, Request};
+use crate::conn::{Completion, Conn, Outcome, PipelineLimits, ReconnectPolicy, Request};
 use crate::error::{Error, ErrorKind, Result};
 use crate::memory::RawBuf;
 use crate::net::{ConnectOptions, Endpoint, Readiness, wait_for};
+use crate::op::{Op, check_key_len};
 use crate::resp::{Command, Reply};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,6 +94,7 @@ impl BlockingClient {
     }
 
     fn call(&mut self, op: Op, key: &[u8], data: Option<RawBuf>) -> Result<Outcome> {
+        check_key_len(key.len())?;
         self.send(Request::new(op, key, data, 0, Instant::now() + self.timeout))
     }
 

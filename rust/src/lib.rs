@@ -13,12 +13,12 @@ pub mod ceiling;
 pub mod client;
 pub mod cluster;
 pub mod conn;
-pub mod connector;
 pub mod engine;
 pub mod error;
-pub mod handle;
+pub mod front;
 pub mod memory;
 pub mod net;
+pub mod op;
 pub mod placement;
 #[cfg(feature = "python")]
 mod python;
@@ -26,7 +26,6 @@ pub mod resp;
 pub mod ring;
 pub mod secret;
 pub mod settings;
-pub mod store;
 
 pub use error::{Error, ErrorKind, Result};
 pub use memory::RawBuf;

@@ -25,6 +25,7 @@
 //! the pool.
 
 mod layout;
+mod ledger;
 mod map;
 mod pool;
 
@@ -35,6 +36,7 @@ pub use layout::{
     HEADER_NAME_LEN, HEADER_SIZE, MAX_ARENA_SIZE, MAX_PAGES, MAX_RINGS, OS_PAGE_SIZE, RingHeaderEntry, RingRegion,
     RingRegionSpec,
 };
+pub use ledger::{Claim, PageLedger};
 pub use map::{Arena, HugePages};
 pub use pool::{PageHandle, PagePool, PoolError};
 

@@ -6,19 +6,16 @@
 //! - [`channel`]: frames and file descriptors over the control socket.
 //! - [`server`]: the bridge: handshakes, page ownership per client, the relay between the
 //!   clients' rings and the engine, and the end of clients that go away.
-//! - [`client`]: a process's attached store.
-//! - [`staged`]: LMCache's connector through a bridge, staging the caller's buffers in pages.
+//!
+//! The clients' side, a store and LMCache's connector attached to a bridge, are fronts like
+//! their in-process twins: [`crate::front::BridgedPageStore`], [`crate::front::BridgedConnector`].
 //!
 //! Each client gets its own ring pair, in a memfd of its own: it can write garbage only into
 //! its own rings, and that ends only its own connection. Every batch names pages by index and
 //! allocation generation; the bridge runs only those it handed that client.
 
 pub mod channel;
-pub mod client;
 pub mod server;
-pub mod staged;
 pub mod wire;
 
-pub use client::BridgeClient;
 pub use server::BridgeServer;
-pub use staged::StagedConnector;

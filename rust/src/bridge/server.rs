@@ -10,15 +10,16 @@
 
 use super::channel;
 use super::wire::{self, Control, KeyEntry, NO_PAGE, PROTOCOL_VERSION, Submission, Welcome};
-use crate::arena::{Arena, ArenaSpec, PageHandle, PagePool, RingRegionSpec};
+use crate::arena::{Arena, ArenaSpec, Claim, PageHandle, PageLedger, PagePool, RingRegionSpec};
 use crate::capacity::TrackedEngine;
-use crate::conn::{Op, Outcome};
-use crate::engine::notify::EventFd;
-use crate::engine::{Batch, BatchResult, EngineConfig, Item, MAX_KEY_LEN, Memory};
+use crate::conn::Outcome;
+use crate::engine::{Batch, BatchResult, EngineConfig, Item, Memory};
 use crate::error::{Error, ErrorKind, Result};
+use crate::net::EventFd;
+use crate::op::{BatchShape, MAX_KEY_LEN, MemoryKind, Op};
 use crate::ring::{self, Consumer, Producer, PushError};
 use rustix::event::{PollFd, PollFlags, poll};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -31,20 +32,22 @@ use std::time::Duration;
 const SUBMISSION_RING: usize = 4 << 20;
 const COMPLETION_RING: usize = 1 << 20;
 
+/// A running bridge: its engine, its page pool, and the threads serving its clients.
 pub struct BridgeServer {
-    shared: Arc<Shared>,
+    shared: Arc<BridgeState>,
     socket: PathBuf,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
-struct Shared {
+/// What the bridge's threads share.
+struct BridgeState {
     engine: TrackedEngine,
     pool: PagePool,
     clients: Mutex<HashMap<u32, Arc<Client>>>,
     /// Engine batch id -> whose batch it is.
-    routes: Mutex<HashMap<u64, Route>>,
-    /// Operations in flight per page: such a page is not freed.
-    busy: Vec<AtomicU32>,
+    batches: Mutex<HashMap<u64, ClientBatch>>,
+    /// Operations in flight per page, for every client: such a page is not freed.
+    ledger: PageLedger,
     next_client: AtomicU32,
     stop: AtomicBool,
     /// Wakes the relay: a client came or went. The relay resets it.
@@ -54,10 +57,10 @@ struct Shared {
 }
 
 /// Where an engine batch's results go, and the pages it holds busy until then.
-struct Route {
+struct ClientBatch {
     client: u32,
     client_batch: u64,
-    pages: Vec<u32>,
+    claim: Claim,
 }
 
 struct Client {
@@ -87,8 +90,8 @@ impl BridgeServer {
     /// Starts the engine and the pool, and listens on `socket` (replacing a stale socket
     /// file, refusing a path where a bridge answers).
     pub fn start(config: EngineConfig, socket: &Path) -> Result<BridgeServer> {
-        if config.page_size == 0 {
-            return Err(Error::invalid("the bridge needs page_size and num_pages"));
+        if config.page_size == 0 || config.num_pages == 0 {
+            return Err(Error::invalid("the bridge needs page_size >= 1 and num_pages >= 1"));
         }
         let listener = bind(socket)?;
         let num_pages = config.num_pages;
@@ -96,12 +99,12 @@ impl BridgeServer {
         let arena = engine.pages().expect("an engine with pages").clone();
         let pool = PagePool::new(arena).map_err(|e| Error::invalid(e.to_string()))?;
         let (wake, stopped) = (new_eventfd()?, new_eventfd()?);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(BridgeState {
             engine,
             pool,
             clients: Mutex::new(HashMap::new()),
-            routes: Mutex::new(HashMap::new()),
-            busy: (0..num_pages).map(|_| AtomicU32::new(0)).collect(),
+            batches: Mutex::new(HashMap::new()),
+            ledger: PageLedger::new(num_pages),
             next_client: AtomicU32::new(1),
             stop: AtomicBool::new(false),
             wake,
@@ -178,7 +181,7 @@ fn bind(path: &Path) -> Result<UnixListener> {
     UnixListener::bind(path).map_err(|e| Error::os(format!("cannot listen on {}", path.display()), e))
 }
 
-impl Shared {
+impl BridgeState {
     fn lock_clients(&self) -> MutexGuard<'_, HashMap<u32, Arc<Client>>> {
         self.clients.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -192,7 +195,7 @@ impl Shared {
     }
 }
 
-fn accept_loop(shared: &Arc<Shared>, listener: UnixListener) {
+fn accept_loop(shared: &Arc<BridgeState>, listener: UnixListener) {
     let _ = listener.set_nonblocking(true);
     while !shared.stopping() {
         let mut fds =
@@ -206,7 +209,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: UnixListener) {
     }
 }
 
-fn handshake(shared: &Arc<Shared>, stream: UnixStream) -> Result<()> {
+fn handshake(shared: &Arc<BridgeState>, stream: UnixStream) -> Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| Error::os("socket timeout", e))?;
     let pid = match channel::receive(&stream)? {
         Some((Control::Hello { version, pid }, _)) if version == PROTOCOL_VERSION => pid,
@@ -288,7 +291,7 @@ fn handshake(shared: &Arc<Shared>, stream: UnixStream) -> Result<()> {
 }
 
 /// One client's requests; returns when its socket closes (or cannot be read).
-fn control_loop(shared: &Shared, client: &Client) {
+fn control_loop(shared: &BridgeState, client: &Client) {
     loop {
         let request = match channel::receive(&client.control) {
             Ok(Some((request, _))) => request,
@@ -296,6 +299,7 @@ fn control_loop(shared: &Shared, client: &Client) {
         };
         let reply = match request {
             Control::Allocate { count } => allocate(shared, client, count as usize),
+            Control::AllocateOne => allocate_one(shared, client),
             Control::Free { index, generation } => free(shared, client, index, generation).map(|()| Control::Freed),
             Control::Stats => Ok(Control::StatsReply { free_pages: shared.pool.free_count() as u64 }),
             Control::Detach => Ok(Control::Detached { pages: return_idle_pages(shared, client) }),
@@ -310,49 +314,59 @@ fn control_loop(shared: &Shared, client: &Client) {
     shared.ring_wake();
 }
 
-fn allocate(shared: &Shared, client: &Client, count: usize) -> Result<Control> {
+fn allocate(shared: &BridgeState, client: &Client, count: usize) -> Result<Control> {
     let handles = shared.pool.allocate_many(count).map_err(|e| Error::new(ErrorKind::Page, e.to_string()))?;
+    Ok(hand_over(client, handles))
+}
+
+/// One page, or none when the pool is exhausted (which is not an error here).
+fn allocate_one(shared: &BridgeState, client: &Client) -> Result<Control> {
+    Ok(hand_over(client, shared.pool.allocate().into_iter().collect()))
+}
+
+/// `handles` are the client's now.
+fn hand_over(client: &Client, handles: Vec<PageHandle>) -> Control {
     let mut pages = client.pages.lock().unwrap_or_else(|p| p.into_inner());
     let listed = handles.iter().map(|h| (h.index, h.generation)).collect();
     for handle in handles {
         pages.insert(handle.index, handle);
     }
-    Ok(Control::Pages { pages: listed })
+    Control::Pages { pages: listed }
 }
 
 /// A leaving client's pages that no batch uses go back to the pool now; the others when
 /// their batches finish (see `retire_gone`).
-fn return_idle_pages(shared: &Shared, client: &Client) -> u32 {
-    let mut pages = client.pages.lock().unwrap_or_else(|p| p.into_inner());
-    let idle: Vec<u32> =
-        pages.keys().copied().filter(|&index| shared.busy[index as usize].load(Ordering::Acquire) == 0).collect();
-    let handles: Vec<PageHandle> = idle.iter().filter_map(|index| pages.remove(index)).collect();
-    let _ = shared.pool.free_many(&handles);
-    handles.len() as u32
+fn return_idle_pages(shared: &BridgeState, client: &Client) -> u32 {
+    // Lock order: the ledger, then the client's pages (as a batch's claim takes them).
+    let held: Vec<u32> = client.pages.lock().unwrap_or_else(|p| p.into_inner()).keys().copied().collect();
+    shared.ledger.with_idle(held, |idle| {
+        let mut pages = client.pages.lock().unwrap_or_else(|p| p.into_inner());
+        let handles: Vec<PageHandle> = idle.iter().filter_map(|index| pages.remove(index)).collect();
+        let _ = shared.pool.free_many(&handles);
+        handles.len() as u32
+    })
 }
 
-fn free(shared: &Shared, client: &Client, index: u32, generation: u32) -> Result<()> {
-    let mut pages = client.pages.lock().unwrap_or_else(|p| p.into_inner());
-    match pages.get(&index) {
-        Some(handle) if handle.generation == generation => {
-            if shared.busy[index as usize].load(Ordering::Acquire) > 0 {
-                return Err(Error::new(
-                    ErrorKind::Page,
-                    format!("page {index} is in use by an operation in flight: free it once the operation completes"),
-                ));
-            }
-            shared.pool.free(handle).map_err(|e| Error::new(ErrorKind::Page, e.to_string()))?;
-            pages.remove(&index);
-            Ok(())
-        }
-        _ => Err(Error::new(
-            ErrorKind::Page,
-            format!("page {index} (generation {generation}) is not one of this client's"),
-        )),
+fn free(shared: &BridgeState, client: &Client, index: u32, generation: u32) -> Result<()> {
+    let holds = |pages: &HashMap<u32, PageHandle>| pages.get(&index).is_some_and(|h| h.generation == generation);
+    let not_held =
+        || Error::new(ErrorKind::Page, format!("page {index} (generation {generation}) is not one of this client's"));
+    if !holds(&client.pages.lock().unwrap_or_else(|p| p.into_inner())) {
+        return Err(not_held());
     }
+    // Lock order: the ledger, then the client's pages (as a batch's claim takes them).
+    shared.ledger.free_if_idle(index, || {
+        let mut pages = client.pages.lock().unwrap_or_else(|p| p.into_inner());
+        if !holds(&pages) {
+            return Err(not_held());
+        }
+        shared.pool.free(&pages[&index]).map_err(|e| Error::new(ErrorKind::Page, e.to_string()))?;
+        pages.remove(&index);
+        Ok(())
+    })
 }
 
-fn relay_loop(shared: &Shared) {
+fn relay_loop(shared: &BridgeState) {
     while !shared.stopping() {
         let clients: Vec<Arc<Client>> = shared.lock_clients().values().cloned().collect();
         let waiting = clients.iter().any(|c| !lock_data(c).outbox.is_empty());
@@ -391,7 +405,7 @@ fn new_eventfd() -> Result<EventFd> {
 
 /// Takes the client's submitted batches: checks each, sends the good ones to the engine,
 /// answers the others at once.
-fn pump(shared: &Shared, client: &Arc<Client>) {
+fn pump(shared: &BridgeState, client: &Arc<Client>) {
     let mut data = lock_data(client);
     let mut took = false;
     loop {
@@ -425,94 +439,91 @@ fn pump(shared: &Shared, client: &Arc<Client>) {
 }
 
 /// Sends a checked batch to the engine (None), or the completion that fails it (Some).
-fn submit(shared: &Shared, client: &Client, submission: &Submission<'_>) -> Option<Vec<u8>> {
+fn submit(shared: &BridgeState, client: &Client, submission: &Submission<'_>) -> Option<Vec<u8>> {
     let fail = |err: Error| {
         let outcomes = vec![Outcome::Failed(err); submission.keys.len()];
         let mut record = Vec::new();
         wire::encode_batch_completion(submission.batch, submission.op, &outcomes, &mut record);
         Some(record)
     };
-    let items = match checked_items(shared, client, submission) {
-        Ok(items) => items,
+    let (items, claim) = match checked_items(shared, client, submission) {
+        Ok(checked) => checked,
         Err(err) => return fail(err),
     };
-    let pages: Vec<u32> = submission.keys.iter().filter(|k| k.page != NO_PAGE).map(|k| k.page).collect();
     let batch = Batch::new(submission.op, &items).with_exact_length(submission.exact_length);
-    let mut routes = shared.routes.lock().unwrap_or_else(|p| p.into_inner());
+    let mut batches = shared.batches.lock().unwrap_or_else(|p| p.into_inner());
     match shared.engine.submit(batch) {
         Ok(id) => {
-            routes.insert(id, Route { client: client.id, client_batch: submission.batch, pages });
+            batches.insert(id, ClientBatch { client: client.id, client_batch: submission.batch, claim });
             None
         }
         Err(err) => {
-            drop(routes);
-            release(shared, &pages);
+            drop(batches);
+            shared.ledger.release(claim);
             fail(err)
         }
     }
 }
 
-/// The engine's items for a batch, every page checked as the client's own and counted busy.
-fn checked_items<'a>(shared: &Shared, client: &Client, submission: &Submission<'a>) -> Result<Vec<Item<'a>>> {
-    let needs_page = matches!(submission.op, Op::Get | Op::Set);
-    let held = client.pages.lock().unwrap_or_else(|p| p.into_inner());
+/// The engine's items for a batch, checked as any front checks a batch, every page checked as
+/// the client's own and counted busy.
+fn checked_items<'a>(
+    shared: &BridgeState,
+    client: &Client,
+    submission: &Submission<'a>,
+) -> Result<(Vec<Item<'a>>, Claim)> {
+    let op = submission.op;
+    let keys: Vec<&[u8]> = submission.keys.iter().map(|entry| entry.key).collect();
+    let paged: Vec<&KeyEntry<'_>> = submission.keys.iter().filter(|entry| entry.page != NO_PAGE).collect();
+    let lengths: Vec<u64> = paged.iter().map(|entry| entry.len).collect();
     let arena = shared.pool.arena();
-    let mut seen = HashSet::new();
+    let shape = BatchShape {
+        op,
+        keys: &keys,
+        memory: MemoryKind::Pages { page_size: arena.page_size() as u64 },
+        memories: paged.len(),
+        // A plain GET's length is the room it receives into: the engine checks it stays
+        // inside the page.
+        lengths: (op == Op::Set || submission.exact_length).then_some(&lengths[..]),
+        exact_length: submission.exact_length,
+    };
+    shape.check()?;
+    let pages: Vec<u32> = paged.iter().map(|entry| entry.page).collect();
+    // Checked and counted under the ledger's lock: a free or detach on the client's control
+    // thread takes that lock too, and then sees these pages busy.
+    let claim = shared.ledger.claim(op, &pages, || {
+        let held = client.pages.lock().unwrap_or_else(|p| p.into_inner());
+        paged.iter().enumerate().try_for_each(|(i, entry)| {
+            match held.get(&entry.page).is_some_and(|h| h.generation == entry.generation) {
+                true => Ok(()),
+                false => Err(Error::new(
+                    ErrorKind::Page,
+                    format!("key {i}: page {} is not one this client allocated (or it was freed)", entry.page),
+                )),
+            }
+        })
+    })?;
     let items = submission
         .keys
         .iter()
-        .enumerate()
-        .map(|(i, KeyEntry { key, page, generation, len })| {
-            if !needs_page {
-                return if *page == NO_PAGE {
-                    Ok(Item::key_only(key))
-                } else {
-                    Err(Error::invalid(format!("key {i}: {} takes no page", submission.op.name())))
-                };
-            }
-            let owned = held.get(page).is_some_and(|h| h.generation == *generation);
-            if !owned {
-                return Err(Error::new(
-                    ErrorKind::Page,
-                    format!("key {i}: page {page} is not one this client allocated (or it was freed)"),
-                ));
-            }
-            if *len > arena.page_size() as u64 {
-                return Err(Error::invalid(format!(
-                    "key {i}: {len} bytes do not fit a {}-byte page",
-                    arena.page_size()
-                )));
-            }
-            if submission.op == Op::Get && !seen.insert(*page) {
-                return Err(Error::invalid(format!("page {page} appears twice in one GET batch")));
-            }
-            Ok(Item { key, memory: Memory::Arena { offset: arena.page_offset(*page as usize), len: *len } })
+        .map(|KeyEntry { key, page, len, .. }| match *page {
+            NO_PAGE => Item::key_only(key),
+            page => Item { key, memory: Memory::Arena { offset: arena.page_offset(page as usize), len: *len } },
         })
-        .collect::<Result<Vec<_>>>()?;
-    // Counted busy before the client's page lock is let go: a free or detach on the client's
-    // control thread waits for that lock and then sees these pages busy.
-    for entry in submission.keys.iter().filter(|k| k.page != NO_PAGE) {
-        shared.busy[entry.page as usize].fetch_add(1, Ordering::AcqRel);
-    }
-    Ok(items)
-}
-
-fn release(shared: &Shared, pages: &[u32]) {
-    for &page in pages {
-        shared.busy[page as usize].fetch_sub(1, Ordering::AcqRel);
-    }
+        .collect();
+    Ok((items, claim))
 }
 
 /// Finished batches, back to the clients that sent them.
-fn relay_results(shared: &Shared) {
+fn relay_results(shared: &BridgeState) {
     let Ok(results) = shared.engine.drain() else { return };
     for BatchResult { id, op, outcomes } in results {
-        let Some(Route { client: client_id, client_batch: batch, pages }) =
-            shared.routes.lock().unwrap_or_else(|p| p.into_inner()).remove(&id)
+        let Some(ClientBatch { client: client_id, client_batch: batch, claim }) =
+            shared.batches.lock().unwrap_or_else(|p| p.into_inner()).remove(&id)
         else {
             continue;
         };
-        release(shared, &pages);
+        shared.ledger.release(claim);
         let Some(client) = shared.lock_clients().get(&client_id).cloned() else { continue };
         let mut record = Vec::new();
         wire::encode_batch_completion(batch, op, &outcomes, &mut record);
@@ -551,7 +562,7 @@ fn flush(client: &Client) {
 }
 
 /// Ends a client that broke the protocol: it alone is told why and disconnected.
-fn drop_client(shared: &Shared, client: &Client, why: &str) {
+fn drop_client(shared: &BridgeState, client: &Client, why: &str) {
     log::warn(&format!("bridge: dropping client {} (pid {}): {why}", client.id, client.pid));
     let notice =
         Control::Failed { kind: ErrorKind::Protocol as u8, message: format!("the bridge dropped this client: {why}") };
@@ -563,7 +574,7 @@ fn drop_client(shared: &Shared, client: &Client, why: &str) {
 
 /// Clients whose socket closed: once nothing of theirs is in flight, their pages go back to
 /// the pool and they are forgotten.
-fn retire_gone(shared: &Shared, clients: &[Arc<Client>]) {
+fn retire_gone(shared: &BridgeState, clients: &[Arc<Client>]) {
     for client in clients.iter().filter(|c| c.gone.load(Ordering::Acquire)) {
         if lock_data(client).in_flight > 0 {
             continue;

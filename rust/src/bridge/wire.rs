@@ -8,14 +8,15 @@
 //! Everything a client sends is untrusted: every decoder checks every length and count, and
 //! the bridge checks every page a batch names against the pages it gave that client.
 
-use crate::conn::{Op, Outcome};
+use crate::conn::Outcome;
 use crate::engine::records::{COMPLETION_HEADER_LEN, decode_completion, encode_completion};
 use crate::error::{Error, ErrorKind, Result};
+use crate::op::Op;
 
 /// `b"LMCRBRDG"`: the first bytes of every handshake.
 pub const MAGIC: [u8; 8] = *b"LMCRBRDG";
 /// Bump on any incompatible change; a mismatch is refused with both numbers named.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// The largest control frame accepted (a page list of a whole pool stays far below).
 pub const MAX_FRAME: usize = 64 << 20;
 /// No page: EXISTS and DEL name only keys.
@@ -37,6 +38,9 @@ pub enum Control {
     Allocate {
         count: u32,
     },
+    /// One page if one is free: answered with `Pages` of zero or one entries (an exhausted
+    /// pool is not an error here).
+    AllocateOne,
     /// `(index, generation)` of each page allocated.
     Pages {
         pages: Vec<(u32, u32)>,
@@ -89,6 +93,7 @@ const STATS_REPLY: u8 = 9;
 const FAILED: u8 = 10;
 const DETACH: u8 = 11;
 const DETACHED: u8 = 12;
+const ALLOCATE_ONE: u8 = 13;
 
 impl Control {
     /// The whole frame, length prefix included.
@@ -121,6 +126,7 @@ impl Control {
                 body.push(ALLOCATE);
                 put_u32(&mut body, *count);
             }
+            Control::AllocateOne => body.push(ALLOCATE_ONE),
             Control::Pages { pages } => {
                 body.push(PAGES);
                 put_u32(&mut body, pages.len() as u32);
@@ -181,6 +187,7 @@ impl Control {
                 }
             }
             ALLOCATE => Control::Allocate { count: r.u32()? },
+            ALLOCATE_ONE => Control::AllocateOne,
             PAGES => {
                 let count = r.u32()? as usize;
                 if count > r.remaining() / 8 {
@@ -396,6 +403,7 @@ mod tests {
             }),
             Control::Refused { reason: "protocol version 2, this bridge speaks 1".into() },
             Control::Allocate { count: 7 },
+            Control::AllocateOne,
             Control::Pages { pages: vec![(1, 2), (3, 4)] },
             Control::Free { index: 9, generation: 1 },
             Control::Freed,

@@ -1,20 +1,26 @@
 //! Client-side capacity tracking as a layer over the engine: [`TrackedEngine`] is the engine
 //! plus, when `max_capacity_gb` is set, a [`Tracker`] that learns what each batch stored,
 //! used or removed, and eviction's DELs sent through the engine in the background.
+//!
+//! Every batch goes through this layer: the engine itself is not reachable from outside, so
+//! nothing can bypass the tracker. What the layer passes through untouched (facts, the
+//! event fd, closing) it names one by one.
 
 mod tracker;
 
-pub use tracker::{CapacityConfig, CapacityStats, EvictionPolicy, Tracker};
+pub use tracker::{CapacityStats, Tracker};
 
-use crate::conn::{Op, Outcome};
+use crate::conn::Outcome;
 use crate::engine::{Batch, BatchResult, Engine, EngineConfig, Item};
 use crate::error::Result;
+use crate::op::Op;
+use crate::settings::CapacityConfig;
+use lmcache_resp_numa::Placement;
 use std::collections::HashMap;
+use std::os::fd::BorrowedFd;
 use std::sync::{Mutex, MutexGuard};
 
-/// The engine, with capacity tracking when the settings ask for it. Everything the engine
-/// offers is reachable through `Deref`; batches go through this layer's methods so that the
-/// tracker sees them.
+/// The engine, with capacity tracking when the settings ask for it.
 pub struct TrackedEngine {
     engine: Engine,
     tracking: Option<Mutex<Tracking>>,
@@ -96,8 +102,65 @@ impl TrackedEngine {
         })
     }
 
-    pub fn engine(&self) -> &Engine {
-        &self.engine
+    /// Readable while batches submitted for `drain` have completed and not been drained.
+    pub fn event_fd(&self) -> BorrowedFd<'_> {
+        self.engine.event_fd()
+    }
+
+    /// Completes or fails everything in flight, then stops the workers (see [`Engine::close`]).
+    pub fn close(&self) {
+        self.engine.close();
+    }
+
+    /// Whether `close` was called.
+    pub fn is_closed(&self) -> bool {
+        self.engine.is_closed()
+    }
+
+    /// Whether this process may use the engine (see [`Engine::check_usable`]).
+    pub fn check_usable(&self) -> Result<()> {
+        self.engine.check_usable()
+    }
+
+    /// True in a process that inherited the engine through fork().
+    pub fn is_inherited(&self) -> bool {
+        self.engine.is_inherited()
+    }
+
+    /// The shared-memory page arena, if the engine was started with pages.
+    pub fn pages(&self) -> Option<&std::sync::Arc<crate::arena::Arena>> {
+        self.engine.pages()
+    }
+
+    /// I/O worker threads.
+    pub fn num_workers(&self) -> usize {
+        self.engine.num_workers()
+    }
+
+    /// Every key of a batch completes within this time of its submission.
+    pub fn timeout(&self) -> std::time::Duration {
+        self.engine.timeout()
+    }
+
+    /// The servers, for reprs and logs.
+    pub fn endpoint(&self) -> &str {
+        self.engine.endpoint()
+    }
+
+    /// Where the workers run and the page arena's memory lives, and why.
+    pub fn placement(&self) -> &Placement {
+        self.engine.placement()
+    }
+
+    /// `(kernel thread id, planned CPU)` of each worker.
+    pub fn worker_threads(&self) -> Vec<(i32, Option<u32>)> {
+        self.engine.worker_threads()
+    }
+
+    /// See [`Engine::corrupt_ring_for_test`].
+    #[cfg(feature = "test-hooks")]
+    pub fn corrupt_ring_for_test(&self, worker: usize) -> Result<()> {
+        self.engine.corrupt_ring_for_test(worker)
     }
 
     /// The tracking lock, for a batch worth tracking.
@@ -167,14 +230,6 @@ impl Tracking {
     fn file(&mut self, id: u64, batch: &Batch<'_>) {
         let keys = batch.items.iter().map(|item| (Box::from(item.key), item.len())).collect();
         self.pending.insert(id, (batch.op, keys));
-    }
-}
-
-impl std::ops::Deref for TrackedEngine {
-    type Target = Engine;
-
-    fn deref(&self) -> &Engine {
-        &self.engine
     }
 }
 

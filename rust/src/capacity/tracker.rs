@@ -5,56 +5,8 @@
 //! Pure bookkeeping: the layer in `capacity/mod.rs` feeds it batch outcomes and sends the DELs
 //! it asks for.
 
-use crate::error::{Error, Result};
+use crate::settings::{CapacityConfig, EvictionPolicy};
 use std::collections::HashMap;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EvictionPolicy {
-    /// Delete the least recently used keys.
-    Lru,
-    /// Track only; never delete.
-    Noop,
-}
-
-impl std::str::FromStr for EvictionPolicy {
-    type Err = Error;
-
-    fn from_str(text: &str) -> Result<Self> {
-        match text.to_ascii_lowercase().as_str() {
-            "lru" => Ok(EvictionPolicy::Lru),
-            "noop" => Ok(EvictionPolicy::Noop),
-            _ => Err(Error::invalid(format!("eviction_policy must be \"LRU\" or \"noop\", got {text:?}"))),
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct CapacityConfig {
-    pub capacity_bytes: u64,
-    pub policy: EvictionPolicy,
-    /// Evict once stored bytes exceed this share of the capacity.
-    pub trigger_watermark: f64,
-    /// Share of the tracked keys deleted per eviction.
-    pub eviction_ratio: f64,
-}
-
-impl CapacityConfig {
-    pub fn validate(&self) -> Result<()> {
-        if self.capacity_bytes == 0 {
-            return Err(Error::invalid("capacity must be more than 0 bytes (0 disables tracking)"));
-        }
-        for (name, value) in [("trigger_watermark", self.trigger_watermark), ("eviction_ratio", self.eviction_ratio)] {
-            if !(value > 0.0 && value <= 1.0) {
-                return Err(Error::invalid(format!("eviction.{name} must be in (0, 1], got {value}")));
-            }
-        }
-        Ok(())
-    }
-
-    fn watermark_bytes(&self) -> u64 {
-        (self.capacity_bytes as f64 * self.trigger_watermark) as u64
-    }
-}
 
 /// What the tracker has seen, for users and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

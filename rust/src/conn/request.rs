@@ -3,42 +3,9 @@
 use crate::error::Error;
 use crate::memory::RawBuf;
 use crate::net::handshake::Step;
+use crate::op::Op;
 use crate::resp::{Command, TRAILER};
 use std::time::Instant;
-
-/// The data operations.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Op {
-    Get = 1,
-    Set = 2,
-    Exists = 3,
-    Del = 4,
-    Ping = 5,
-}
-
-impl Op {
-    pub fn from_code(code: u8) -> Option<Op> {
-        [Op::Get, Op::Set, Op::Exists, Op::Del, Op::Ping].into_iter().find(|op| *op as u8 == code)
-    }
-
-    /// Safe to send again after a connection broke with the request unanswered: repeating it
-    /// leaves the same state and gives an equally true answer. DEL is not: a repeat would
-    /// report "not deleted" for a key the first attempt deleted.
-    pub fn is_idempotent(self) -> bool {
-        !matches!(self, Op::Del)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Get => "GET",
-            Op::Set => "SET",
-            Op::Exists => "EXISTS",
-            Op::Del => "DEL",
-            Op::Ping => "PING",
-        }
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -216,15 +183,6 @@ impl Request {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ops_round_trip_through_their_codes() {
-        for op in [Op::Get, Op::Set, Op::Exists, Op::Del, Op::Ping] {
-            assert_eq!(Op::from_code(op as u8), Some(op));
-        }
-        assert_eq!(Op::from_code(0), None);
-        assert_eq!(Op::from_code(6), None);
-    }
 
     #[test]
     fn set_frame_counts_value_and_trailer() {

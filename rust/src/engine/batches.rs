@@ -1,7 +1,8 @@
 //! Batches in flight: their slots, per-key results as completions arrive, and the finished
 //! batches waiting to be handed out. Process-local; guarded by the engine's front-end lock.
 
-use crate::conn::{Op, Outcome};
+use crate::conn::Outcome;
+use crate::op::Op;
 use std::collections::VecDeque;
 
 /// How the submitter learns that its batch finished.

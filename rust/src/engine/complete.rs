@@ -2,7 +2,7 @@
 //! waiting for one batch, draining finished ones, and settling everything after a failure.
 
 use super::batches::{BatchResult, Recorded};
-use super::notify::futex_wait;
+use super::futex::futex_wait;
 use super::records::{Tag, decode_completion};
 use super::submit::Ticket;
 use super::{Engine, FrontEnd, WAIT_GRACE};
@@ -131,7 +131,7 @@ impl Engine {
         }
         for slot in completed {
             self.shared.buffers.release(slot);
-            super::notify::futex_wake_all(self.shared.counter(slot));
+            super::futex::futex_wake_all(self.shared.counter(slot));
         }
         if front.batches.has_ready() {
             self.shared.completion_event.signal();

@@ -24,9 +24,9 @@ pub mod cluster;
 mod complete;
 mod control;
 mod counter;
+mod futex;
 #[cfg(all(test, loom))]
 mod loom_tests;
-pub(crate) mod notify;
 pub mod records;
 mod route;
 mod submit;
@@ -36,15 +36,17 @@ mod worker;
 pub use batches::{BatchResult, Delivery};
 pub use buffers::Access;
 pub use records::Region;
-pub use submit::{Ticket, check_batch_keys};
+pub use submit::Ticket;
 pub use tiling::tile;
 
 use crate::arena::{Arena, ArenaError, ArenaSpec};
 use crate::client::BlockingClient;
-use crate::conn::{Op, Outcome, ReconnectPolicy};
+use crate::conn::{Outcome, ReconnectPolicy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::memory::RawBuf;
 use crate::net::Address;
+use crate::net::EventFd;
+use crate::op::Op;
 use crate::placement::{self, PlanSource};
 use crate::ring::{Consumer, Producer};
 use crate::settings::Settings;
@@ -53,16 +55,12 @@ use buffers::BufferTable;
 use cluster::ClusterView;
 use control::ControlBlock;
 use lmcache_resp_numa::{self as numa, Placement};
-use notify::EventFd;
 use route::{ConnFactory, Nodes, Route};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-/// Longest key accepted; it bounds what a submission record must hold.
-pub const MAX_KEY_LEN: usize = 256 * 1024;
 
 /// How long a waiting thread gives the workers past a batch's deadline before it concludes
 /// the engine is broken (it never should be: workers fail everything at its deadline).
@@ -184,7 +182,7 @@ impl Shared {
         }
         self.completion_event.signal();
         for slot in 0..self.control.slots() {
-            notify::futex_wake_all(self.control.counter(slot));
+            futex::futex_wake_all(self.control.counter(slot));
         }
     }
 
@@ -200,7 +198,7 @@ impl Shared {
         match counter::wake_for(counter.fetch_sub(keys, Ordering::AcqRel), keys) {
             counter::Wake::Nobody => false,
             counter::Wake::Waiter => {
-                notify::futex_wake_all(counter);
+                futex::futex_wake_all(counter);
                 false
             }
             counter::Wake::Drainers => true,
@@ -420,8 +418,9 @@ impl Engine {
     }
 
     /// Pushes a record that is not a descriptor into a worker's ring, as a bug or a stray
-    /// write would (tests of what callers see when a worker stops).
-    #[doc(hidden)]
+    /// write would (tests of what callers see when a worker stops). Only in builds with the
+    /// `test-hooks` feature: the development build of the Python module and the tests.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn corrupt_ring_for_test(&self, worker: usize) -> Result<()> {
         let mut lane = self.lanes[worker % self.lanes.len()].lock().unwrap_or_else(|p| p.into_inner());
         lane.producer.try_push(&[b"not a descriptor"]).map_err(|e| Error::invalid(format!("{e:?}")))?;

@@ -4,8 +4,9 @@
 //! followed by the key bytes. Completion record: the tag, the outcome and, for failures, the
 //! error's kind and message.
 
-use crate::conn::{Op, Outcome};
+use crate::conn::Outcome;
 use crate::error::{Error, ErrorKind};
+use crate::op::Op;
 
 /// What memory a descriptor's operation reads (SET) or receives into (GET).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,9 +7,10 @@ use super::clock;
 use super::counter;
 use super::records::{Descriptor, FLAG_EXACT_LENGTH, Region, Tag};
 use super::tiling::{self, tile};
-use super::{Batch, Engine, Lane, MAX_KEY_LEN, Memory};
-use crate::conn::{Op, Outcome};
+use super::{Batch, Engine, Lane, Memory};
+use crate::conn::Outcome;
 use crate::error::{Error, ErrorKind, Result};
+use crate::op::{BatchShape, MemoryKind, Op};
 use crate::ring::PushError;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -157,20 +158,16 @@ impl Engine {
             return Err(Error::invalid("a batch holds at most 2^31 - 1 keys"));
         }
         let keys: Vec<&[u8]> = batch.items.iter().map(|item| item.key).collect();
-        check_batch_keys(batch.op, &keys)?;
-        let needs_memory = matches!(batch.op, Op::Get | Op::Set);
+        let memory = match batch.items.iter().any(|item| matches!(item.memory, Memory::Arena { .. })) {
+            true => MemoryKind::Pages { page_size: self.shared.pages.as_ref().map_or(0, |a| a.page_size() as u64) },
+            false => MemoryKind::Buffers,
+        };
+        let memories = batch.items.iter().filter(|item| item.memory != Memory::None).count();
+        BatchShape { op: batch.op, keys: &keys, memory, memories, lengths: None, exact_length: batch.exact_length }
+            .check()?;
         for (i, item) in batch.items.iter().enumerate() {
-            match (item.memory, needs_memory) {
-                (Memory::None, true) => {
-                    return Err(Error::invalid(format!("key {i}: {} needs a page or a buffer", batch.op.name())));
-                }
-                (Memory::Arena { .. } | Memory::Buffer(_), false) => {
-                    return Err(Error::invalid(format!("key {i}: {} takes no memory", batch.op.name())));
-                }
-                (Memory::Arena { offset, len }, true) => {
-                    self.check_page_range(offset, len).map_err(|e| e.context(format!("key {i}")))?
-                }
-                _ => {}
+            if let Memory::Arena { offset, len } = item.memory {
+                self.check_page_range(offset, len).map_err(|e| e.context(format!("key {i}")))?;
             }
         }
         Ok(())
@@ -255,31 +252,4 @@ impl Engine {
             self.shared.completion_event.signal();
         }
     }
-}
-
-/// The keys of a batch, before anything is sent: none too long, and none twice in a SET or DEL
-/// batch (which write would win is undefined).
-pub fn check_batch_keys(op: Op, keys: &[&[u8]]) -> Result<()> {
-    for (i, key) in keys.iter().enumerate() {
-        if key.len() > MAX_KEY_LEN {
-            return Err(Error::invalid(format!(
-                "key {i} is {} bytes, longer than the limit of {MAX_KEY_LEN} bytes",
-                key.len()
-            )));
-        }
-    }
-    if matches!(op, Op::Set | Op::Del) {
-        let mut seen = std::collections::HashMap::with_capacity(keys.len());
-        for (i, key) in keys.iter().enumerate() {
-            if let Some(first) = seen.insert(*key, i) {
-                let shown: String = String::from_utf8_lossy(key).chars().take(80).collect();
-                return Err(Error::invalid(format!(
-                    "keys {first} and {i} are the same key ({shown:?}) in one {} batch, so which of them wins \
-                     would be undefined: send them in separate batches",
-                    op.name()
-                )));
-            }
-        }
-    }
-    Ok(())
 }

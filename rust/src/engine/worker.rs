@@ -4,15 +4,16 @@
 use super::Shared;
 use super::buffers::Access;
 use super::clock;
-use super::notify::EventFd;
 use super::records::{Descriptor, FLAG_EXACT_LENGTH, Region, Tag, encode_completion};
 use super::route::{Nodes, Route};
 use crate::cluster::RedirectKind;
-use crate::conn::{Completion, Conn, Handoff, Op, Outcome, PipelineLimits, Request};
+use crate::conn::{Completion, Conn, Handoff, Outcome, PipelineLimits, Request};
 use crate::error::{Error, ErrorKind};
 use crate::memory::RawBuf;
+use crate::net::EventFd;
 use crate::net::Readiness;
 use crate::net::socket::{poll_flags, timeout_until};
+use crate::op::Op;
 use crate::ring::{Consumer, Producer, PushError};
 use rustix::event::{PollFd, PollFlags, poll};
 use std::os::fd::AsFd;

@@ -1,12 +1,14 @@
 //! Sockets: where the server is, how to reach it, and the raw calls that move bytes.
 
 pub mod endpoint;
+mod eventfd;
 pub mod handshake;
 pub mod options;
 pub mod socket;
 mod sys;
 
 pub use endpoint::{Address, Endpoint};
+pub use eventfd::EventFd;
 pub use options::ConnectOptions;
 pub use socket::{Interest, Readiness, Stream, wait_for};
 pub use sys::IoVecs;

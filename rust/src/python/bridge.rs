@@ -30,9 +30,6 @@ impl Bridge {
         page_size: usize,
         num_pages: usize,
     ) -> PyResult<Self> {
-        if page_size == 0 || num_pages == 0 {
-            return Err(invalid_input("the bridge needs page_size >= 1 and num_pages >= 1"));
-        }
         let mut config = EngineConfig::new(settings_of(settings)?);
         config.page_size = page_size;
         config.num_pages = num_pages;
@@ -87,7 +84,7 @@ impl Bridge {
 
     #[getter]
     fn capacity_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        capacity_dict(py, self.server.engine())
+        capacity_dict(py, self.server.engine().capacity())
     }
 }
 

@@ -6,8 +6,6 @@ use pyo3::buffer::PyUntypedBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyInt, PyString};
 
-use crate::engine::MAX_KEY_LEN;
-
 /// The elements of a batch argument (`keys`, `pages`, `buffers`, `lengths`): any iterable but
 /// a lone str or bytes, which would silently become one key per character.
 pub fn batch_list<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Vec<Bound<'py, PyAny>>> {
@@ -50,23 +48,17 @@ pub fn lengths_of(lengths: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<u64
         .map(Some)
 }
 
-/// A key's bytes: UTF-8 of a `str`, or the bytes of `bytes` (binary-safe).
+/// A key's bytes: UTF-8 of a `str`, or the bytes of `bytes` (binary-safe). The core decides
+/// whether a key is acceptable.
 pub fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
-    let bytes = if let Ok(text) = key.cast::<PyString>() {
-        text.to_str()?.as_bytes()
+    if let Ok(text) = key.cast::<PyString>() {
+        Ok(text.to_str()?.as_bytes())
     } else if let Ok(bytes) = key.cast::<PyBytes>() {
-        bytes.as_bytes()
+        Ok(bytes.as_bytes())
     } else {
         let type_name = key.get_type().name()?;
-        return Err(pyo3::exceptions::PyTypeError::new_err(format!("keys must be str or bytes, not {type_name}")));
-    };
-    if bytes.len() > MAX_KEY_LEN {
-        return Err(invalid_input(format!(
-            "key of {} bytes is longer than the limit of {MAX_KEY_LEN} bytes",
-            bytes.len()
-        )));
+        Err(pyo3::exceptions::PyTypeError::new_err(format!("keys must be str or bytes, not {type_name}")))
     }
-    Ok(bytes)
 }
 
 /// What the buffer will be used for.

@@ -5,16 +5,15 @@
 
 use super::bridge::attach_timeout;
 use super::buffers::{Access, HeldBuffer, batch_list, key_bytes, key_list};
-use super::errors::{invalid_input, to_py_err};
-use super::facts::{corrupt_engine_ring, engine_capacity, engine_placement, engine_worker_threads};
+use super::errors::to_py_err;
+use super::facts::{capacity_dict, facts_placement};
 use super::results::{BatchResult, op_from_name};
 use super::settings::settings_of;
-use crate::bridge::StagedConnector;
 use crate::capacity::TrackedEngine;
-use crate::conn::Op;
-use crate::connector::BufferConnector;
 use crate::engine::EngineConfig;
+use crate::front::{BridgedConnector, BufferConnector};
 use crate::memory::RawBuf;
+use crate::op::Op;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::collections::HashMap;
@@ -47,7 +46,7 @@ impl Connector {
     #[pyo3(signature = (path, *, timeout=10.0))]
     fn attach(py: Python<'_>, path: PathBuf, timeout: f64) -> PyResult<Self> {
         let timeout = attach_timeout(timeout)?;
-        let staged = py.detach(|| StagedConnector::attach(&path, timeout)).map_err(|e| to_py_err(&e))?;
+        let staged = py.detach(|| BridgedConnector::attach(&path, timeout)).map_err(|e| to_py_err(&e))?;
         Ok(Connector::over(Box::new(staged)))
     }
 
@@ -66,27 +65,22 @@ impl Connector {
         let op = op_from_name(op)?;
         let keys = key_list(keys)?;
         let key_slices = keys.iter().map(key_bytes).collect::<PyResult<Vec<&[u8]>>>()?;
-        let held: Vec<HeldBuffer> = match (op, buffers) {
-            (Op::Get | Op::Set, Some(buffers)) => {
-                let access = if op == Op::Get { Access::Write } else { Access::Read };
-                batch_list(buffers, "buffers")?
-                    .iter()
-                    .enumerate()
-                    .map(|(i, b)| {
-                        HeldBuffer::get(b, access).map_err(|e| {
-                            let message = format!("buffer {i}: {}", e.value(py));
-                            PyErr::from_type(e.get_type(py), message)
-                        })
+        // A GET receives into its buffers, so they must be writable; whether the batch may have
+        // buffers at all, and how many, the core decides.
+        let access = if op == Op::Get { Access::Write } else { Access::Read };
+        let held: Vec<HeldBuffer> = match buffers {
+            Some(buffers) => batch_list(buffers, "buffers")?
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    HeldBuffer::get(b, access).map_err(|e| {
+                        let message = format!("buffer {i}: {}", e.value(py));
+                        PyErr::from_type(e.get_type(py), message)
                     })
-                    .collect::<PyResult<_>>()?
-            }
-            (Op::Get | Op::Set, None) => return Err(invalid_input("get and set need one buffer per key")),
-            (_, Some(_)) => return Err(invalid_input("exists and delete take keys only, no buffers")),
-            (_, None) => Vec::new(),
+                })
+                .collect::<PyResult<_>>()?,
+            None => Vec::new(),
         };
-        if matches!(op, Op::Get | Op::Set) && held.len() != key_slices.len() {
-            return Err(invalid_input(format!("{} keys but {} buffers", key_slices.len(), held.len())));
-        }
         let raws: Vec<RawBuf> = held.iter().map(HeldBuffer::raw).collect();
         // Holding the map across the submit means no drain can see the batch before its
         // buffers are filed.
@@ -148,23 +142,24 @@ impl Connector {
 
     #[getter]
     fn placement<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        engine_placement(py, self.connector.local_engine(), &self.connector.endpoint())
+        facts_placement(py, &self.connector.facts())
     }
 
     #[getter]
     fn worker_threads(&self) -> Vec<(i32, Option<u32>)> {
-        engine_worker_threads(self.connector.local_engine())
+        self.connector.facts().worker_threads
     }
 
     /// Capacity tracking figures, or None when tracking is off.
     #[getter]
     fn capacity_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        engine_capacity(py, self.connector.local_engine())
+        capacity_dict(py, self.connector.facts().capacity)
     }
 
-    /// Pushes garbage into a worker's ring: the engine must fail cleanly (tests only).
+    /// Pushes garbage into a worker's ring: the engine must fail cleanly (test builds only).
+    #[cfg(feature = "test-hooks")]
     fn _corrupt_ring_for_test(&self, worker: usize) -> PyResult<()> {
-        corrupt_engine_ring(self.connector.local_engine(), worker)
+        self.connector.corrupt_ring_for_test(worker).map_err(|e| to_py_err(&e))
     }
 }
 

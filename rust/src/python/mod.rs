@@ -68,7 +68,7 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<settings::PySettings>()?;
     m.add_class::<settings::PyEviction>()?;
     m.add_class::<settings::PySecret>()?;
-    m.add("MAX_KEY_LEN", crate::engine::MAX_KEY_LEN)?;
+    m.add("MAX_KEY_LEN", crate::op::MAX_KEY_LEN)?;
     m.add_function(wrap_pyfunction!(loopback_ceiling, m)?)?;
     m.add_function(wrap_pyfunction!(explain_placement, m)?)?;
     Ok(())

@@ -2,9 +2,10 @@
 //! completion tuples all read it; nothing parses error text.
 
 use super::errors::{class_name, exception_class, to_py_exception};
-use crate::conn::{Op, Outcome};
+use crate::conn::Outcome;
 use crate::engine::BatchResult as CoreResult;
 use crate::error::Error;
+use crate::op::Op;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 

@@ -4,9 +4,9 @@
 //! ([`crate::settings`]).
 
 use super::errors::{invalid_input, to_py_err};
-use crate::capacity::EvictionPolicy;
 use crate::net::Endpoint;
 use crate::secret::Secret;
+use crate::settings::EvictionPolicy;
 use crate::settings::{ENV_VARS, EVICTION_FIELDS, Eviction, FIELDS, Settings, Sources, Value};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyMapping, PyString};

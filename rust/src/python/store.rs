@@ -3,15 +3,13 @@
 use super::bridge::attach_timeout;
 use super::buffers::{batch_list, key_bytes, key_list, lengths_of};
 use super::errors::{invalid_input, to_py_err};
-use super::facts::{corrupt_engine_ring, engine_capacity, engine_placement, engine_worker_threads};
+use super::facts::{capacity_dict, facts_placement};
 use super::results::{BatchResult, op_from_name};
 use super::settings::settings_of;
 use crate::arena::{Arena, PageHandle};
-use crate::bridge::BridgeClient;
-use crate::conn::Op;
 use crate::engine::EngineConfig;
 use crate::error::{Error, ErrorKind};
-use crate::store::{PageStore, PagedStore as CoreStore};
+use crate::front::{BridgedPageStore, LocalPageStore, PageStore};
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -83,28 +81,18 @@ impl PagedStore {
         let keys = key_list(keys)?;
         let key_slices = keys.iter().map(key_bytes).collect::<PyResult<Vec<&[u8]>>>()?;
         let lengths = lengths_of(lengths)?;
+        let handles: Vec<PageHandle> = match pages {
+            Some(pages) => page_handles(pages)?.iter().map(|p| p.get().handle).collect(),
+            None => Vec::new(),
+        };
         let store = &self.store;
-        match (op, pages) {
-            (Op::Get | Op::Set, Some(pages)) => {
-                let handles: Vec<PageHandle> = page_handles(pages)?.iter().map(|p| p.get().handle).collect();
-                py.detach(|| {
-                    if wait {
-                        store.run(op, &key_slices, &handles, lengths.as_deref()).map(Batched::Done)
-                    } else {
-                        store.submit(op, &key_slices, &handles, lengths.as_deref()).map(Batched::Submitted)
-                    }
-                })
+        py.detach(|| {
+            if wait {
+                store.run(op, &key_slices, &handles, lengths.as_deref()).map(Batched::Done)
+            } else {
+                store.submit(op, &key_slices, &handles, lengths.as_deref()).map(Batched::Submitted)
             }
-            (Op::Get | Op::Set, None) => return Err(invalid_input("get and set need pages")),
-            (_, Some(_)) => return Err(invalid_input("exists and delete take keys only, no pages")),
-            (_, None) => py.detach(|| {
-                if wait {
-                    store.run_keys(op, &key_slices).map(Batched::Done)
-                } else {
-                    store.submit_keys(op, &key_slices).map(Batched::Submitted)
-                }
-            }),
-        }
+        })
         .map_err(|e| to_py_err(&e))
     }
 }
@@ -119,13 +107,11 @@ impl PagedStore {
     #[new]
     #[pyo3(signature = (settings, *, page_size, num_pages))]
     fn new(py: Python<'_>, settings: &Bound<'_, PyAny>, page_size: usize, num_pages: usize) -> PyResult<Self> {
-        if page_size == 0 {
-            return Err(invalid_input("page_size must be at least 1 byte"));
-        }
         let mut config = EngineConfig::new(settings_of(settings)?);
         config.page_size = page_size;
         config.num_pages = num_pages;
-        let store: Arc<dyn PageStore> = Arc::new(py.detach(|| CoreStore::start(config)).map_err(|e| to_py_err(&e))?);
+        let store: Arc<dyn PageStore> =
+            Arc::new(py.detach(|| LocalPageStore::start(config)).map_err(|e| to_py_err(&e))?);
         Ok(PagedStore { store })
     }
 
@@ -134,7 +120,7 @@ impl PagedStore {
     #[pyo3(signature = (path, *, timeout=10.0))]
     fn attach(py: Python<'_>, path: std::path::PathBuf, timeout: f64) -> PyResult<Self> {
         let timeout = attach_timeout(timeout)?;
-        let client = py.detach(|| BridgeClient::attach(&path, timeout)).map_err(|e| to_py_err(&e))?;
+        let client = py.detach(|| BridgedPageStore::attach(&path, timeout)).map_err(|e| to_py_err(&e))?;
         let store: Arc<dyn PageStore> = Arc::new(client);
         Ok(PagedStore { store })
     }
@@ -266,24 +252,25 @@ impl PagedStore {
     /// Where the I/O threads run and the arena lives, and why.
     #[getter]
     fn placement<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        engine_placement(py, self.store.local_engine(), &self.store.endpoint())
+        facts_placement(py, &self.store.facts())
     }
 
     /// `(kernel thread id, planned CPU or None)` per I/O worker.
     #[getter]
     fn worker_threads(&self) -> Vec<(i32, Option<u32>)> {
-        engine_worker_threads(self.store.local_engine())
+        self.store.facts().worker_threads
     }
 
     /// Capacity tracking figures, or None when tracking is off.
     #[getter]
     fn capacity_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        engine_capacity(py, self.store.local_engine())
+        capacity_dict(py, self.store.facts().capacity)
     }
 
-    /// Pushes garbage into a worker's ring: the store must fail cleanly (tests only).
+    /// Pushes garbage into a worker's ring: the store must fail cleanly (test builds only).
+    #[cfg(feature = "test-hooks")]
     fn _corrupt_ring_for_test(&self, worker: usize) -> PyResult<()> {
-        corrupt_engine_ring(self.store.local_engine(), worker)
+        self.store.corrupt_ring_for_test(worker).map_err(|e| to_py_err(&e))
     }
 }
 

@@ -6,14 +6,15 @@
 //! the `LMCACHE_RESP_*` environment variables (host, port, username and password only), then
 //! the defaults below. Callers gather the sources; [`Settings::resolve`] decides.
 
+mod capacity;
 mod names;
 pub mod url;
 pub mod value;
 
+pub use capacity::{CapacityConfig, EvictionPolicy};
 pub use names::{ENV_VARS, EVICTION_FIELDS, FIELDS, QUERY_FIELDS};
 pub use value::Value;
 
-use crate::capacity::{CapacityConfig, EvictionPolicy};
 use crate::conn::PipelineLimits;
 use crate::error::{Error, Result};
 use crate::net::{ConnectOptions, Endpoint};

@@ -8,24 +8,22 @@
 //! flight than ever before), so the steady state costs no control-socket round trips. They go
 //! back to the bridge's pool when the connector closes or its process ends.
 
-use super::BridgeClient;
+use super::{BridgedPageStore, BufferConnector, EngineFacts, EngineFront, PageStore};
 use crate::arena::PageHandle;
-use crate::capacity::TrackedEngine;
-use crate::conn::{Op, Outcome};
-use crate::connector::{BufferConnector, check_buffers};
+use crate::conn::Outcome;
 use crate::engine::BatchResult;
 use crate::error::{Error, ErrorKind, Result};
-use crate::handle::EngineHandle;
 use crate::memory::RawBuf;
-use crate::store::PageStore;
+use crate::op::{BatchShape, MemoryKind, Op};
 use std::collections::HashMap;
 use std::os::fd::BorrowedFd;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-pub struct StagedConnector {
-    client: BridgeClient,
+/// LMCache's connector attached to a bridge.
+pub struct BridgedConnector {
+    client: BridgedPageStore,
     /// Staging pages not in use by a batch.
     spare: Mutex<Vec<PageHandle>>,
     /// Batches in flight: the pages they use, and where a GET's hits go.
@@ -42,10 +40,11 @@ struct Staged {
 // sees a batch before its staging is filed); `spare` is never held while taking another lock
 // except the client's, to allocate.
 
-impl StagedConnector {
-    pub fn attach(path: &Path, timeout: Duration) -> Result<StagedConnector> {
-        Ok(StagedConnector {
-            client: BridgeClient::attach(path, timeout)?,
+impl BridgedConnector {
+    /// Attaches to the bridge listening at `path`.
+    pub fn attach(path: &Path, timeout: Duration) -> Result<BridgedConnector> {
+        Ok(BridgedConnector {
+            client: BridgedPageStore::attach(path, timeout)?,
             spare: Mutex::new(Vec::new()),
             staged: Mutex::new(HashMap::new()),
         })
@@ -105,7 +104,7 @@ impl StagedConnector {
                 for (page, buffer) in pages.iter().zip(buffers) {
                     self.page_memory(page, buffer.len())?.copy_from(buffer);
                 }
-                self.client.submit(op, keys, &pages, Some(&lengths))?
+                PageStore::submit(&self.client, op, keys, &pages, Some(&lengths))?
             } else {
                 self.client.submit_exact_get(keys, &pages, &lengths)?
             };
@@ -135,17 +134,18 @@ impl StagedConnector {
     }
 }
 
-impl BufferConnector for StagedConnector {
+impl BufferConnector for BridgedConnector {
     fn submit(&self, op: Op, keys: &[&[u8]], buffers: &[RawBuf]) -> Result<u64> {
-        check_buffers(op, keys.len(), buffers.len())?;
+        let memory = MemoryKind::Buffers;
+        BatchShape { op, keys, memory, memories: buffers.len(), lengths: None, exact_length: true }.check()?;
         match op {
             Op::Get | Op::Set => self.stage(op, keys, buffers),
-            _ => self.client.submit_keys(op, keys),
+            _ => PageStore::submit(&self.client, op, keys, &[], None),
         }
     }
 }
 
-impl EngineHandle for StagedConnector {
+impl EngineFront for BridgedConnector {
     fn drain(&self) -> Result<Vec<BatchResult>> {
         let mut results = self.client.drain()?;
         let mut staged = lock(&self.staged);
@@ -184,8 +184,13 @@ impl EngineHandle for StagedConnector {
         self.client.endpoint()
     }
 
-    fn local_engine(&self) -> Option<&TrackedEngine> {
-        None
+    fn facts(&self) -> EngineFacts {
+        self.client.facts()
+    }
+
+    #[cfg(feature = "test-hooks")]
+    fn corrupt_ring_for_test(&self, worker: usize) -> Result<()> {
+        self.client.corrupt_ring_for_test(worker)
     }
 }
 

@@ -1,33 +1,33 @@
-//! A client process's side of a bridge: the shared page pool mapped here, its own ring pair,
-//! and the same store operations as a local [`crate::store::PagedStore`].
+//! The paged store with its engine in a bridge process: the bridge's page pool mapped here, this
+//! client's own ring pair, and the same operations as a [`super::LocalPageStore`].
 //!
 //! No credentials pass through here: the bridge holds them. If the bridge goes away, every
 //! waiting and every later call fails at once with a connection error; attaching again works
 //! once a bridge listens again.
 
-use super::channel::{self, lost};
-use super::wire::{self, Control, KeyEntry, NO_PAGE, PROTOCOL_VERSION, Submission, Welcome};
-use crate::arena::{Arena, PageHandle};
-use crate::conn::Op;
-use crate::engine::notify::EventFd;
-use crate::engine::{BatchResult, check_batch_keys};
+use super::{EngineFacts, EngineFront, PageStore};
+use crate::arena::{Arena, Claim, PageHandle, PageLedger};
+use crate::bridge::channel::{self, lost};
+use crate::bridge::wire::{self, Control, KeyEntry, NO_PAGE, PROTOCOL_VERSION, Submission, Welcome};
+use crate::engine::BatchResult;
 use crate::error::{Error, ErrorKind, Result};
-use crate::handle::EngineHandle;
+use crate::net::EventFd;
+use crate::op::{BatchShape, MemoryKind, Op};
 use crate::ring::{Consumer, Producer, PushError};
-use crate::store::{PageStore, check_lengths};
 use rustix::event::{PollFd, PollFlags, poll};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long a waiter gives the bridge past a batch's deadline.
 const GRACE: Duration = Duration::from_secs(5);
 
-pub struct BridgeClient {
+/// A page store attached to a bridge.
+pub struct BridgedPageStore {
     path: PathBuf,
     control: Mutex<UnixStream>,
     /// A second handle on the socket, to poll it for the bridge's end without the lock.
@@ -42,7 +42,7 @@ pub struct BridgeClient {
     /// Pages this client holds: index -> generation.
     owned: Mutex<HashMap<u32, u32>>,
     /// This client's operations in flight per page.
-    busy: Vec<AtomicU32>,
+    ledger: PageLedger,
     next_batch: AtomicU64,
     failure: OnceLock<Error>,
     /// Set by the watcher thread when the bridge's end of the socket closes.
@@ -62,9 +62,9 @@ struct Collect {
     waited: HashMap<u64, BatchResult>,
 }
 
-/// How a batch's completion is expected.
+/// How a batch is sent, and how its completion is expected.
 #[derive(Clone, Copy)]
-struct Delivery {
+struct SendMode {
     /// GET: only a value of exactly the given length is read.
     exact_length: bool,
     /// A thread waits for it (it is kept from `drain`).
@@ -76,12 +76,12 @@ struct Pending {
     waited: bool,
     op: Op,
     keys: usize,
-    pages: Vec<u32>,
+    claim: Claim,
 }
 
-impl BridgeClient {
+impl BridgedPageStore {
     /// Connects to the bridge at `path`, says hello, and maps what it hands over.
-    pub fn attach(path: &Path, timeout: Duration) -> Result<BridgeClient> {
+    pub fn attach(path: &Path, timeout: Duration) -> Result<BridgedPageStore> {
         let not_a_bridge = |why: String| {
             Error::new(ErrorKind::Connection, format!("{} is not an lmcache-resp bridge: {why}", path.display()))
         };
@@ -131,7 +131,7 @@ impl BridgeClient {
         let hung_up = Arc::new(AtomicBool::new(false));
         watch_for_hang_up(&stream, &notifier, hung_up.clone())?;
         let num_pages = pages.num_pages();
-        Ok(BridgeClient {
+        Ok(BridgedPageStore {
             path: path.to_path_buf(),
             control: Mutex::new(stream),
             watch,
@@ -149,7 +149,7 @@ impl BridgeClient {
             doorbell,
             notifier,
             owned: Mutex::new(HashMap::new()),
-            busy: (0..num_pages).map(|_| AtomicU32::new(0)).collect(),
+            ledger: PageLedger::new(num_pages),
             next_batch: AtomicU64::new(1),
             failure: OnceLock::new(),
             hung_up,
@@ -200,6 +200,24 @@ impl BridgeClient {
         channel::call(&control, request).map_err(|e| if e.kind() == ErrorKind::Connection { self.fail(e) } else { e })
     }
 
+    /// Pages from the bridge's pool (`Allocate` or `AllocateOne`), now this client's.
+    fn take_pages(&self, request: Control) -> Result<Vec<PageHandle>> {
+        self.check_usable()?;
+        match self.call(&request)? {
+            Control::Pages { pages } => {
+                let mut owned = self.owned.lock().unwrap_or_else(|p| p.into_inner());
+                Ok(pages
+                    .into_iter()
+                    .map(|(index, generation)| {
+                        owned.insert(index, generation);
+                        self.handle(index, generation)
+                    })
+                    .collect())
+            }
+            other => Err(Error::new(ErrorKind::Protocol, format!("the bridge answered {other:?} to an allocation"))),
+        }
+    }
+
     fn handle(&self, index: u32, generation: u32) -> PageHandle {
         PageHandle { pool_id: u64::from(self.welcome.client_id) | 1 << 63, index, generation }
     }
@@ -210,13 +228,13 @@ impl BridgeClient {
 
     /// Sends a batch; `waited`: a thread will wait for it (it is kept from `drain`).
     fn send(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>, waited: bool) -> Result<u64> {
-        self.send_batch(op, keys, pages, lengths, Delivery { exact_length: false, waited })
+        self.send_batch(op, keys, pages, lengths, SendMode { exact_length: false, waited })
     }
 
     /// A GET that reads only values of exactly `lengths` bytes (any other length is a miss),
     /// for [`super::StagedConnector`].
     pub(super) fn submit_exact_get(&self, keys: &[&[u8]], pages: &[PageHandle], lengths: &[u64]) -> Result<u64> {
-        self.send_batch(Op::Get, keys, pages, Some(lengths), Delivery { exact_length: true, waited: false })
+        self.send_batch(Op::Get, keys, pages, Some(lengths), SendMode { exact_length: true, waited: false })
     }
 
     fn send_batch(
@@ -225,17 +243,17 @@ impl BridgeClient {
         keys: &[&[u8]],
         pages: &[PageHandle],
         lengths: Option<&[u64]>,
-        delivery: Delivery,
+        mode: SendMode,
     ) -> Result<u64> {
-        let Delivery { exact_length, waited } = delivery;
+        let SendMode { exact_length, waited } = mode;
         self.check_usable()?;
-        check_batch_keys(op, keys)?;
-        let entries = self.entries(op, keys, pages, lengths, exact_length)?;
+        let memory = MemoryKind::Pages { page_size: self.welcome.page_size };
+        BatchShape { op, keys, memory, memories: pages.len(), lengths, exact_length }.check()?;
+        let entries = self.entries(keys, pages, lengths);
         let batch = self.next_batch.fetch_add(1, Ordering::Relaxed);
         let submission = Submission { batch, op, exact_length, keys: entries };
         let mut record = Vec::new();
         submission.encode(&mut record);
-        let page_list: Vec<u32> = submission.keys.iter().filter(|k| k.page != NO_PAGE).map(|k| k.page).collect();
         let mut producer = self.submit.lock().unwrap_or_else(|p| p.into_inner());
         if !producer.record_fits(record.len()) {
             return Err(Error::invalid(format!(
@@ -244,11 +262,14 @@ impl BridgeClient {
                 record.len()
             )));
         }
-        let pending = Pending { waited, op, keys: keys.len(), pages: page_list.clone() };
-        self.lock_collect().pending.insert(batch, pending);
-        for &page in &page_list {
-            self.busy[page as usize].fetch_add(1, Ordering::AcqRel);
-        }
+        let indices: Vec<u32> = pages.iter().map(|page| page.index).collect();
+        let claim = self.ledger.claim(op, &indices, || {
+            pages
+                .iter()
+                .enumerate()
+                .try_for_each(|(i, page)| self.check(page).map_err(|e| e.context(format!("key {i}"))))
+        })?;
+        self.lock_collect().pending.insert(batch, Pending { waited, op, keys: keys.len(), claim });
         let deadline = Instant::now() + self.timeout();
         loop {
             match producer.try_push(&[&record]) {
@@ -263,13 +284,13 @@ impl BridgeClient {
                             Err(Error::new(ErrorKind::Timeout, "the bridge does not take batches"))
                         }
                     }) {
-                        self.unsend(batch, &page_list);
+                        self.unsend(batch);
                         return Err(err);
                     }
                     std::thread::sleep(Duration::from_micros(200));
                 }
                 Err(err) => {
-                    self.unsend(batch, &page_list);
+                    self.unsend(batch);
                     return Err(self.fail(Error::new(ErrorKind::Protocol, format!("submission ring: {err:?}"))));
                 }
             }
@@ -280,14 +301,10 @@ impl BridgeClient {
         Ok(batch)
     }
 
-    fn unsend(&self, batch: u64, pages: &[u32]) {
-        self.lock_collect().pending.remove(&batch);
-        self.release(pages);
-    }
-
-    fn release(&self, pages: &[u32]) {
-        for &page in pages {
-            self.busy[page as usize].fetch_sub(1, Ordering::AcqRel);
+    fn unsend(&self, batch: u64) {
+        let pending = self.lock_collect().pending.remove(&batch);
+        if let Some(pending) = pending {
+            self.ledger.release(pending.claim);
         }
     }
 
@@ -295,38 +312,19 @@ impl BridgeClient {
         self.doorbell.signal();
     }
 
-    fn entries<'k>(
-        &self,
-        op: Op,
-        keys: &[&'k [u8]],
-        pages: &[PageHandle],
-        lengths: Option<&[u64]>,
-        exact_length: bool,
-    ) -> Result<Vec<KeyEntry<'k>>> {
-        if !matches!(op, Op::Get | Op::Set) {
-            return Ok(keys.iter().map(|key| KeyEntry { key, page: NO_PAGE, generation: 0, len: 0 }).collect());
-        }
-        if keys.len() != pages.len() {
-            return Err(Error::invalid(format!("{} keys but {} pages", keys.len(), pages.len())));
-        }
-        check_lengths(op, keys.len(), lengths, exact_length)?;
+    /// The batch's records: each key with its page and length (EXISTS and DEL: no page).
+    fn entries<'k>(&self, keys: &[&'k [u8]], pages: &[PageHandle], lengths: Option<&[u64]>) -> Vec<KeyEntry<'k>> {
         let page_size = self.welcome.page_size;
-        let mut seen = std::collections::HashSet::new();
         keys.iter()
-            .zip(pages)
             .enumerate()
-            .map(|(i, (key, page))| {
-                self.check(page).map_err(|e| e.context(format!("key {i}")))?;
-                let len = lengths.map_or(page_size, |l| l[i]);
-                if len > page_size {
-                    return Err(Error::invalid(format!(
-                        "key {i}: length {len} is larger than the page size {page_size}"
-                    )));
-                }
-                if op == Op::Get && !seen.insert(page.index) {
-                    return Err(Error::invalid(format!("page {} appears twice in one GET batch", page.index)));
-                }
-                Ok(KeyEntry { key, page: page.index, generation: page.generation, len })
+            .map(|(i, key)| match pages.get(i) {
+                Some(page) => KeyEntry {
+                    key,
+                    page: page.index,
+                    generation: page.generation,
+                    len: lengths.map_or(page_size, |lengths| lengths[i]),
+                },
+                None => KeyEntry { key, page: NO_PAGE, generation: 0, len: 0 },
             })
             .collect()
     }
@@ -344,7 +342,7 @@ impl BridgeClient {
             let (id, op, outcomes) = wire::decode_batch_completion(&collect.record)
                 .map_err(|why| self.fail(Error::new(ErrorKind::Protocol, format!("bad completion: {why}"))))?;
             let Some(pending) = collect.pending.remove(&id) else { continue };
-            self.release(&pending.pages);
+            self.ledger.release(pending.claim);
             let result = BatchResult { id, op, outcomes };
             if pending.waited {
                 collect.waited.insert(id, result);
@@ -439,7 +437,7 @@ impl BridgeClient {
         let mut collect = self.lock_collect();
         let pending: Vec<(u64, Pending)> = collect.pending.drain().collect();
         for (id, pending) in pending {
-            self.release(&pending.pages);
+            self.ledger.release(pending.claim);
             let outcomes = vec![crate::conn::Outcome::Failed(err.clone()); pending.keys];
             let failed = BatchResult { id, op: pending.op, outcomes };
             if pending.waited {
@@ -478,45 +476,20 @@ fn watch_for_hang_up(stream: &UnixStream, notifier: &EventFd, hung_up: Arc<Atomi
         .map_err(|e| Error::os("spawning the bridge watcher", e))
 }
 
-impl PageStore for BridgeClient {
+impl PageStore for BridgedPageStore {
     fn allocate(&self) -> Result<Option<PageHandle>> {
-        match self.allocate_many(1) {
-            Ok(mut pages) => Ok(pages.pop()),
-            Err(err) if err.kind() == ErrorKind::Page && err.message().starts_with("out of pages") => Ok(None),
-            Err(err) => Err(err),
-        }
+        Ok(self.take_pages(Control::AllocateOne)?.pop())
     }
 
     fn allocate_many(&self, n: usize) -> Result<Vec<PageHandle>> {
-        self.check_usable()?;
         let count = u32::try_from(n).map_err(|_| Error::invalid("too many pages"))?;
-        match self.call(&Control::Allocate { count })? {
-            Control::Pages { pages } => {
-                let mut owned = self.owned.lock().unwrap_or_else(|p| p.into_inner());
-                Ok(pages
-                    .into_iter()
-                    .map(|(index, generation)| {
-                        owned.insert(index, generation);
-                        self.handle(index, generation)
-                    })
-                    .collect())
-            }
-            other => Err(Error::new(ErrorKind::Protocol, format!("the bridge answered {other:?} to an allocation"))),
-        }
+        self.take_pages(Control::Allocate { count })
     }
 
     fn free(&self, page: &PageHandle) -> Result<()> {
         self.check_usable()?;
         self.check(page)?;
-        if self.busy[page.index as usize].load(Ordering::Acquire) > 0 {
-            return Err(Error::new(
-                ErrorKind::Page,
-                format!(
-                    "page {} is in use by an operation in flight: free it once the operation completes",
-                    page.index
-                ),
-            ));
-        }
+        self.ledger.ensure_idle(page.index)?;
         match self.call(&Control::Free { index: page.index, generation: page.generation })? {
             Control::Freed => {
                 self.owned.lock().unwrap_or_else(|p| p.into_inner()).remove(&page.index);
@@ -572,20 +545,12 @@ impl PageStore for BridgeClient {
         self.wait(batch)
     }
 
-    fn run_keys(&self, op: Op, keys: &[&[u8]]) -> Result<BatchResult> {
-        self.run(op, keys, &[], None)
-    }
-
     fn submit(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>) -> Result<u64> {
         self.send(op, keys, pages, lengths, false)
     }
-
-    fn submit_keys(&self, op: Op, keys: &[&[u8]]) -> Result<u64> {
-        self.send(op, keys, &[], None, false)
-    }
 }
 
-impl EngineHandle for BridgeClient {
+impl EngineFront for BridgedPageStore {
     fn drain(&self) -> Result<Vec<BatchResult>> {
         if std::process::id() != self.owner_pid {
             return self.check_usable().map(|()| Vec::new());
@@ -651,12 +616,17 @@ impl EngineHandle for BridgeClient {
         format!("bridge {} -> {}", self.path.display(), self.welcome.endpoint)
     }
 
-    fn local_engine(&self) -> Option<&crate::capacity::TrackedEngine> {
-        None
+    fn facts(&self) -> EngineFacts {
+        EngineFacts::in_bridge(&self.endpoint())
+    }
+
+    #[cfg(feature = "test-hooks")]
+    fn corrupt_ring_for_test(&self, _worker: usize) -> Result<()> {
+        Err(Error::invalid("the engine runs in the bridge process"))
     }
 }
 
-impl Drop for BridgeClient {
+impl Drop for BridgedPageStore {
     fn drop(&mut self) {
         self.close();
     }

@@ -1,0 +1,159 @@
+//! The fronts: what callers (the Python bindings, a bridge) run batches through, whether the
+//! engine runs in this process or in a bridge process. Twins sit side by side:
+//!
+//! | | engine in this process | engine in a bridge |
+//! |---|---|---|
+//! | pages of a pool ([`PageStore`]) | [`LocalPageStore`] | [`BridgedPageStore`] |
+//! | caller buffers ([`BufferConnector`]) | [`TrackedEngine`] itself | [`BridgedConnector`] |
+//!
+//! Every front checks a batch against [`crate::op::BatchShape`] and counts the pages it uses
+//! in a [`crate::arena::PageLedger`] before anything is sent.
+
+mod bridged_connector;
+mod bridged_store;
+mod local_connector;
+mod local_store;
+
+pub use bridged_connector::BridgedConnector;
+pub use bridged_store::BridgedPageStore;
+pub use local_store::LocalPageStore;
+
+use crate::arena::{Arena, PageHandle};
+use crate::capacity::{CapacityStats, TrackedEngine};
+use crate::engine::BatchResult;
+use crate::error::Result;
+use crate::memory::RawBuf;
+use crate::op::Op;
+use crate::settings::CapacityConfig;
+use lmcache_resp_numa::Placement;
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+
+/// What a front can tell about the engine behind it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineFacts {
+    /// Where the I/O threads run and the arena's memory lives, and why. Behind a bridge, it
+    /// says that the bridge process runs them.
+    pub placement: Placement,
+    /// `(kernel thread id, planned CPU)` of each I/O worker in this process (none behind a
+    /// bridge).
+    pub worker_threads: Vec<(i32, Option<u32>)>,
+    /// Client-side capacity tracking, when it is on for this front.
+    pub capacity: Option<(CapacityConfig, CapacityStats)>,
+}
+
+impl EngineFacts {
+    /// The facts of a front whose engine runs in the bridge process reached at `endpoint`.
+    pub fn in_bridge(endpoint: &str) -> EngineFacts {
+        EngineFacts {
+            placement: Placement {
+                worker_cpus: Vec::new(),
+                cpuset: Vec::new(),
+                memory_node: None,
+                explanation: vec![format!("the I/O threads run in the bridge process ({endpoint})")],
+            },
+            worker_threads: Vec::new(),
+            capacity: None,
+        }
+    }
+}
+
+/// What every front answers.
+pub trait EngineFront: Send + Sync {
+    /// Finished batches submitted for draining; clears the event fd's readiness.
+    fn drain(&self) -> Result<Vec<BatchResult>>;
+    /// Readable while finished batches wait to be drained.
+    fn event_fd(&self) -> BorrowedFd<'_>;
+    /// Completes or fails everything in flight, then refuses further calls.
+    fn close(&self);
+    /// Whether `close` was called.
+    fn is_closed(&self) -> bool;
+    /// I/O worker threads of the engine.
+    fn num_workers(&self) -> usize;
+    /// Where the batches go, for reprs and logs (never credentials).
+    fn endpoint(&self) -> String;
+    /// Placement, worker threads, capacity tracking.
+    fn facts(&self) -> EngineFacts;
+    /// Pushes a record that is not a descriptor into a worker's ring, as a bug or a stray
+    /// write would (tests of what callers see when a worker stops).
+    #[cfg(feature = "test-hooks")]
+    fn corrupt_ring_for_test(&self, worker: usize) -> Result<()>;
+}
+
+/// Pages of a pool in a shared-memory arena, and batches over them.
+pub trait PageStore: EngineFront {
+    /// A free page, or None when the pool is exhausted.
+    fn allocate(&self) -> Result<Option<PageHandle>>;
+    /// `n` pages, or an error (and none allocated) if fewer are free.
+    fn allocate_many(&self, n: usize) -> Result<Vec<PageHandle>>;
+    /// Returns a page to the pool; refused while an operation in flight uses it.
+    fn free(&self, page: &PageHandle) -> Result<()>;
+    /// Whether `page` is live here and may be used.
+    fn check(&self, page: &PageHandle) -> Result<()>;
+    /// The page's address in this process.
+    fn page_ptr(&self, page: &PageHandle) -> Result<*mut u8>;
+    /// The page's offset from the start of the arena.
+    fn page_offset(&self, page: &PageHandle) -> Result<u64>;
+    /// The shared-memory arena the pages live in.
+    fn arena(&self) -> &Arc<Arena>;
+    /// Bytes per page.
+    fn page_size(&self) -> usize;
+    /// Pages in the pool.
+    fn num_pages(&self) -> usize;
+    /// Pages free in the (possibly shared) pool.
+    fn free_pages(&self) -> Result<usize>;
+    /// Runs a batch and waits for it. GET and SET take one page per key (SET sends the first
+    /// `lengths[i]` bytes of each, whole pages by default); EXISTS and DEL take none.
+    fn run(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>) -> Result<BatchResult>;
+    /// Submits a batch for [`EngineFront::drain`]; its pages stay busy until then.
+    fn submit(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>) -> Result<u64>;
+}
+
+/// Batches over the caller's own memory (LMCache's pinned pool).
+///
+/// GET reads a value only when its length is exactly its buffer's (LMCache's chunks have fixed
+/// sizes): any other length is a miss. SET stores each buffer whole. EXISTS and DELETE take
+/// keys only. Every buffer stays valid until its batch is drained, as [`RawBuf::new`] promised.
+pub trait BufferConnector: EngineFront {
+    /// Submits a batch for [`EngineFront::drain`].
+    fn submit(&self, op: Op, keys: &[&[u8]], buffers: &[RawBuf]) -> Result<u64>;
+}
+
+impl EngineFront for TrackedEngine {
+    fn drain(&self) -> Result<Vec<BatchResult>> {
+        TrackedEngine::drain(self)
+    }
+
+    fn event_fd(&self) -> BorrowedFd<'_> {
+        TrackedEngine::event_fd(self)
+    }
+
+    fn close(&self) {
+        TrackedEngine::close(self);
+    }
+
+    fn is_closed(&self) -> bool {
+        TrackedEngine::is_closed(self)
+    }
+
+    fn num_workers(&self) -> usize {
+        TrackedEngine::num_workers(self)
+    }
+
+    fn endpoint(&self) -> String {
+        TrackedEngine::endpoint(self).to_owned()
+    }
+
+    fn facts(&self) -> EngineFacts {
+        EngineFacts {
+            placement: self.placement().clone(),
+            worker_threads: self.worker_threads(),
+            capacity: self.capacity(),
+        }
+    }
+
+    #[cfg(feature = "test-hooks")]
+    fn corrupt_ring_for_test(&self, worker: usize) -> Result<()> {
+        TrackedEngine::corrupt_ring_for_test(self, worker)
+    }
+}
