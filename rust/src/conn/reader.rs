@@ -1,10 +1,12 @@
-//! The receive side of a connection: a small scratch buffer for reply headers, and payloads
-//! received straight into their destination.
+//! The receive side of a connection, without I/O: a small scratch buffer for reply headers, and
+//! payloads received straight into their destination.
+//!
+//! The driver asks [`Reader::recv_target`] where the next bytes from the socket go (a slice of
+//! scratch, or a range of the destination page), receives into it, and reports the count with
+//! [`Reader::received`]; [`Reader::next_event`] then turns buffered bytes into replies.
 
 use crate::memory::RawBuf;
-use crate::net::Stream;
 use crate::resp::{Event, Limits, ProtocolError, Reply, ReplyParser};
-use std::io;
 
 /// Scratch for reply headers, short replies and payload bytes that arrive together with them.
 const SCRATCH: usize = 64 * 1024;
@@ -18,34 +20,32 @@ const PEEK: usize = 64;
 /// One reply, as the connection needs to see it.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ReadEvent {
+    /// Any reply but a top-level bulk string.
     Reply(Reply),
     /// A bulk string: its length, and whether it fitted the destination and was received into
     /// it (`false`: there was no destination, it was too small, or an exact-length GET got
     /// another length; the payload was discarded).
     Bulk {
+        /// The bulk string's length.
         len: usize,
+        /// Whether it was received into the destination.
         fitted: bool,
     },
 }
 
-#[derive(Debug)]
-pub enum ReadError {
-    Io(io::Error),
-    /// The server closed the connection.
-    Eof,
-    Protocol(ProtocolError),
-}
-
-impl From<io::Error> for ReadError {
-    fn from(err: io::Error) -> Self {
-        ReadError::Io(err)
-    }
-}
-
-impl From<ProtocolError> for ReadError {
-    fn from(err: ProtocolError) -> Self {
-        ReadError::Protocol(err)
-    }
+/// Where the next bytes read from the socket go.
+pub enum RecvTarget<'a> {
+    /// Into the reader's scratch buffer (headers, short replies, discarded payloads).
+    Scratch(&'a mut [u8]),
+    /// Straight into `dest[offset..offset + len]`: the payload of the reply being received.
+    Payload {
+        /// The destination page or buffer.
+        dest: RawBuf,
+        /// Where in it the next byte goes.
+        offset: usize,
+        /// Bytes of the payload still to come.
+        len: usize,
+    },
 }
 
 enum Sink {
@@ -54,6 +54,7 @@ enum Sink {
     Discard,
 }
 
+/// The receive state of one connection.
 pub struct Reader {
     scratch: Box<[u8]>,
     start: usize,
@@ -95,22 +96,22 @@ impl Reader {
         matches!(self.sink, Sink::Into { written, .. } if written > 0)
     }
 
-    /// Reads until one reply is complete. `dest` is where a bulk reply to the oldest
-    /// outstanding request belongs (its GET destination); with `exact`, only a payload of
-    /// exactly its length is received there. Returns `Ok(None)` when the socket has nothing
-    /// more now or `budget` bytes have been read in this turn.
-    pub fn next(
-        &mut self,
-        stream: &Stream,
-        dest: Option<RawBuf>,
-        exact: bool,
-        budget: &mut usize,
-    ) -> Result<Option<ReadEvent>, ReadError> {
+    /// Turns buffered bytes into the next reply, without I/O. `dest` is where a bulk reply to
+    /// the oldest outstanding request belongs (its GET destination); with `exact`, only a
+    /// payload of exactly its length is received there. `Ok(None)`: more bytes are needed.
+    pub fn next_event(&mut self, dest: Option<RawBuf>, exact: bool) -> Result<Option<ReadEvent>, ProtocolError> {
         loop {
             if let Some(remaining) = self.parser.payload_remaining() {
-                if !self.move_payload(stream, remaining, budget)? {
+                let buffered = (self.end - self.start).min(remaining);
+                if buffered == 0 {
                     return Ok(None);
                 }
+                if let Sink::Into { dest, written } = &mut self.sink {
+                    dest.write_at(*written, &self.scratch[self.start..self.start + buffered]);
+                    *written += buffered;
+                }
+                self.start += buffered;
+                self.parser.consume_payload(buffered);
                 continue;
             }
             let progress = self.parser.parse(&self.scratch[self.start..self.end])?;
@@ -131,57 +132,23 @@ impl Reader {
                     self.sink = Sink::None;
                     return Ok(Some(ReadEvent::Bulk { len: self.bulk_len, fitted }));
                 }
-                None => {
-                    let big_payload_next = dest.is_some_and(|d| d.len() >= DIRECT_MIN);
-                    if !self.fill(stream, if big_payload_next { PEEK } else { SCRATCH }, budget)? {
-                        return Ok(None);
-                    }
-                }
+                None => return Ok(None),
             }
         }
     }
 
-    /// Moves pending payload bytes: first those already in scratch, then straight from the
-    /// socket into the destination. Returns false when the socket would block or the budget is
-    /// spent.
-    fn move_payload(&mut self, stream: &Stream, remaining: usize, budget: &mut usize) -> Result<bool, ReadError> {
-        let buffered = (self.end - self.start).min(remaining);
-        if buffered > 0 {
-            if let Sink::Into { dest, written } = &mut self.sink {
-                dest.write_at(*written, &self.scratch[self.start..self.start + buffered]);
-                *written += buffered;
-            }
-            self.start += buffered;
-            self.parser.consume_payload(buffered);
-            return Ok(true);
+    /// Where the next bytes from the socket go, once [`Reader::next_event`] has used up what is
+    /// buffered. `dest_len`: the size of the oldest request's destination, if any (a large one
+    /// gets only a peek into scratch before its header, so its payload lands in place).
+    pub fn recv_target(&mut self, dest_len: Option<usize>) -> Result<RecvTarget<'_>, ProtocolError> {
+        if let (Some(remaining), Sink::Into { dest, written }) = (self.parser.payload_remaining(), &self.sink) {
+            debug_assert_eq!(self.start, self.end, "buffered payload is moved before reading more");
+            return Ok(RecvTarget::Payload { dest: *dest, offset: *written, len: remaining });
         }
-        match &mut self.sink {
-            Sink::Into { dest, written } => {
-                if *budget == 0 {
-                    return Ok(false);
-                }
-                let received = match stream.recv_into(*dest, *written, remaining) {
-                    Ok(0) => return Err(ReadError::Eof),
-                    Ok(n) => n,
-                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                    Err(err) => return Err(err.into()),
-                };
-                *written += received;
-                *budget = budget.saturating_sub(received);
-                self.parser.consume_payload(received);
-                Ok(true)
-            }
-            Sink::Discard => self.fill(stream, SCRATCH, budget),
-            Sink::None => unreachable!("a payload is pending only after BulkStart chose a sink"),
-        }
-    }
-
-    /// Reads up to `limit` more bytes into scratch. Returns false when the socket would block
-    /// or the budget is spent.
-    fn fill(&mut self, stream: &Stream, limit: usize, budget: &mut usize) -> Result<bool, ReadError> {
-        if *budget == 0 {
-            return Ok(false);
-        }
+        let limit = match (self.parser.payload_remaining(), dest_len) {
+            (None, Some(len)) if len >= DIRECT_MIN => PEEK,
+            _ => SCRATCH,
+        };
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -194,17 +161,101 @@ impl Reader {
         if room == 0 {
             // The parser's line limit is a quarter of scratch, so this cannot happen with a
             // compacted buffer; refuse rather than spin.
-            return Err(ProtocolError("reply header does not fit the receive buffer".into()).into());
+            return Err(ProtocolError("reply header does not fit the receive buffer".into()));
         }
-        match stream.recv(&mut self.scratch[self.end..self.end + room]) {
-            Ok(0) => Err(ReadError::Eof),
-            Ok(n) => {
-                self.end += n;
-                *budget = budget.saturating_sub(n);
-                Ok(true)
+        Ok(RecvTarget::Scratch(&mut self.scratch[self.end..self.end + room]))
+    }
+
+    /// `n` bytes arrived where the last [`Reader::recv_target`] said.
+    pub fn received(&mut self, n: usize) {
+        match (self.parser.payload_remaining(), &mut self.sink) {
+            (Some(_), Sink::Into { written, .. }) if self.start == self.end => {
+                *written += n;
+                self.parser.consume_payload(n);
             }
-            Err(err) if err.kind() == io::ErrorKind::WouldBlock => Ok(false),
-            Err(err) => Err(err.into()),
+            _ => self.end += n,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `input` in pieces of at most `step` bytes, as a socket would deliver it.
+    fn feed(reader: &mut Reader, mut input: &[u8], step: usize, dest: Option<RawBuf>, exact: bool) -> Vec<ReadEvent> {
+        let mut events = Vec::new();
+        loop {
+            while let Some(event) = reader.next_event(dest, exact).unwrap() {
+                events.push(event);
+            }
+            if input.is_empty() {
+                return events;
+            }
+            let n = match reader.recv_target(dest.map(|d| d.len())).unwrap() {
+                RecvTarget::Scratch(buf) => {
+                    let n = buf.len().min(step).min(input.len());
+                    buf[..n].copy_from_slice(&input[..n]);
+                    n
+                }
+                RecvTarget::Payload { dest, offset, len } => {
+                    let n = len.min(step).min(input.len());
+                    dest.write_at(offset, &input[..n]);
+                    n
+                }
+            };
+            reader.received(n);
+            input = &input[n..];
+        }
+    }
+
+    fn raw(buf: &mut [u8]) -> RawBuf {
+        // SAFETY: the test keeps `buf` alive and untouched while the reader writes into it.
+        unsafe { RawBuf::new(buf.as_mut_ptr(), buf.len()) }
+    }
+
+    #[test]
+    fn a_payload_lands_in_its_destination_whatever_the_read_sizes() {
+        let value: Vec<u8> = (0..40_000u32).map(|i| (i * 7) as u8).collect();
+        let mut wire = format!("${}\r\n", value.len()).into_bytes();
+        wire.extend_from_slice(&value);
+        wire.extend_from_slice(b"\r\n+OK\r\n");
+        for step in [1, 3, 64, 1000, 1 << 20] {
+            let mut page = vec![0u8; 50_000];
+            let dest = raw(&mut page);
+            let mut reader = Reader::default();
+            let events = feed(&mut reader, &wire, step, Some(dest), false);
+            assert_eq!(events[0], ReadEvent::Bulk { len: value.len(), fitted: true }, "step {step}");
+            assert_eq!(&page[..value.len()], &value[..], "step {step}");
+            assert!(page[value.len()..].iter().all(|b| *b == 0));
+            assert_eq!(events[1], ReadEvent::Reply(Reply::Simple(b"OK".to_vec())));
+            assert!(reader.is_idle());
+        }
+    }
+
+    #[test]
+    fn an_exact_length_get_of_another_length_leaves_the_destination_untouched() {
+        let mut page = vec![0x5au8; 32_768];
+        let dest = raw(&mut page);
+        let mut reader = Reader::default();
+        let mut wire = b"$20000\r\n".to_vec();
+        wire.extend(std::iter::repeat_n(1u8, 20_000));
+        wire.extend_from_slice(b"\r\n");
+        let events = feed(&mut reader, &wire, 4096, Some(dest), true);
+        assert_eq!(events, [ReadEvent::Bulk { len: 20_000, fitted: false }]);
+        assert!(page.iter().all(|b| *b == 0x5a));
+    }
+
+    #[test]
+    fn a_half_received_payload_is_reported_as_partial() {
+        let mut page = vec![0u8; 32_768];
+        let dest = raw(&mut page);
+        let mut reader = Reader::default();
+        let mut wire = b"$32768\r\n".to_vec();
+        wire.extend(std::iter::repeat_n(9u8, 1000));
+        assert!(feed(&mut reader, &wire, 512, Some(dest), false).is_empty());
+        assert!(reader.wrote_partially());
+        reader.reset();
+        assert!(!reader.wrote_partially() && reader.is_idle());
     }
 }

@@ -1,0 +1,800 @@
+//! One pipelined connection as a state machine that does no I/O: it is told what happened
+//! (a connect finished, bytes were sent, bytes arrived, the peer closed, time passed) and says
+//! what to do next (which address to connect to, which bytes to send, where to receive, when to
+//! wake), in the style of quinn-proto. [`super::Conn`] drives it over a real socket; the tests
+//! drive it byte by byte with a controlled clock.
+//!
+//! Requests queue in order; the oldest `sent` of them are on the wire awaiting replies (RESP
+//! answers in order), the next may be partly written. A send gathers header, value and trailer
+//! of many requests into one gather list; replies are parsed from a small scratch buffer while
+//! GET payloads are received straight into their destination.
+//!
+//! It connects lazily, authenticates through the shared handshake, reconnects with bounded
+//! backoff after transient failures, and never retries permanent ones.
+
+use super::reader::{ReadEvent, Reader, RecvTarget};
+use super::request::{Completion, Kind, Outcome, Request};
+use crate::cluster::{NodeAddr, Redirect};
+use crate::error::{Error, ErrorKind};
+use crate::net::handshake::{self, Verdict};
+use crate::net::{ConnectOptions, Endpoint, Interest, IoVecs};
+use crate::op::Op;
+use crate::resp::{Reply, TRAILER};
+use std::collections::VecDeque;
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How much a connection keeps on the wire at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PipelineLimits {
+    /// Bytes sent but unanswered, plus the replies they may bring.
+    pub max_inflight_bytes: usize,
+    /// Requests sent but unanswered.
+    pub max_inflight_requests: usize,
+}
+
+impl Default for PipelineLimits {
+    /// Measured on redis-server 7 with 8 connections (bench/RESULTS.md): one large value in
+    /// flight per connection moves the most. Deeper pipelines of 256 KiB to 4 MiB values make
+    /// the single-threaded server hold and fault in more buffers at once and cost 10-40% of
+    /// GET and SET throughput; values below 1 MiB still pipeline (4 KiB values 256 deep).
+    fn default() -> Self {
+        PipelineLimits { max_inflight_bytes: 1 << 20, max_inflight_requests: 256 }
+    }
+}
+
+/// What a connection does after a transient failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReconnectPolicy {
+    /// After this many consecutive failed attempts to (re)connect, requests waiting for the
+    /// connection fail with the last error instead of waiting for their deadline. Later
+    /// requests start new attempts.
+    pub fail_after_attempts: u32,
+    /// The delay before the second attempt; it doubles per failure up to `max_delay`. The
+    /// first reconnect is immediate.
+    pub base_delay: Duration,
+    /// The longest delay between attempts.
+    pub max_delay: Duration,
+}
+
+impl Default for ReconnectPolicy {
+    fn default() -> Self {
+        ReconnectPolicy {
+            fail_after_attempts: 3,
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_secs(1),
+        }
+    }
+}
+
+impl ReconnectPolicy {
+    /// Delay before the next attempt after `failures` consecutive failures.
+    pub fn delay(&self, failures: u32) -> Duration {
+        match failures {
+            0 | 1 => Duration::ZERO,
+            n => self.base_delay.saturating_mul(1 << (n - 2).min(16)).min(self.max_delay),
+        }
+    }
+}
+
+/// The connection's state; the driver holds a socket exactly in `Connecting`, `Handshaking`
+/// and `Ready` ([`ConnState::has_socket`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnState {
+    /// No socket; one is opened when work arrives.
+    Disconnected,
+    /// A non-blocking connect to address number `address` is under way.
+    Connecting {
+        /// Which of the endpoint's resolved addresses.
+        address: usize,
+        /// When the connect started (it has `connect_timeout`).
+        since: Instant,
+    },
+    /// AUTH / SELECT / PING are in flight; user requests wait.
+    Handshaking,
+    /// Requests flow.
+    Ready,
+    /// A (re)connect failed; the next attempt is not made before `retry_at`.
+    Backoff {
+        /// When the next attempt may start.
+        retry_at: Instant,
+    },
+    /// A permanent failure (bad credentials): every request fails at once with it.
+    Failed,
+}
+
+impl ConnState {
+    /// Whether a socket belongs to this state.
+    pub fn has_socket(self) -> bool {
+        matches!(self, ConnState::Connecting { .. } | ConnState::Handshaking | ConnState::Ready)
+    }
+}
+
+/// Why a request leaves its connection to be sent elsewhere (Redis Cluster): the worker that
+/// owns the connection re-routes it.
+#[derive(Debug)]
+pub enum Handoff {
+    /// `-MOVED` or `-ASK`: another node serves the key's slot.
+    Redirect(Redirect),
+    /// `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, or the node cannot be reached: worth another
+    /// try once the slot map is refreshed, while the deadline allows.
+    Retry(Error),
+}
+
+/// The I/O-free core of one connection.
+pub struct ConnCore {
+    options: Arc<ConnectOptions>,
+    /// How many addresses the endpoint resolved to; the driver holds them.
+    address_count: usize,
+    policy: ReconnectPolicy,
+    limits: PipelineLimits,
+    state: ConnState,
+    /// The address to try next when a connect starts (after one failed, the next one).
+    next_address: usize,
+    /// Consecutive failed attempts to establish a connection.
+    failures: u32,
+    last_error: Option<Error>,
+    permanent_error: Option<Error>,
+    queue: VecDeque<Request>,
+    /// The first `sent` requests of the queue are fully written.
+    sent: usize,
+    /// Bytes of `queue[sent]` already written.
+    write_offset: usize,
+    /// Pipeline cost of the `sent` requests.
+    inflight_bytes: usize,
+    /// Pipeline cost of every user request in the queue; what load balancing looks at.
+    outstanding_cost: usize,
+    /// User requests queued or in flight.
+    outstanding_requests: usize,
+    /// The last send did not take everything: wait for writability before trying again.
+    write_blocked: bool,
+    reader: Reader,
+    /// Cluster mode: redirects and node failures hand requests back instead of failing them.
+    hands_off: bool,
+    handoffs: Vec<(Request, Handoff)>,
+}
+
+impl ConnCore {
+    /// A disconnected connection to `options.endpoint`, which resolved to `address_count`
+    /// addresses (tried in order).
+    pub fn new(
+        options: Arc<ConnectOptions>,
+        address_count: usize,
+        policy: ReconnectPolicy,
+        limits: PipelineLimits,
+    ) -> ConnCore {
+        assert!(address_count > 0, "a connection needs at least one address");
+        ConnCore {
+            options,
+            address_count,
+            policy,
+            limits,
+            state: ConnState::Disconnected,
+            next_address: 0,
+            failures: 0,
+            last_error: None,
+            permanent_error: None,
+            queue: VecDeque::new(),
+            sent: 0,
+            write_offset: 0,
+            inflight_bytes: 0,
+            outstanding_cost: 0,
+            outstanding_requests: 0,
+            write_blocked: false,
+            reader: Reader::default(),
+            hands_off: false,
+            handoffs: Vec::new(),
+        }
+    }
+
+    /// In Redis Cluster: requests redirected by the node, or stranded by its failure, are handed
+    /// back through [`ConnCore::take_handoffs`] rather than failed.
+    pub fn handing_off(mut self) -> ConnCore {
+        self.hands_off = true;
+        self
+    }
+
+    /// Requests handed back since the last call, with why.
+    pub fn take_handoffs(&mut self) -> Vec<(Request, Handoff)> {
+        std::mem::take(&mut self.handoffs)
+    }
+
+    /// The connection's state.
+    pub fn state(&self) -> ConnState {
+        self.state
+    }
+
+    /// User requests queued or in flight.
+    pub fn outstanding_requests(&self) -> usize {
+        self.outstanding_requests
+    }
+
+    /// No user request queued or in flight.
+    pub fn is_empty(&self) -> bool {
+        self.outstanding_requests == 0
+    }
+
+    /// Pipeline cost of all user requests not yet completed.
+    pub fn outstanding_cost(&self) -> usize {
+        self.outstanding_cost
+    }
+
+    /// Queues a request (it fails at once if the connection failed permanently).
+    pub fn push(&mut self, request: Request, out: &mut Vec<Completion>) {
+        if let Some(err) = &self.permanent_error {
+            out.push(request.completion(Outcome::Failed(err.clone())));
+            return;
+        }
+        self.outstanding_cost += request.pipeline_cost();
+        self.outstanding_requests += 1;
+        self.queue.push_back(request);
+    }
+
+    /// Queues `request` right behind an `ASKING`, as an `-ASK` redirect requires.
+    pub fn push_asking(&mut self, request: Request, out: &mut Vec<Completion>) {
+        if self.permanent_error.is_none() {
+            self.queue.push_back(Request::asking(request.deadline));
+        }
+        self.push(request, out);
+    }
+
+    // -- what the driver must do ---------------------------------------------------------
+
+    /// Whether a connect should start now: work is waiting and no socket exists (after a
+    /// backoff, only once it has passed).
+    pub fn wants_connect(&self, now: Instant) -> bool {
+        match self.state {
+            ConnState::Disconnected => self.has_user_work(),
+            ConnState::Backoff { retry_at } => retry_at <= now && self.has_user_work(),
+            _ => false,
+        }
+    }
+
+    /// Starts a connect if one is wanted: the index of the address the driver must connect
+    /// to. The driver then reports [`ConnCore::on_connected`] or
+    /// [`ConnCore::on_connect_failed`].
+    pub fn poll_connect(&mut self, now: Instant) -> Option<usize> {
+        if !self.wants_connect(now) {
+            return None;
+        }
+        let address = self.next_address;
+        self.state = ConnState::Connecting { address, since: now };
+        Some(address)
+    }
+
+    /// What to wait for before the next event, and the instant by which
+    /// [`ConnCore::handle_timeout`] (or a connect) must run regardless.
+    pub fn interest(&self, now: Instant) -> (Interest, Option<Instant>) {
+        let mut wake = self.queue.iter().map(|r| r.deadline).min();
+        let interest = match self.state {
+            ConnState::Connecting { since, .. } => {
+                wake = earliest(wake, Some(since + self.options.connect_timeout));
+                Interest { read: false, write: true }
+            }
+            ConnState::Handshaking | ConnState::Ready => Interest { read: true, write: self.write_blocked },
+            ConnState::Backoff { retry_at } if self.has_user_work() => {
+                wake = earliest(wake, Some(retry_at));
+                Interest::default()
+            }
+            ConnState::Disconnected if self.has_user_work() => {
+                // A connection dropped outside a drive (a stall found by handle_timeout):
+                // reconnect at once rather than at the next deadline.
+                wake = Some(now);
+                Interest::default()
+            }
+            _ => Interest::default(),
+        };
+        (interest, wake)
+    }
+
+    /// Whether anything is waiting to be sent (the driver calls [`ConnCore::transmit`]).
+    pub fn has_sendable(&self) -> bool {
+        self.sent < self.queue.len() && !self.write_blocked && self.state.has_socket()
+    }
+
+    /// Whether the last send did not take everything: wait until the socket is writable.
+    pub fn is_write_blocked(&self) -> bool {
+        self.write_blocked
+    }
+
+    /// Fills `iov` with what may be sent now (header, value and trailer of each request, from
+    /// the partly written one on), within the pipeline limits. Empty: nothing to send. Report
+    /// what the socket took with [`ConnCore::on_sent`].
+    pub fn transmit<'a, const N: usize>(&'a self, iov: &mut IoVecs<'a, N>) {
+        if !matches!(self.state, ConnState::Handshaking | ConnState::Ready) || self.write_blocked {
+            return;
+        }
+        let mut inflight_bytes = self.inflight_bytes;
+        let mut offset = self.write_offset;
+        for (in_flight, request) in (self.sent..).zip(self.queue.iter().skip(self.sent)) {
+            if self.state == ConnState::Handshaking && !matches!(request.kind, Kind::Handshake(_)) {
+                break;
+            }
+            if offset == 0
+                && in_flight > 0
+                && (inflight_bytes + request.pipeline_cost() > self.limits.max_inflight_bytes
+                    || in_flight >= self.limits.max_inflight_requests)
+            {
+                break;
+            }
+            if !push_frame(iov, request, offset) {
+                break;
+            }
+            inflight_bytes += request.pipeline_cost();
+            offset = 0;
+        }
+    }
+
+    /// Where the next bytes read from the socket go. `None`: nothing is to be read now, or the
+    /// connection cannot take more bytes and was dropped (see [`ConnCore::state`]).
+    pub fn recv_target(&mut self, now: Instant, out: &mut Vec<Completion>) -> Option<RecvTarget<'_>> {
+        if !matches!(self.state, ConnState::Handshaking | ConnState::Ready) {
+            return None;
+        }
+        let dest_len = self.expected_destination().0.map(|d| d.len());
+        // Checked before the borrow is handed out: a reader that cannot take more bytes breaks
+        // the connection instead.
+        if let Err(err) = self.reader.recv_target(dest_len) {
+            let err = Error::from(err).context(&self.options.endpoint);
+            self.connection_broke(now, err, out);
+            return None;
+        }
+        self.reader.recv_target(dest_len).ok()
+    }
+
+    // -- what happened -------------------------------------------------------------------
+
+    /// The connect to the address [`ConnCore::poll_connect`] named succeeded.
+    pub fn on_connected(&mut self, now: Instant) {
+        debug_assert!(matches!(self.state, ConnState::Connecting { .. }), "{:?}", self.state);
+        self.next_address = 0;
+        self.state = ConnState::Handshaking;
+        self.write_blocked = false;
+        let deadline = now + self.options.connect_timeout;
+        for (step, header) in handshake::commands(&self.options).into_iter().rev() {
+            self.queue.push_front(Request::handshake(step, header, deadline));
+        }
+    }
+
+    /// The connect failed: the next address is tried (the driver sees
+    /// [`ConnCore::poll_connect`] name it at once), or, after the last, the attempt counts as
+    /// failed.
+    pub fn on_connect_failed(&mut self, now: Instant, err: &io::Error, out: &mut Vec<Completion>) {
+        let ConnState::Connecting { address, .. } = self.state else { return };
+        if address + 1 < self.address_count {
+            self.next_address = address + 1;
+            self.state = ConnState::Disconnected;
+            return;
+        }
+        self.next_address = 0;
+        let err = Error::connect_failed(&self.options.endpoint, err);
+        self.after_failed_attempt(now, err, out);
+    }
+
+    /// The socket took `written` of the `offered` bytes of the last [`ConnCore::transmit`].
+    pub fn on_sent(&mut self, written: usize, offered: usize) {
+        self.advance_written(written);
+        if written < offered {
+            self.write_blocked = true;
+        }
+    }
+
+    /// The socket would block: wait for writability before sending again.
+    pub fn on_send_blocked(&mut self) {
+        self.write_blocked = true;
+    }
+
+    /// The socket became writable.
+    pub fn on_writable(&mut self) {
+        self.write_blocked = false;
+    }
+
+    /// `n` (> 0) bytes arrived where [`ConnCore::recv_target`] said: the replies they complete
+    /// complete their requests.
+    pub fn on_received(&mut self, now: Instant, n: usize, out: &mut Vec<Completion>) {
+        self.reader.received(n);
+        while matches!(self.state, ConnState::Handshaking | ConnState::Ready) {
+            let (dest, exact) = self.expected_destination();
+            match self.reader.next_event(dest, exact) {
+                Ok(None) => return,
+                Ok(Some(_)) if self.sent == 0 => {
+                    let err = Error::new(
+                        ErrorKind::Protocol,
+                        format!("{} sent a reply to a request that was never made", self.options.endpoint),
+                    );
+                    return self.connection_broke(now, err, out);
+                }
+                Ok(Some(event)) => self.complete_front(now, event, out),
+                Err(err) => {
+                    let err = Error::from(err).context(&self.options.endpoint);
+                    return self.connection_broke(now, err, out);
+                }
+            }
+        }
+    }
+
+    /// The peer closed the connection (a read returned 0).
+    pub fn on_peer_closed(&mut self, now: Instant, out: &mut Vec<Completion>) {
+        if self.is_quiet() && self.state == ConnState::Ready {
+            // An idle connection closed by the server (timeout, restart): reconnect when there
+            // is work again, without counting it as a failure.
+            self.reader.reset();
+            self.state = ConnState::Disconnected;
+            return;
+        }
+        let err = Error::connection_lost(&self.options.endpoint, "the server closed the connection");
+        self.connection_broke(now, err, out);
+    }
+
+    /// A send or receive failed.
+    pub fn on_io_error(&mut self, now: Instant, err: io::Error, out: &mut Vec<Completion>) {
+        let err = Error::connection_lost(&self.options.endpoint, err);
+        self.connection_broke(now, err, out);
+    }
+
+    /// Fails what is overdue. A connection whose oldest outstanding reply is overdue is
+    /// stalled: it is dropped, since the replies it still owes would arrive out of sync.
+    pub fn handle_timeout(&mut self, now: Instant, out: &mut Vec<Completion>) {
+        if let ConnState::Connecting { since, .. } = self.state {
+            if now >= since + self.options.connect_timeout {
+                let err = io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
+                self.on_connect_failed(now, &err, out);
+            }
+        }
+        let in_flight = self.sent + usize::from(self.write_offset > 0);
+        if in_flight > 0 && self.queue[0].deadline <= now {
+            let waiting_for = match self.queue[0].kind {
+                Kind::User(op) => format!("the reply to {}", op.name()),
+                Kind::Command => "the reply to a command".into(),
+                Kind::Asking => "the reply to ASKING".into(),
+                Kind::Handshake(step) => format!("the reply to the handshake's {step:?}"),
+            };
+            let err = Error::new(
+                ErrorKind::Timeout,
+                format!("timed out waiting for {waiting_for} from {}", self.options.endpoint),
+            );
+            let handshake = matches!(self.queue[0].kind, Kind::Handshake(_));
+            self.drop_connection(now, &err, out);
+            if handshake {
+                self.after_failed_attempt(now, err, out);
+            } else {
+                // The server answered before; reconnect right away for the requests left.
+                self.state = ConnState::Disconnected;
+            }
+        }
+        self.expire_unsent(now, out);
+    }
+
+    /// Drops the connection at once and fails every request, those on the wire too: nothing
+    /// reads from or writes into their memory afterwards (the engine failed and must let go
+    /// of every buffer now).
+    pub fn abort(&mut self, err: &Error, out: &mut Vec<Completion>) {
+        self.note_partial_write();
+        self.reset_wire();
+        self.state = ConnState::Disconnected;
+        let all: Vec<Request> = self.queue.drain(..).collect();
+        for request in all {
+            self.finish(request, Outcome::Failed(err.clone()), out);
+        }
+    }
+
+    /// Fails requests that have not started to go out (the store is closing). Requests on the
+    /// wire finish normally or at their deadline.
+    pub fn fail_unsent(&mut self, err: &Error, out: &mut Vec<Completion>) {
+        let first_unsent = self.sent + usize::from(self.write_offset > 0);
+        let unsent: Vec<Request> = self.queue.drain(first_unsent..).collect();
+        for request in unsent {
+            self.finish(request, Outcome::Failed(err.clone()), out);
+        }
+    }
+
+    // -- inside --------------------------------------------------------------------------
+
+    /// The destination and exact-length rule of the reply expected next.
+    fn expected_destination(&self) -> (Option<crate::memory::RawBuf>, bool) {
+        match self.queue.front() {
+            Some(front) if self.sent > 0 => (front.destination(), front.exact_length),
+            _ => (None, false),
+        }
+    }
+
+    fn expire_unsent(&mut self, now: Instant, out: &mut Vec<Completion>) {
+        let first_unsent = self.sent + usize::from(self.write_offset > 0);
+        if !self.queue.iter().skip(first_unsent).any(|r| r.deadline <= now) {
+            return;
+        }
+        let rest: Vec<Request> = self.queue.drain(first_unsent..).collect();
+        for request in rest {
+            if request.deadline > now {
+                self.queue.push_back(request);
+                continue;
+            }
+            let why = match &self.last_error {
+                Some(last) => format!(" (last connection error: {last})"),
+                None => String::new(),
+            };
+            let what = request.op().map_or("the handshake", Op::name);
+            let message = format!("timed out before {what} could be sent to {}{why}", self.options.endpoint);
+            self.finish(request, Outcome::Failed(Error::new(ErrorKind::Timeout, message)), out);
+        }
+    }
+
+    fn has_user_work(&self) -> bool {
+        self.outstanding_requests > 0
+    }
+
+    /// A connection attempt failed (connect, handshake, or the connection broke before the
+    /// handshake finished).
+    fn after_failed_attempt(&mut self, now: Instant, err: Error, out: &mut Vec<Completion>) {
+        self.failures += 1;
+        self.last_error = Some(err.clone());
+        self.state = ConnState::Backoff { retry_at: now + self.policy.delay(self.failures) };
+        if self.failures >= self.policy.fail_after_attempts {
+            let waiting: Vec<Request> = self.queue.drain(..).collect();
+            for request in waiting {
+                self.finish_or_hand_off(now, request, err.clone(), out);
+            }
+        }
+    }
+
+    fn fail_permanently(&mut self, now: Instant, err: Error, out: &mut Vec<Completion>) {
+        self.drop_connection(now, &err, out);
+        self.state = ConnState::Failed;
+        self.permanent_error = Some(err.clone());
+        let waiting: Vec<Request> = self.queue.drain(..).collect();
+        for request in waiting {
+            self.finish(request, Outcome::Failed(err.clone()), out);
+        }
+    }
+
+    /// An established connection broke.
+    fn connection_broke(&mut self, now: Instant, err: Error, out: &mut Vec<Completion>) {
+        let handshaking = self.state == ConnState::Handshaking;
+        self.drop_connection(now, &err, out);
+        if handshaking {
+            self.after_failed_attempt(now, err, out);
+        } else {
+            self.last_error = Some(err);
+            self.state = ConnState::Disconnected;
+        }
+    }
+
+    /// Forgets everything about the wire: what was sent, half-sent and half-received.
+    fn reset_wire(&mut self) {
+        self.reader.reset();
+        self.sent = 0;
+        self.write_offset = 0;
+        self.inflight_bytes = 0;
+        self.write_blocked = false;
+    }
+
+    /// Drops the connection. Requests on the wire are retried if that is safe and time allows,
+    /// otherwise they fail: with a timeout if theirs passed, else with `err`.
+    fn drop_connection(&mut self, now: Instant, err: &Error, out: &mut Vec<Completion>) {
+        self.note_partial_write();
+        let in_flight = self.sent + usize::from(self.write_offset > 0);
+        let on_wire: Vec<Request> = self.queue.drain(..in_flight).collect();
+        self.queue.retain(|r| !matches!(r.kind, Kind::Handshake(_)));
+        self.reset_wire();
+        // Whatever happens next, the socket is gone.
+        self.state = ConnState::Disconnected;
+        for request in on_wire.into_iter().rev() {
+            match request.kind {
+                Kind::Handshake(_) | Kind::Asking => {}
+                Kind::User(_) if request.may_retry(now) => self.queue.push_front(request),
+                Kind::User(op) if self.hands_off && op.is_idempotent() && request.deadline > now => {
+                    self.hand_off(request, Handoff::Retry(err.clone()));
+                }
+                Kind::Command => self.finish(request, Outcome::Failed(err.clone()), out),
+                Kind::User(op) => {
+                    let failure = if request.deadline <= now {
+                        Error::new(ErrorKind::Timeout, format!("{} to {} timed out", op.name(), self.options.endpoint))
+                            .context(err.message())
+                    } else {
+                        Error::new(
+                            err.kind(),
+                            format!("{} (the {} may or may not have been applied)", err.message(), op.name()),
+                        )
+                    };
+                    self.finish(request, Outcome::Failed(failure), out);
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self, request: Request, outcome: Outcome, out: &mut Vec<Completion>) {
+        let outcome = match outcome {
+            Outcome::Failed(err) if request.wrote_partially && err.kind() != ErrorKind::PartialRead => {
+                Outcome::Failed(Error::new(
+                    ErrorKind::PartialRead,
+                    format!("{err}; part of a value had already been received into the destination: do not read it"),
+                ))
+            }
+            outcome => outcome,
+        };
+        if request.is_callers() {
+            self.outstanding_cost -= request.pipeline_cost();
+            self.outstanding_requests -= 1;
+            out.push(request.completion(outcome));
+        }
+    }
+
+    /// Leaves `request` to the worker (cluster mode): it no longer counts here.
+    fn hand_off(&mut self, request: Request, why: Handoff) {
+        self.outstanding_cost -= request.pipeline_cost();
+        self.outstanding_requests -= 1;
+        self.handoffs.push((request, why));
+    }
+
+    /// A request this connection cannot complete (its node is unreachable): handed back in
+    /// cluster mode when it can go elsewhere in time, failed otherwise.
+    fn finish_or_hand_off(&mut self, now: Instant, request: Request, err: Error, out: &mut Vec<Completion>) {
+        let movable = matches!(request.kind, Kind::User(op) if op.is_idempotent()) && request.deadline > now;
+        if self.hands_off && movable {
+            self.hand_off(request, Handoff::Retry(err));
+        } else {
+            self.finish(request, Outcome::Failed(err), out);
+        }
+    }
+
+    /// What a cluster node's error reply asks of a request: another node, or another try.
+    fn handoff_for(&self, text: &[u8]) -> Option<Handoff> {
+        let asked = match &self.options.endpoint {
+            Endpoint::Tcp { host, port } => NodeAddr::new(host.clone(), *port),
+            Endpoint::Unix { .. } => return None,
+        };
+        match Redirect::parse(text, &asked) {
+            Ok(Some(redirect)) => Some(Handoff::Redirect(redirect)),
+            Ok(None) if crate::cluster::transient(text).is_some() || text.starts_with(b"MASTERDOWN") => {
+                Some(Handoff::Retry(Error::server(text).context(&self.options.endpoint)))
+            }
+            Ok(None) => None,
+            Err(why) => Some(Handoff::Retry(Error::new(ErrorKind::Protocol, why).context(&self.options.endpoint))),
+        }
+    }
+
+    fn advance_written(&mut self, mut written: usize) {
+        while written > 0 {
+            let request = &mut self.queue[self.sent];
+            if self.write_offset == 0 {
+                request.attempts += 1;
+            }
+            let left = request.frame_len() - self.write_offset;
+            if written < left {
+                self.write_offset += written;
+                return;
+            }
+            written -= left;
+            self.write_offset = 0;
+            self.inflight_bytes += request.pipeline_cost();
+            self.sent += 1;
+        }
+    }
+
+    /// The reader is about to forget a payload it was receiving into the oldest request's
+    /// destination: that request must not end in a miss.
+    fn note_partial_write(&mut self) {
+        if self.reader.wrote_partially() && self.sent > 0 {
+            self.queue[0].wrote_partially = true;
+        }
+    }
+
+    /// Nothing on the wire and nothing half-received.
+    fn is_quiet(&self) -> bool {
+        self.sent == 0 && self.write_offset == 0 && self.reader.is_idle()
+    }
+
+    fn complete_front(&mut self, now: Instant, event: ReadEvent, out: &mut Vec<Completion>) {
+        let request = self.queue.pop_front().expect("a reply completes a sent request");
+        self.sent -= 1;
+        self.inflight_bytes -= request.pipeline_cost();
+        match request.kind {
+            Kind::Handshake(step) => {
+                let reply = match event {
+                    ReadEvent::Reply(reply) => reply,
+                    ReadEvent::Bulk { len, .. } => Reply::Bulk(vec![0; len.min(16)]),
+                };
+                match handshake::judge(step, &reply, &self.options) {
+                    Verdict::Proceed => {
+                        if !self.queue.iter().any(|r| matches!(r.kind, Kind::Handshake(_))) {
+                            self.state = ConnState::Ready;
+                            self.failures = 0;
+                            self.last_error = None;
+                        }
+                    }
+                    Verdict::Permanent(err) => self.fail_permanently(now, err, out),
+                    Verdict::Transient(err) => {
+                        self.drop_connection(now, &err, out);
+                        self.after_failed_attempt(now, err, out);
+                    }
+                }
+            }
+            Kind::User(op) => {
+                if let (true, ReadEvent::Reply(Reply::Error(text))) = (self.hands_off, &event) {
+                    if let Some(handoff) = self.handoff_for(text).filter(|_| request.deadline > now) {
+                        return self.hand_off(request, handoff);
+                    }
+                }
+                let outcome = user_outcome(op, event, &request, &self.options.endpoint);
+                self.finish(request, outcome, out);
+            }
+            Kind::Command => {
+                let outcome = match event {
+                    ReadEvent::Reply(Reply::Error(text)) => Outcome::Failed(Error::server(&text)),
+                    ReadEvent::Reply(reply) => Outcome::Reply(reply),
+                    ReadEvent::Bulk { len, .. } => Outcome::Failed(Error::new(
+                        ErrorKind::Protocol,
+                        format!("a {len}-byte bulk reply to a command is not kept"),
+                    )),
+                };
+                self.finish(request, outcome, out);
+            }
+            // The redirected request that follows gets its own reply; an error here shows there.
+            Kind::Asking => {}
+        }
+    }
+}
+
+fn user_outcome(op: Op, event: ReadEvent, request: &Request, endpoint: &impl std::fmt::Display) -> Outcome {
+    let capacity = request.destination().map_or(0, |d| d.len());
+    let outcome = match (op, event) {
+        (_, ReadEvent::Reply(Reply::Error(text))) => Outcome::Failed(Error::server(&text)),
+        (Op::Set, ReadEvent::Reply(Reply::Simple(ok))) if ok == b"OK" => Outcome::Done,
+        (Op::Ping, ReadEvent::Reply(Reply::Simple(pong))) if pong == b"PONG" => Outcome::Done,
+        (Op::Get, ReadEvent::Reply(Reply::Nil)) => Outcome::Miss,
+        (Op::Get, ReadEvent::Bulk { len, fitted: true }) => Outcome::Hit(len),
+        // A fixed-size chunk of another size is not this chunk: a miss, destination untouched.
+        (Op::Get, ReadEvent::Bulk { len, fitted: false }) if request.exact_length && len != capacity => Outcome::Miss,
+        (Op::Get, ReadEvent::Bulk { len, fitted: false }) => {
+            Outcome::Failed(Error::value_too_large(len as u64, capacity as u64))
+        }
+        (Op::Exists | Op::Del, ReadEvent::Reply(Reply::Integer(n))) => Outcome::Bool(n > 0),
+        (op, other) => {
+            Outcome::Failed(Error::new(ErrorKind::Protocol, format!("unexpected reply to {}: {other:?}", op.name())))
+        }
+    };
+    match outcome {
+        // The retry answered after an earlier attempt had written part of a value: only a
+        // value that was received whole into the destination is good.
+        Outcome::Miss if request.wrote_partially => Outcome::Failed(Error::new(
+            ErrorKind::PartialRead,
+            format!(
+                "GET: the connection to {endpoint} broke while the value was being received, and the retry \
+                 found {}: the destination holds part of the earlier value; do not read it",
+                if request.exact_length { "no value of the expected length" } else { "no value" }
+            ),
+        )),
+        outcome => outcome,
+    }
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Adds the unwritten part of `request`'s frame (header, value, trailer) from `offset` on.
+/// Returns false, adding nothing, when the list has no room for a whole frame.
+fn push_frame<'a, const N: usize>(iov: &mut IoVecs<'a, N>, request: &'a Request, offset: usize) -> bool {
+    if iov.room() < 3 {
+        return false;
+    }
+    let header = &request.header;
+    if offset < header.len() {
+        iov.push_slice(&header[offset..]);
+    }
+    if let Some(value) = request.value() {
+        let value_start = offset.saturating_sub(header.len());
+        if value_start < value.len() {
+            iov.push_raw(value, value_start);
+        }
+        let trailer_start = offset.saturating_sub(header.len() + value.len());
+        if trailer_start < TRAILER.len() {
+            iov.push_slice(&TRAILER[trailer_start..]);
+        }
+    }
+    true
+}

@@ -1,0 +1,619 @@
+//! The connection's state machine driven without a socket: every byte it sends is captured,
+//! every byte it receives is handed to it in pieces of chosen sizes, and time moves only when a
+//! test moves it. Each test names the [`ConnState`] transitions it walks through.
+
+use super::core::{ConnCore, ConnState, Handoff, PipelineLimits, ReconnectPolicy};
+use super::reader::RecvTarget;
+use super::request::{Completion, Outcome, Request};
+use crate::cluster::RedirectKind;
+use crate::error::ErrorKind;
+use crate::memory::RawBuf;
+use crate::net::{ConnectOptions, Endpoint, IoVecs};
+use crate::op::Op;
+use crate::secret::Secret;
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A connection core, its clock, and what it completed.
+struct Rig {
+    core: ConnCore,
+    now: Instant,
+    out: Vec<Completion>,
+    next_tag: u64,
+    /// Destinations of GETs, kept alive (and inspectable) for the whole test.
+    pages: Vec<Box<[u8]>>,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        Rig::with(options(None, 0), 1, PipelineLimits::default())
+    }
+
+    fn with(options: ConnectOptions, addresses: usize, limits: PipelineLimits) -> Rig {
+        let core = ConnCore::new(Arc::new(options), addresses, ReconnectPolicy::default(), limits);
+        Rig { core, now: Instant::now(), out: Vec::new(), next_tag: 1, pages: Vec::new() }
+    }
+
+    fn state(&self) -> ConnState {
+        self.core.state()
+    }
+
+    fn advance(&mut self, by: Duration) {
+        self.now += by;
+        self.core.handle_timeout(self.now, &mut self.out);
+    }
+
+    fn push(&mut self, request: Request) -> u64 {
+        let tag = request.tag;
+        self.core.push(request, &mut self.out);
+        tag
+    }
+
+    fn tag(&mut self) -> u64 {
+        self.next_tag += 1;
+        self.next_tag
+    }
+
+    fn keys_only(&mut self, op: Op, key: &[u8]) -> u64 {
+        let tag = self.tag();
+        self.push(Request::new(op, key, None, tag, self.now + TIMEOUT))
+    }
+
+    /// A GET into a fresh page of `len` bytes filled with 0x5a; returns its tag and the page's
+    /// index in `pages`.
+    fn get(&mut self, key: &[u8], len: usize, exact: bool) -> (u64, usize) {
+        let mut page = vec![0x5au8; len].into_boxed_slice();
+        // SAFETY: the page is boxed and kept in `self.pages` for the rig's whole life; only
+        // the connection writes into it until its request completes.
+        let dest = unsafe { RawBuf::new(page.as_mut_ptr(), page.len()) };
+        self.pages.push(page);
+        let tag = self.tag();
+        let request = Request::new(Op::Get, key, Some(dest), tag, self.now + TIMEOUT).with_exact_length(exact);
+        (self.push(request), self.pages.len() - 1)
+    }
+
+    fn set(&mut self, key: &[u8], value: &[u8]) -> u64 {
+        let mut page = value.to_vec().into_boxed_slice();
+        // SAFETY: as in `get`; the connection only reads it.
+        let data = unsafe { RawBuf::new(page.as_mut_ptr(), page.len()) };
+        self.pages.push(page);
+        let tag = self.tag();
+        self.push(Request::new(Op::Set, key, Some(data), tag, self.now + TIMEOUT))
+    }
+
+    /// Connects to the address the core asks for.
+    fn connect(&mut self) -> usize {
+        let address = self.core.poll_connect(self.now).expect("a connect is wanted");
+        assert!(matches!(self.state(), ConnState::Connecting { .. }));
+        self.core.on_connected(self.now);
+        assert_eq!(self.state(), ConnState::Handshaking);
+        address
+    }
+
+    /// Connects and answers the handshake (PING only, without credentials).
+    fn ready(&mut self) {
+        self.connect();
+        assert_eq!(self.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n");
+        self.deliver(b"+PONG\r\n", usize::MAX);
+        assert_eq!(self.state(), ConnState::Ready);
+    }
+
+    /// What the core sends now, up to `budget` bytes, as if the socket took that much.
+    fn take_sent(&mut self, mut budget: usize) -> Vec<u8> {
+        let mut wire = Vec::new();
+        while budget > 0 && self.core.has_sendable() {
+            let mut iov = IoVecs::<128>::new();
+            self.core.transmit(&mut iov);
+            if iov.is_empty() {
+                break;
+            }
+            let offered = iov.total_len();
+            let mut taken = 0;
+            for entry in iov.as_slice() {
+                let n = entry.iov_len.min(budget - taken);
+                // SAFETY: every entry points at a request's header, value or trailer, which
+                // live in the core's queue (or the rig's pages) for the duration of this call.
+                let bytes = unsafe { std::slice::from_raw_parts(entry.iov_base as *const u8, n) };
+                wire.extend_from_slice(bytes);
+                taken += n;
+                if taken == budget {
+                    break;
+                }
+            }
+            self.core.on_sent(taken, offered);
+            budget -= taken;
+        }
+        wire
+    }
+
+    /// Hands `bytes` to the core in reads of at most `step` bytes.
+    fn deliver(&mut self, mut bytes: &[u8], step: usize) {
+        while !bytes.is_empty() {
+            let n = match self.core.recv_target(self.now, &mut self.out) {
+                None => panic!("the core takes no bytes in state {:?}", self.core.state()),
+                Some(RecvTarget::Scratch(buf)) => {
+                    let n = buf.len().min(step).min(bytes.len());
+                    buf[..n].copy_from_slice(&bytes[..n]);
+                    n
+                }
+                Some(RecvTarget::Payload { dest, offset, len }) => {
+                    let n = len.min(step).min(bytes.len());
+                    dest.write_at(offset, &bytes[..n]);
+                    n
+                }
+            };
+            self.core.on_received(self.now, n, &mut self.out);
+            bytes = &bytes[n..];
+        }
+    }
+
+    fn outcome(&mut self, tag: u64) -> Outcome {
+        let at = self.out.iter().position(|c| c.tag == tag).unwrap_or_else(|| panic!("no completion for {tag}"));
+        self.out.remove(at).outcome
+    }
+
+    fn failure(&mut self, tag: u64) -> crate::error::Error {
+        match self.outcome(tag) {
+            Outcome::Failed(err) => err,
+            other => panic!("expected a failure, got {other:?}"),
+        }
+    }
+}
+
+fn options(password: Option<&str>, db: u32) -> ConnectOptions {
+    let mut options = ConnectOptions::new(Endpoint::Tcp { host: "10.0.0.5".into(), port: 6379 });
+    options.password = password.map(Secret::new);
+    options.db = db;
+    options.connect_timeout = Duration::from_secs(1);
+    options
+}
+
+fn bulk(value: &[u8]) -> Vec<u8> {
+    let mut wire = format!("${}\r\n", value.len()).into_bytes();
+    wire.extend_from_slice(value);
+    wire.extend_from_slice(b"\r\n");
+    wire
+}
+
+fn refused() -> io::Error {
+    io::Error::from(io::ErrorKind::ConnectionRefused)
+}
+
+#[test]
+fn disconnected_to_connecting_only_when_work_arrives() {
+    let mut rig = Rig::new();
+    assert_eq!(rig.state(), ConnState::Disconnected);
+    assert_eq!(rig.core.poll_connect(rig.now), None, "no work, no connection");
+    let (interest, wake) = rig.core.interest(rig.now);
+    assert_eq!((interest.read, interest.write, wake), (false, false, None));
+    rig.keys_only(Op::Exists, b"k");
+    assert_eq!(rig.core.interest(rig.now).1, Some(rig.now), "work wakes a disconnected connection at once");
+    assert_eq!(rig.core.poll_connect(rig.now), Some(0));
+    assert_eq!(rig.state(), ConnState::Connecting { address: 0, since: rig.now });
+    let (interest, wake) = rig.core.interest(rig.now);
+    assert!(interest.write && !interest.read, "a connect in progress waits for writability");
+    assert_eq!(wake, Some(rig.now + Duration::from_secs(1)), "bounded by the connect timeout");
+    assert!(rig.take_sent(usize::MAX).is_empty(), "nothing is sent before the connect finishes");
+}
+
+#[test]
+fn connecting_to_handshaking_to_ready_with_user_requests_held_back() {
+    let mut rig = Rig::new();
+    let exists = rig.keys_only(Op::Exists, b"k");
+    rig.connect();
+    assert_eq!(rig.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n", "only the handshake goes out first");
+    rig.deliver(b"+PONG\r\n", 1);
+    assert_eq!(rig.state(), ConnState::Ready);
+    assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$6\r\nEXISTS\r\n$1\r\nk\r\n");
+    rig.deliver(b":1\r\n", 2);
+    assert_eq!(rig.outcome(exists), Outcome::Bool(true));
+    assert!(rig.core.is_empty());
+}
+
+#[test]
+fn auth_and_select_precede_ping_and_never_show_the_password_in_errors() {
+    let mut rig = Rig::with(options(Some("hunter2"), 3), 1, PipelineLimits::default());
+    rig.keys_only(Op::Exists, b"k");
+    rig.connect();
+    let sent = rig.take_sent(usize::MAX);
+    assert_eq!(
+        sent,
+        b"*2\r\n$4\r\nAUTH\r\n$7\r\nhunter2\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n*1\r\n$4\r\nPING\r\n".as_slice()
+    );
+    rig.deliver(b"+OK\r\n+OK\r\n", 3);
+    assert_eq!(rig.state(), ConnState::Handshaking, "still waiting for PONG");
+    rig.deliver(b"+PONG\r\n", 3);
+    assert_eq!(rig.state(), ConnState::Ready);
+}
+
+#[test]
+fn handshaking_to_failed_on_wrong_credentials_is_permanent() {
+    let mut rig = Rig::with(options(Some("hunter2"), 0), 1, PipelineLimits::default());
+    let first = rig.keys_only(Op::Exists, b"a");
+    let second = rig.keys_only(Op::Del, b"b");
+    rig.connect();
+    rig.take_sent(usize::MAX);
+    rig.deliver(b"-WRONGPASS invalid username-password pair\r\n", 5);
+    assert_eq!(rig.state(), ConnState::Failed);
+    for tag in [first, second] {
+        let err = rig.failure(tag);
+        assert_eq!(err.kind(), ErrorKind::Authentication);
+        assert!(err.message().contains("authentication failed at 10.0.0.5:6379"), "{err}");
+        assert!(!err.message().contains("hunter2"), "{err}");
+    }
+    let later = rig.keys_only(Op::Exists, b"c");
+    assert_eq!(rig.failure(later).kind(), ErrorKind::Authentication, "later requests fail at once");
+    rig.advance(Duration::from_secs(60));
+    assert_eq!(rig.core.poll_connect(rig.now), None, "a permanent failure is never retried");
+}
+
+#[test]
+fn handshaking_to_backoff_on_a_loading_server_then_backoff_to_connecting() {
+    let mut rig = Rig::new();
+    let exists = rig.keys_only(Op::Exists, b"k");
+    rig.connect();
+    rig.take_sent(usize::MAX);
+    rig.deliver(b"-LOADING Redis is loading the dataset in memory\r\n", 7);
+    // The first failed attempt retries at once (no delay), the request still waiting.
+    assert_eq!(rig.state(), ConnState::Backoff { retry_at: rig.now });
+    assert!(rig.out.is_empty());
+    rig.connect();
+    rig.take_sent(usize::MAX);
+    rig.deliver(b"-LOADING again\r\n", 100);
+    let ConnState::Backoff { retry_at } = rig.state() else { panic!("{:?}", rig.state()) };
+    assert_eq!(retry_at, rig.now + Duration::from_millis(10), "the second failure waits the base delay");
+    assert_eq!(rig.core.poll_connect(rig.now), None, "not before the backoff ends");
+    assert_eq!(rig.core.interest(rig.now).1, Some(retry_at));
+    rig.advance(Duration::from_millis(10));
+    rig.connect();
+    rig.take_sent(usize::MAX);
+    rig.deliver(b"+PONG\r\n", 100);
+    rig.take_sent(usize::MAX);
+    rig.deliver(b":0\r\n", 100);
+    assert_eq!(rig.outcome(exists), Outcome::Bool(false));
+}
+
+#[test]
+fn connecting_walks_the_addresses_then_backs_off_and_gives_up_after_three_attempts() {
+    let mut rig = Rig::with(options(None, 0), 2, PipelineLimits::default());
+    let exists = rig.keys_only(Op::Exists, b"k");
+    for attempt in 1..=3u32 {
+        assert_eq!(rig.core.poll_connect(rig.now), Some(0));
+        rig.core.on_connect_failed(rig.now, &refused(), &mut rig.out);
+        assert_eq!(rig.state(), ConnState::Disconnected, "the next address is tried at once");
+        assert_eq!(rig.core.poll_connect(rig.now), Some(1));
+        rig.core.on_connect_failed(rig.now, &refused(), &mut rig.out);
+        let ConnState::Backoff { retry_at } = rig.state() else { panic!("{:?}", rig.state()) };
+        if attempt < 3 {
+            assert!(rig.out.is_empty(), "attempt {attempt}: the request waits");
+            rig.now = retry_at;
+        }
+    }
+    let err = rig.failure(exists);
+    assert_eq!(err.kind(), ErrorKind::Connection);
+    assert_eq!(err.message(), "cannot connect to 10.0.0.5:6379: connection refused");
+    // New work starts new attempts.
+    rig.keys_only(Op::Exists, b"k");
+    rig.advance(Duration::from_secs(1));
+    assert_eq!(rig.core.poll_connect(rig.now), Some(0));
+}
+
+#[test]
+fn a_connect_that_never_finishes_times_out_into_backoff() {
+    let mut rig = Rig::new();
+    let exists = rig.keys_only(Op::Exists, b"k");
+    assert_eq!(rig.core.poll_connect(rig.now), Some(0));
+    rig.advance(Duration::from_millis(999));
+    assert!(matches!(rig.state(), ConnState::Connecting { .. }));
+    rig.advance(Duration::from_millis(1));
+    assert!(matches!(rig.state(), ConnState::Backoff { .. }), "{:?}", rig.state());
+    // Time runs out for the request while the connection backs off: it names why.
+    rig.advance(Duration::from_secs(1));
+    let err = rig.failure(exists);
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert_eq!(
+        err.message(),
+        "timed out before EXISTS could be sent to 10.0.0.5:6379 (last connection error: cannot connect to \
+         10.0.0.5:6379: connect timed out)"
+    );
+}
+
+#[test]
+fn a_handshake_that_never_answers_times_out_into_backoff() {
+    let mut rig = Rig::new();
+    rig.keys_only(Op::Exists, b"k");
+    rig.connect();
+    rig.take_sent(usize::MAX);
+    rig.advance(Duration::from_secs(1));
+    assert!(matches!(rig.state(), ConnState::Backoff { .. }), "{:?}", rig.state());
+    assert!(rig.out.is_empty(), "the request waits for the next attempt");
+}
+
+#[test]
+fn ready_to_disconnected_when_the_server_closes_an_idle_connection_without_a_failure() {
+    let mut rig = Rig::new();
+    let exists = rig.keys_only(Op::Exists, b"k");
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    rig.deliver(b":1\r\n", 10);
+    rig.outcome(exists);
+    rig.core.on_peer_closed(rig.now, &mut rig.out);
+    assert_eq!(rig.state(), ConnState::Disconnected);
+    assert!(rig.out.is_empty());
+    rig.keys_only(Op::Exists, b"k");
+    rig.ready();
+}
+
+#[test]
+fn a_get_torn_by_a_broken_connection_is_retried_and_a_whole_value_is_a_hit() {
+    let mut rig = Rig::new();
+    let value: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
+    let (get, page) = rig.get(b"chunk", 64 * 1024, false);
+    rig.ready();
+    assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$3\r\nGET\r\n$5\r\nchunk\r\n");
+    let wire = bulk(&value);
+    rig.deliver(&wire[..20_000], 4096);
+    rig.core.on_peer_closed(rig.now, &mut rig.out);
+    assert_eq!(rig.state(), ConnState::Disconnected);
+    assert!(rig.out.is_empty(), "a GET is retried once");
+    rig.ready();
+    assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$3\r\nGET\r\n$5\r\nchunk\r\n", "the same GET again");
+    rig.deliver(&wire, 7000);
+    assert_eq!(rig.outcome(get), Outcome::Hit(value.len()));
+    assert_eq!(&rig.pages[page][..value.len()], &value[..]);
+    assert!(rig.pages[page][value.len()..].iter().all(|b| *b == 0x5a), "nothing written past the value");
+}
+
+#[test]
+fn a_torn_get_whose_retry_finds_no_value_is_a_partial_read_never_a_miss() {
+    for retry_reply in [b"$-1\r\n".to_vec(), bulk(&[1u8; 100])] {
+        let mut rig = Rig::new();
+        let (get, _) = rig.get(b"chunk", 32 * 1024, true);
+        rig.ready();
+        rig.take_sent(usize::MAX);
+        let mut torn = b"$32768\r\n".to_vec();
+        torn.extend(std::iter::repeat_n(7u8, 10_000));
+        rig.deliver(&torn, 1 << 20);
+        rig.core.on_io_error(rig.now, io::Error::from(io::ErrorKind::ConnectionReset), &mut rig.out);
+        rig.ready();
+        rig.take_sent(usize::MAX);
+        rig.deliver(&retry_reply, 1 << 20);
+        let err = rig.failure(get);
+        assert_eq!(err.kind(), ErrorKind::PartialRead);
+        assert!(err.message().contains("the destination holds part of the earlier value"), "{err}");
+    }
+}
+
+#[test]
+fn a_get_torn_twice_fails_as_a_partial_read() {
+    let mut rig = Rig::new();
+    let (get, _) = rig.get(b"chunk", 32 * 1024, false);
+    for _ in 0..2 {
+        rig.ready();
+        rig.take_sent(usize::MAX);
+        let mut torn = b"$30000\r\n".to_vec();
+        torn.extend(std::iter::repeat_n(7u8, 100));
+        rig.deliver(&torn, 1 << 20);
+        rig.core.on_peer_closed(rig.now, &mut rig.out);
+    }
+    let err = rig.failure(get);
+    assert_eq!(err.kind(), ErrorKind::PartialRead, "{err}");
+    assert!(err.message().contains("connection to 10.0.0.5:6379 lost: the server closed the connection"), "{err}");
+}
+
+#[test]
+fn a_del_is_never_sent_twice() {
+    let mut rig = Rig::new();
+    let del = rig.keys_only(Op::Del, b"k");
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    rig.core.on_io_error(rig.now, io::Error::from(io::ErrorKind::BrokenPipe), &mut rig.out);
+    let err = rig.failure(del);
+    assert_eq!(err.kind(), ErrorKind::Connection);
+    assert!(err.message().ends_with("(the DEL may or may not have been applied)"), "{err}");
+}
+
+#[test]
+fn a_stalled_connection_is_dropped_at_the_oldest_deadline_and_the_rest_reconnect() {
+    let mut rig = Rig::new();
+    let first = rig.keys_only(Op::Exists, b"a");
+    rig.now += Duration::from_millis(500);
+    let second = rig.keys_only(Op::Exists, b"b");
+    rig.ready();
+    assert_eq!(rig.take_sent(usize::MAX).len(), 2 * b"*2\r\n$6\r\nEXISTS\r\n$1\r\na\r\n".len());
+    rig.advance(Duration::from_millis(1500));
+    let err = rig.failure(first);
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert!(err.message().contains("EXISTS to 10.0.0.5:6379 timed out"), "{err}");
+    assert_eq!(rig.state(), ConnState::Disconnected);
+    assert_eq!(rig.core.interest(rig.now).1, Some(rig.now), "the request left reconnects at once");
+    rig.ready();
+    assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$6\r\nEXISTS\r\n$1\r\nb\r\n");
+    rig.deliver(b":1\r\n", 1);
+    assert_eq!(rig.outcome(second), Outcome::Bool(true));
+}
+
+#[test]
+fn pipelining_stops_at_the_request_and_byte_limits() {
+    let limits = PipelineLimits { max_inflight_bytes: 1 << 20, max_inflight_requests: 2 };
+    let mut rig = Rig::with(options(None, 0), 1, limits);
+    let tags: Vec<u64> = (0..3).map(|_| rig.keys_only(Op::Exists, b"k")).collect();
+    rig.ready();
+    let frame = b"*2\r\n$6\r\nEXISTS\r\n$1\r\nk\r\n".len();
+    assert_eq!(rig.take_sent(usize::MAX).len(), 2 * frame, "two in flight at most");
+    rig.deliver(b":1\r\n", 10);
+    assert_eq!(rig.take_sent(usize::MAX).len(), frame, "an answer lets the third go");
+    rig.deliver(b":0\r\n:1\r\n", 3);
+    let outcomes: Vec<Outcome> = tags.iter().map(|t| rig.outcome(*t)).collect();
+    assert_eq!(outcomes, [Outcome::Bool(true), Outcome::Bool(false), Outcome::Bool(true)]);
+
+    // Bytes: one large value at a time per connection.
+    let limits = PipelineLimits { max_inflight_bytes: 1000, max_inflight_requests: 256 };
+    let mut rig = Rig::with(options(None, 0), 1, limits);
+    rig.set(b"a", &[1u8; 900]);
+    rig.set(b"b", &[2u8; 900]);
+    rig.ready();
+    let first = rig.take_sent(usize::MAX);
+    assert!(first.ends_with(&[1u8; 900][..]) || first.ends_with(b"\r\n"), "the first SET whole");
+    assert!(!first.contains(&2u8), "the second waits until the first is answered");
+    rig.deliver(b"+OK\r\n", 10);
+    assert!(rig.take_sent(usize::MAX).contains(&2u8));
+}
+
+#[test]
+fn partial_sends_resume_mid_frame_and_wait_for_writability() {
+    let mut rig = Rig::new();
+    let value: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+    let set = rig.set(b"key", &value);
+    rig.ready();
+    let mut expected = b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$1000\r\n".to_vec();
+    expected.extend_from_slice(&value);
+    expected.extend_from_slice(b"\r\n");
+    let mut wire = Vec::new();
+    for budget in [5, 30, 500, 467, 1, 1000] {
+        wire.extend(rig.take_sent(budget));
+        if wire.len() < expected.len() {
+            assert!(rig.core.is_write_blocked(), "a short send waits for writability");
+            assert!(rig.core.interest(rig.now).0.write);
+            assert!(rig.take_sent(usize::MAX).is_empty());
+            rig.core.on_writable();
+        }
+    }
+    assert_eq!(wire, expected);
+    rig.deliver(b"+OK\r\n", 1);
+    assert_eq!(rig.outcome(set), Outcome::Done);
+}
+
+#[test]
+fn a_value_larger_than_its_page_fails_alone_and_an_exact_get_of_another_length_misses() {
+    let mut rig = Rig::new();
+    let (too_large, small) = rig.get(b"a", 100, false);
+    let (other_length, exact) = rig.get(b"b", 100, true);
+    let (fits, page) = rig.get(b"c", 100, false);
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    let mut wire = bulk(&[1u8; 150]);
+    wire.extend(bulk(&[2u8; 99]));
+    wire.extend(bulk(&[3u8; 60]));
+    rig.deliver(&wire, 37);
+    let err = rig.failure(too_large);
+    assert_eq!(err.kind(), ErrorKind::ValueTooLarge);
+    assert!(rig.pages[small].iter().all(|b| *b == 0x5a), "a value too large is not received");
+    assert_eq!(rig.outcome(other_length), Outcome::Miss);
+    assert!(rig.pages[exact].iter().all(|b| *b == 0x5a), "an exact-length miss writes nothing");
+    assert_eq!(rig.outcome(fits), Outcome::Hit(60));
+    assert_eq!(&rig.pages[page][..60], &[3u8; 60]);
+    assert_eq!(rig.state(), ConnState::Ready, "the connection stays usable");
+}
+
+#[test]
+fn a_reply_nobody_asked_for_or_garbage_breaks_the_connection() {
+    let mut rig = Rig::new();
+    rig.keys_only(Op::Exists, b"k");
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    rig.deliver(b":1\r\n", 10);
+    rig.out.clear();
+    rig.deliver(b"+surprise\r\n", 10);
+    assert_eq!(rig.state(), ConnState::Disconnected);
+
+    let mut rig = Rig::new();
+    let exists = rig.keys_only(Op::Exists, b"k");
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    rig.deliver(b"?what\r\n", 10);
+    assert_eq!(rig.state(), ConnState::Disconnected);
+    assert!(rig.out.is_empty(), "EXISTS is idempotent: retried");
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    rig.deliver(b":1\r\n", 10);
+    assert_eq!(rig.outcome(exists), Outcome::Bool(true));
+}
+
+#[test]
+fn in_a_cluster_redirects_and_retries_are_handed_back() {
+    let mut rig = Rig::new();
+    rig.core = ConnCore::new(Arc::new(options(None, 0)), 1, ReconnectPolicy::default(), PipelineLimits::default())
+        .handing_off();
+    let moved = rig.keys_only(Op::Exists, b"a");
+    let ask = rig.keys_only(Op::Exists, b"b");
+    let again = rig.keys_only(Op::Exists, b"c");
+    let plain = rig.keys_only(Op::Exists, b"d");
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    rig.deliver(b"-MOVED 3999 10.0.0.6:7001\r\n-ASK 42 :7002\r\n-TRYAGAIN later\r\n-ERR wrong type\r\n", 9);
+    let handoffs = rig.core.take_handoffs();
+    assert_eq!(handoffs.len(), 3);
+    match &handoffs[0] {
+        (request, Handoff::Redirect(r)) => {
+            assert_eq!((request.tag, r.kind, r.slot), (moved, RedirectKind::Moved, 3999));
+            assert_eq!(r.node.to_string(), "10.0.0.6:7001");
+        }
+        (_, other) => panic!("{other:?}"),
+    }
+    match &handoffs[1] {
+        (request, Handoff::Redirect(r)) => {
+            assert_eq!((request.tag, r.kind), (ask, RedirectKind::Ask));
+            assert_eq!(r.node.to_string(), "10.0.0.5:7002", "a missing host is the node asked");
+        }
+        (_, other) => panic!("{other:?}"),
+    }
+    assert!(matches!(&handoffs[2], (request, Handoff::Retry(_)) if request.tag == again));
+    assert_eq!(rig.failure(plain).kind(), ErrorKind::Server, "other errors are the request's own");
+    assert!(rig.core.is_empty(), "handed-back requests no longer count here");
+}
+
+#[test]
+fn an_ask_redirect_goes_out_behind_asking() {
+    let mut rig = Rig::new();
+    let tag = rig.tag();
+    let request = Request::new(Op::Exists, b"k", None, tag, rig.now + TIMEOUT);
+    rig.core.push_asking(request, &mut rig.out);
+    rig.ready();
+    assert_eq!(rig.take_sent(usize::MAX), b"*1\r\n$6\r\nASKING\r\n*2\r\n$6\r\nEXISTS\r\n$1\r\nk\r\n");
+    rig.deliver(b"+OK\r\n:1\r\n", 4);
+    assert_eq!(rig.outcome(tag), Outcome::Bool(true));
+    assert!(rig.out.is_empty(), "ASKING's own reply completes nothing");
+}
+
+#[test]
+fn abort_fails_everything_and_closing_fails_only_what_is_not_on_the_wire() {
+    let mut rig = Rig::new();
+    let on_wire = rig.keys_only(Op::Exists, b"a");
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    let queued = rig.keys_only(Op::Exists, b"b");
+    let closed = crate::error::Error::closed("the store");
+    rig.core.fail_unsent(&closed, &mut rig.out);
+    assert_eq!(rig.failure(queued).kind(), ErrorKind::Closed);
+    assert!(rig.out.is_empty(), "the request on the wire finishes normally");
+    rig.deliver(b":1\r\n", 1);
+    assert_eq!(rig.outcome(on_wire), Outcome::Bool(true));
+
+    let (get, _) = rig.get(b"c", 100, false);
+    rig.take_sent(usize::MAX);
+    rig.deliver(b"$100\r\n0123456789", 100);
+    let failed = crate::error::Error::new(ErrorKind::EngineFailed, "the engine stopped");
+    rig.core.abort(&failed, &mut rig.out);
+    assert_eq!(rig.state(), ConnState::Disconnected);
+    let err = rig.failure(get);
+    assert_eq!(err.kind(), ErrorKind::PartialRead, "part of the value was written: {err}");
+}
+
+#[test]
+fn handshaking_to_backoff_when_the_connection_breaks_before_the_handshake_ends() {
+    let mut rig = Rig::new();
+    let exists = rig.keys_only(Op::Exists, b"k");
+    rig.connect();
+    rig.take_sent(usize::MAX);
+    rig.core.on_peer_closed(rig.now, &mut rig.out);
+    assert!(matches!(rig.state(), ConnState::Backoff { .. }), "a broken handshake is a failed attempt");
+    assert!(rig.out.is_empty());
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    rig.deliver(b":1\r\n", 1);
+    assert_eq!(rig.outcome(exists), Outcome::Bool(true));
+}
