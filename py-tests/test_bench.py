@@ -21,9 +21,11 @@ import pytest
 from conftest import REPO, RedisServer
 from lmcache_resp import RespSettings, _native
 from lmcache_resp.bench import main, pattern
-from lmcache_resp.bench.cli import DEFAULT_SWEEP_CHUNKS, DEFAULT_SWEEP_WORKERS, PeerFailed, parse_options
+from lmcache_resp.bench.cli import parse_options
+from lmcache_resp.bench.errors import PeerFailed
 from lmcache_resp.bench.lmcache_native import LMCachePeer
 from lmcache_resp.bench.measure import ClientResult, OpSample
+from lmcache_resp.bench.options import DEFAULT_SWEEP_CHUNKS, DEFAULT_SWEEP_WORKERS
 from lmcache_resp.bench.ours import store_accepts_cpu_affinity
 from lmcache_resp.bench.peers import parse_rps
 from lmcache_resp.bench.sweep import SweepPoint, knee

@@ -17,7 +17,8 @@ from lmcache_resp import RedisClient, RespConnector, RespSettings
 from lmcache_resp.embedded import EmbeddedCluster, EmbeddedRedis, EmbeddedServers
 from lmcache_resp.errors import InvalidInputError
 from lmcache_resp.servers import EXIT_MISSING, LaunchError
-from lmcache_resp.bench.cli import BenchError, Options
+from lmcache_resp.bench.errors import BenchError
+from lmcache_resp.bench.options import Options
 from lmcache_resp.bench.console import Console
 
 __all__ = ["KeyLedger", "Target", "open_target", "peer_target"]
