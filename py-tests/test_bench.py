@@ -87,6 +87,8 @@ def test_options_are_parsed() -> None:
         ("--ops", "set,scan", "'scan'"),
         ("--compare", "memcached", "redis-py, lmcache, redis-benchmark"),
         ("--cpu-affinity", "all-of-them", "numa:N"),
+        # The native parser's reason, which a pattern of the syntax alone would have let through.
+        ("--cpu-affinity", "3-1", "reversed"),
         ("--sweep-workers", "1,0", "1..256"),
     ],
 )

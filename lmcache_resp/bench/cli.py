@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from lmcache_resp import Secret
+from lmcache_resp import RespSettings, Secret
+from lmcache_resp.errors import InvalidInputError
 from lmcache_resp.bench.console import GiB, MiB, mib_to_bytes
 from lmcache_resp.bench.options import (
     ALL_OPS,
@@ -39,7 +39,6 @@ MEMORY_SHARE = 0.6
 COPYING_PEERS = ("redis-py", "lmcache")
 MAX_CHUNK_MIB = 512.0  # Redis's proto-max-bulk-len default
 MIN_CHUNK_BYTES = 64
-CPU_AFFINITY = re.compile(r"^(auto|none|numa:\d+|\d+(-\d+)?(,\d+(-\d+)?)*)$")
 
 DESCRIPTION = """\
 Batch SET/GET/EXISTS throughput of lmcache_resp.PagedRespStore against Redis, verified byte for byte.
@@ -121,8 +120,12 @@ def _list_of(item: Callable[[str], N]) -> Callable[[str], tuple[N, ...]]:
 
 
 def _cpu_affinity(text: str) -> str:
-    if not CPU_AFFINITY.match(text.strip()):
-        raise argparse.ArgumentTypeError(f"must be auto, none, numa:N or a CPU list like 0-3,8; got {text!r}")
+    # The native settings parser owns the syntax; asked with no environment, so that nothing but
+    # this value can be refused.
+    try:
+        RespSettings.resolve(cpu_affinity=text, env={})
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text.strip()
 
 
