@@ -1,18 +1,22 @@
 """Throwaway local Redis for the benchmark and the demo: one redis-server, several independent
 ones (static sharding), or a Redis Cluster; free ports, temp dirs, no persistence, stopped
-(and their files removed) on exit."""
+(and their files removed) on exit.
+
+Context-manager faces of :mod:`lmcache_resp.servers`, the launcher every test suite uses, with
+the benchmark's default of I/O threads."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
 from types import TracebackType
 
+from lmcache_resp.servers import HOST, RedisCluster, RedisServer, server_binary, server_version
+
 __all__ = ["EmbeddedCluster", "EmbeddedRedis", "EmbeddedServers", "recommended_io_threads"]
+
+# A cluster node that is busy moving large values must not be taken for dead: twice the tests'
+# timeout, and the benchmark kills no nodes.
+BENCH_NODE_TIMEOUT_MS = 2000
 
 
 def recommended_io_threads(cpus: int | None = None) -> int:
@@ -36,98 +40,36 @@ class EmbeddedRedis:
     ) -> None:
         self.io_threads = recommended_io_threads() if io_threads is None else io_threads
         self.executable = executable
-        self.host = "127.0.0.1"
+        self.host = HOST
         self.port = 0
         self.unix_socket = unix_socket
         self.cluster = cluster
-        self._process: subprocess.Popen[bytes] | None = None
-        self._directory: tempfile.TemporaryDirectory[str] | None = None
+        self._server: RedisServer | None = None
 
     @property
     def unix_path(self) -> str | None:
-        if not self.unix_socket or self._directory is None:
-            return None
-        return os.path.join(self._directory.name, "redis.sock")
-
-    @property
-    def args(self) -> list[str]:
-        assert self._directory is not None
-        directory = self._directory.name
-        args = [
-            self.executable, "--port", str(self.port), "--bind", self.host, "--save", "", "--appendonly", "no",
-            "--dir", directory, "--logfile", os.path.join(directory, "redis.log"), "--protected-mode", "no",
-        ]
-        if self.io_threads > 1:
-            args += ["--io-threads", str(self.io_threads), "--io-threads-do-reads", "yes"]
-        if self.unix_socket:
-            args += ["--unixsocket", os.path.join(directory, "redis.sock"), "--unixsocketperm", "700"]
-        if self.cluster:
-            args += ["--cluster-enabled", "yes", "--cluster-config-file", os.path.join(directory, "nodes.conf"),
-                     "--cluster-node-timeout", "2000"]
-        return args
+        return None if self._server is None else self._server.unix_path
 
     def start(self) -> EmbeddedRedis:
-        if shutil.which(self.executable) is None:
-            raise RuntimeError(
-                f"{self.executable} not found: install Debian's package 'redis-server' "
-                "(apt-get install -y redis-server) or pass --host/--port of a running server"
-            )
-        self._directory = tempfile.TemporaryDirectory(prefix="lmcache-resp-redis-")
-        for _attempt in range(5):
-            self.port = _free_port(self.host, bus=self.cluster)
-            self._process = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            if self._wait_ready():
-                return self
-        raise RuntimeError(f"redis-server did not start: {self._log_tail()}")
-
-    def _wait_ready(self) -> bool:
-        assert self._process is not None
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                return False
-            try:
-                with socket.create_connection((self.host, self.port), timeout=1) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        return True
-            except OSError:
-                time.sleep(0.02)
-        return False
-
-    def _log_tail(self) -> str:
-        if self._directory is None:
-            return ""
-        path = os.path.join(self._directory.name, "redis.log")
-        try:
-            with open(path, errors="replace") as log:
-                return log.read()[-2000:]
-        except OSError:
-            return ""
+        self._server = RedisServer(
+            io_threads=self.io_threads, unix_socket=self.unix_socket, cluster=self.cluster, server=self.executable
+        )
+        self.port = self._server.port
+        return self
 
     def version(self) -> str:
-        out = subprocess.run([self.executable, "--version"], capture_output=True, text=True, check=False).stdout
-        for part in out.split():
-            if part.startswith("v="):
-                return part[2:]
-        return out.strip()
+        if self._server is not None:
+            return self._server.version()
+        return server_version(server_binary(self.executable))
 
     def stop(self) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-            self._process = None
-        if self._directory is not None:
-            self._directory.cleanup()
-            self._directory = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
 
     @property
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._server is not None and self._server.running
 
     def __enter__(self) -> EmbeddedRedis:
         return self.start()
@@ -141,31 +83,15 @@ class EmbeddedRedis:
         return f"EmbeddedRedis({self.host}:{self.port}, io_threads={self.io_threads}, running={self.running})"
 
 
-def _free_port(host: str, *, bus: bool = False) -> int:
-    """A free port (and, for a cluster node, its bus port +10000 too), below the ephemeral range
-    for cluster nodes so that the bus port exists."""
-    for _ in range(100):
-        with socket.socket() as sock:
-            sock.bind((host, 0))
-            port = int(sock.getsockname()[1])
-        if not bus:
-            return port
-        port = 20000 + port % 20000
-        try:
-            for candidate in (port, port + 10000):
-                with socket.socket() as sock:
-                    sock.bind((host, candidate))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free port")
-
-
 class EmbeddedServers:
     """``count`` independent throwaway redis-servers (static sharding)."""
 
     def __init__(self, count: int, *, io_threads: int | None = None, cluster: bool = False) -> None:
         self.servers = [EmbeddedRedis(io_threads=io_threads, cluster=cluster) for _ in range(count)]
+
+    @property
+    def io_threads(self) -> int:
+        return self.servers[0].io_threads
 
     @property
     def endpoints(self) -> list[str]:
@@ -194,42 +120,40 @@ class EmbeddedServers:
         self.stop()
 
 
-class EmbeddedCluster(EmbeddedServers):
+class EmbeddedCluster:
     """A throwaway Redis Cluster of ``primaries`` primaries (at least 3), no replicas: the
-    servers start with cluster mode on and ``redis-cli --cluster create`` assigns the slots."""
+    servers start with cluster mode on and ``redis-cli --cluster create`` assigns the slots.
+    Should this process die without stopping it, a watcher stops its servers."""
 
-    def __init__(self, primaries: int, *, io_threads: int | None = None, cli: str = "redis-cli") -> None:
+    def __init__(self, primaries: int, *, io_threads: int | None = None, cli: str | None = None) -> None:
         if primaries < 3:
             raise ValueError("a Redis Cluster needs at least 3 primaries")
-        super().__init__(primaries, io_threads=io_threads, cluster=True)
+        self.primaries = primaries
+        self.io_threads = recommended_io_threads() if io_threads is None else io_threads
         self.cli = cli
+        self._cluster: RedisCluster | None = None
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [] if self._cluster is None else self._cluster.endpoints
 
     def start(self) -> EmbeddedCluster:
-        super().start()
-        try:
-            if shutil.which(self.cli) is None:
-                raise RuntimeError(f"{self.cli} not found: install Debian's package 'redis-tools'")
-            created = subprocess.run(
-                [self.cli, "--cluster", "create", *self.endpoints, "--cluster-replicas", "0", "--cluster-yes"],
-                capture_output=True, text=True, timeout=60, check=False,
-            )
-            if created.returncode != 0:
-                raise RuntimeError(f"redis-cli --cluster create failed: {created.stdout[-1000:]} {created.stderr[-1000:]}")
-            self._wait_ok()
-        except BaseException:
-            self.stop()
-            raise
+        self._cluster = RedisCluster(
+            primaries=self.primaries, io_threads=self.io_threads, cli=self.cli, node_timeout_ms=BENCH_NODE_TIMEOUT_MS
+        )
         return self
 
-    def _wait_ok(self) -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            states = [
-                subprocess.run([self.cli, "-p", str(s.port), "CLUSTER", "INFO"], capture_output=True, text=True,
-                               check=False).stdout
-                for s in self.servers
-            ]
-            if all("cluster_state:ok" in state and "cluster_slots_assigned:16384" in state for state in states):
-                return
-            time.sleep(0.1)
-        raise RuntimeError("the throwaway cluster did not reach cluster_state:ok within 30 s")
+    def stop(self) -> None:
+        if self._cluster is not None:
+            self._cluster.stop()
+            self._cluster = None
+
+    def version(self) -> str:
+        assert self._cluster is not None, "the cluster is not running"
+        return self._cluster.version()
+
+    def __enter__(self) -> EmbeddedCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

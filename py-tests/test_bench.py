@@ -21,9 +21,11 @@ import pytest
 from conftest import REPO, RedisServer
 from lmcache_resp import RespSettings, _native
 from lmcache_resp.bench import main, pattern
-from lmcache_resp.bench.cli import DEFAULT_SWEEP_CHUNKS, DEFAULT_SWEEP_WORKERS, PeerFailed, parse_options
+from lmcache_resp.bench.cli import parse_options
+from lmcache_resp.bench.errors import PeerFailed
 from lmcache_resp.bench.lmcache_native import LMCachePeer
 from lmcache_resp.bench.measure import ClientResult, OpSample
+from lmcache_resp.bench.options import DEFAULT_SWEEP_CHUNKS, DEFAULT_SWEEP_WORKERS
 from lmcache_resp.bench.ours import store_accepts_cpu_affinity
 from lmcache_resp.bench.peers import parse_rps
 from lmcache_resp.bench.sweep import SweepPoint, knee
@@ -85,6 +87,8 @@ def test_options_are_parsed() -> None:
         ("--ops", "set,scan", "'scan'"),
         ("--compare", "memcached", "redis-py, lmcache, redis-benchmark"),
         ("--cpu-affinity", "all-of-them", "numa:N"),
+        # The native parser's reason, which a pattern of the syntax alone would have let through.
+        ("--cpu-affinity", "3-1", "reversed"),
         ("--sweep-workers", "1,0", "1..256"),
     ],
 )

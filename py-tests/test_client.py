@@ -303,11 +303,13 @@ print("survived", flush=True)
 
 
 def test_missing_redis_server_names_the_debian_package(tmp_path) -> None:
-    from conftest import SERVER_SCRIPT
+    from conftest import REPO
 
     env = dict(os.environ, PATH="/nonexistent")
+    env.pop("REDIS_TEST_SERVER", None)
     result = subprocess.run(
-        ["/bin/bash", str(SERVER_SCRIPT), str(tmp_path), "12345"], env=env, capture_output=True, text=True
+        [sys.executable, str(REPO / "lmcache_resp" / "servers.py"), "server", str(tmp_path), "12345"],
+        env=env, capture_output=True, text=True,
     )
     assert result.returncode == 127
     assert "redis-server" in result.stderr and "apt-get install" in result.stderr

@@ -59,15 +59,20 @@ if readelf -d "$so" | grep -q -E '\((RPATH|RUNPATH)\)'; then
     exit 1
 fi
 
-echo "==> starting a throwaway redis-server on a unix socket"
+echo "==> starting a throwaway redis-server on a unix socket (the wheel's lmcache_resp/servers.py, by path)"
+launcher=$(dirname "$so")/servers.py
+[ -f "$launcher" ] || { echo "error: the wheel does not ship lmcache_resp/servers.py" >&2; exit 1; }
 command -v redis-server >/dev/null || { echo "error: redis-server is missing (scripts/setup.sh installs it)" >&2; exit 1; }
-redis-server --port 0 --unixsocket "$tmp/redis.sock" --save '' --appendonly no --dir "$tmp" >"$tmp/redis.log" 2>&1 &
+# Port 0: no TCP listener, the unix socket $tmp/redis.sock only. The launcher execs the server,
+# so $! is the server.
+env -i PATH=/usr/bin:/bin "$tmp/venv/bin/python" -I "$launcher" server "$tmp" 0 --unix-socket \
+    >/dev/null 2>"$tmp/redis.stderr" &
 redis_pid=$!
 for _ in $(seq 100); do
     [ -S "$tmp/redis.sock" ] && break
     sleep 0.1
 done
-[ -S "$tmp/redis.sock" ] || { echo "error: redis-server did not start:" >&2; cat "$tmp/redis.log" >&2; exit 1; }
+[ -S "$tmp/redis.sock" ] || { echo "error: redis-server did not start:" >&2; cat "$tmp/redis.stderr" "$tmp/redis.log" >&2; exit 1; }
 
 cp numa/tests/fixtures/two-numa-nic.xml "$tmp/"
 cat >"$tmp/check.py" <<'EOF'

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lmcache_resp import _native
-from lmcache_resp.bench.cli import BenchError
+from lmcache_resp.bench.errors import BenchError
 
 __all__ = ["CeilingProbe", "measure_ceiling", "reference"]
 

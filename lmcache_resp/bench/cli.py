@@ -1,9 +1,6 @@
 """``python -m lmcache_resp.bench``: the command line (compatible with LMCache's Redis benchmark:
---host, --port, --chunk-mb, --num-workers, --num-keys, --username, --password), the validated
-Options it becomes, and the errors behind its exit codes.
-
-Exit status: 0 when every byte read back was verified, 1 when verification failed, 2 for a
-configuration or environment problem, 130 when interrupted.
+--host, --port, --chunk-mb, --num-workers, --num-keys, --username, --password) and its
+validation into Options (options.py); the exit statuses are errors.py's.
 
 No numpy here (the run is imported only once the options are valid): --help and argument
 errors must work without it.
@@ -14,47 +11,27 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from lmcache_resp import Secret
+from lmcache_resp import RespSettings, Secret
+from lmcache_resp.errors import InvalidInputError
 from lmcache_resp.bench.console import GiB, MiB, mib_to_bytes
+from lmcache_resp.bench.options import (
+    ALL_OPS,
+    DEFAULT_OPS,
+    DEFAULT_SWEEP_CHUNKS,
+    DEFAULT_SWEEP_WORKERS,
+    PASSWORD_ENV,
+    PEERS,
+    Options,
+    sweep_keys,
+)
 
-__all__ = [
-    "ALL_OPS",
-    "DEFAULT_OPS",
-    "DEFAULT_SWEEP_CHUNKS",
-    "DEFAULT_SWEEP_WORKERS",
-    "EXIT_FAILED",
-    "EXIT_INTERRUPTED",
-    "EXIT_OK",
-    "EXIT_USAGE",
-    "PASSWORD_ENV",
-    "PEERS",
-    "BenchError",
-    "Options",
-    "PeerFailed",
-    "build_parser",
-    "main",
-    "parse_options",
-    "sweep_keys",
-]
+__all__ = ["build_parser", "main", "parse_options"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-PASSWORD_ENV = "LMCACHE_RESP_PASSWORD"
-# Run in this order whatever order they are asked in: GET and EXISTS need the SET before them.
-ALL_OPS = ("set", "get", "exists", "delete")
-DEFAULT_OPS = ("set", "get", "exists")
-PEERS = ("redis-py", "lmcache", "redis-benchmark")
-DEFAULT_SWEEP_CHUNKS = tuple(int(mib * MiB) for mib in (0.25, 0.5, 1, 2, 4, 8, 16, 32))
-DEFAULT_SWEEP_WORKERS = (1, 2, 4, 8, 16)
-# Each sweep point moves at most this much per batch: keys are capped per chunk size.
-SWEEP_POINT_CAP_BYTES = 2 * GiB
 # A run may plan on this share of MemAvailable: the page pool is pinned, one page per key, and
 # swapping would measure the disk.
 MEMORY_SHARE = 0.6
@@ -62,7 +39,6 @@ MEMORY_SHARE = 0.6
 COPYING_PEERS = ("redis-py", "lmcache")
 MAX_CHUNK_MIB = 512.0  # Redis's proto-max-bulk-len default
 MIN_CHUNK_BYTES = 64
-CPU_AFFINITY = re.compile(r"^(auto|none|numa:\d+|\d+(-\d+)?(,\d+(-\d+)?)*)$")
 
 DESCRIPTION = """\
 Batch SET/GET/EXISTS throughput of lmcache_resp.PagedRespStore against Redis, verified byte for byte.
@@ -77,64 +53,6 @@ A batch is all --num-keys keys in ONE put/get/exists call. GB = 1e9 bytes of pay
 The password can also come from ${PASSWORD_ENV} (it is never printed).
 Exit status: 0 all verified, 1 data read back differs, 2 bad configuration, 130 interrupted.
 """
-
-
-class BenchError(Exception):
-    """Something the user can fix: a configuration that does not fit, a missing tool, an
-    unreachable server. Printed, and the exit status is 2."""
-
-
-class PeerFailed(Exception):
-    """A peer hung or failed: the comparison reports it and goes on without that peer."""
-
-
-@dataclass(frozen=True)
-class Options:
-    host: str | None = None
-    port: int | None = None
-    url: str | None = None
-    username: str | None = None
-    # A Secret never prints its value: options can be logged or repr'd safely.
-    password: Secret | None = None
-    chunk_bytes: int = 4 * MiB
-    num_workers: int = 8
-    num_keys: int = 500
-    rounds: int = 3
-    ops: tuple[str, ...] = DEFAULT_OPS
-    json: bool = False
-    sweep: bool = False
-    sweep_chunks: tuple[int, ...] = DEFAULT_SWEEP_CHUNKS
-    sweep_workers: tuple[int, ...] = DEFAULT_SWEEP_WORKERS
-    plot: Path | None = None
-    compare: tuple[str, ...] = ()
-    lmcache_python: str | None = None
-    ceiling: bool = False
-    timeout: float = 60.0
-    io_threads: int | None = None
-    cpu_affinity: str | None = None
-    seed: int = 1
-    # The throwaway server: a Redis Cluster of this many primaries, this many independent
-    # servers (static sharding), or one server reached over a Unix socket.
-    cluster: int = 0
-    shards: int = 0
-    unix: bool = False
-    # K client processes through one bridge, side by side with K independent stores.
-    bridge: bool = False
-    clients: int = 1
-
-    @property
-    def embedded(self) -> bool:
-        """No server given: the run starts (and stops) a throwaway local redis-server."""
-        return self.host is None and self.port is None and self.url is None
-
-    @property
-    def pool_bytes(self) -> int:
-        return self.num_keys * self.chunk_bytes
-
-
-def sweep_keys(num_keys: int, chunk_bytes: int) -> int:
-    """Keys per sweep point: num_keys, capped so that one batch moves at most ~2 GiB."""
-    return max(1, min(num_keys, SWEEP_POINT_CAP_BYTES // chunk_bytes))
 
 
 # -- argument types: each names what it accepts when it refuses a value --------------------------
@@ -202,8 +120,12 @@ def _list_of(item: Callable[[str], N]) -> Callable[[str], tuple[N, ...]]:
 
 
 def _cpu_affinity(text: str) -> str:
-    if not CPU_AFFINITY.match(text.strip()):
-        raise argparse.ArgumentTypeError(f"must be auto, none, numa:N or a CPU list like 0-3,8; got {text!r}")
+    # The native settings parser owns the syntax; asked with no environment, so that nothing but
+    # this value can be refused.
+    try:
+        RespSettings.resolve(cpu_affinity=text, env={})
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text.strip()
 
 

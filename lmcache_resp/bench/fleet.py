@@ -30,7 +30,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
-from lmcache_resp.bench.cli import ALL_OPS, BenchError
+from lmcache_resp.bench.errors import BenchError
+from lmcache_resp.bench.options import ALL_OPS
 from lmcache_resp.bench.measure import OpSample
 from lmcache_resp.bench.target import Target
 from lmcache_resp.bench.workload import Mismatch, VerificationError

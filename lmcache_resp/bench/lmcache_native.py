@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from lmcache_resp.bench.cli import ALL_OPS, PASSWORD_ENV, BenchError, PeerFailed
+from lmcache_resp.bench.errors import BenchError, PeerFailed
+from lmcache_resp.bench.options import ALL_OPS, PASSWORD_ENV
 from lmcache_resp.bench.lmcache_driver import Session
 from lmcache_resp.bench.measure import OpSample
 from lmcache_resp.bench.target import Target

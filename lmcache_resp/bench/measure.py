@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from lmcache_resp.bench.cli import PeerFailed
+from lmcache_resp.bench.errors import PeerFailed
 from lmcache_resp.bench.console import GB, Console
 from lmcache_resp.bench.pattern import WARMUP_ROUND
 from lmcache_resp.bench.workload import round_label

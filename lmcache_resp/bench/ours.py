@@ -13,7 +13,8 @@ import numpy as np
 from lmcache_resp import PagedRespStore, __version__
 from lmcache_resp.errors import InvalidInputError, RespConnectionError
 from lmcache_resp.bench import pattern
-from lmcache_resp.bench.cli import ALL_OPS, BenchError
+from lmcache_resp.bench.errors import BenchError
+from lmcache_resp.bench.options import ALL_OPS
 from lmcache_resp.bench.measure import OpSample, timed
 from lmcache_resp.bench.target import Target
 from lmcache_resp.bench.workload import Mismatch, VerificationError, Workload, round_label

@@ -29,7 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lmcache_resp.bench import pattern
-from lmcache_resp.bench.cli import ALL_OPS, BenchError, Options, PeerFailed
+from lmcache_resp.bench.errors import BenchError, PeerFailed
+from lmcache_resp.bench.options import ALL_OPS, Options
 from lmcache_resp.bench.lmcache_native import LMCachePeer
 from lmcache_resp.bench.measure import Driver, OpSample, cpu_seconds, timed
 from lmcache_resp.bench.ours import OursDriver

@@ -11,7 +11,7 @@ from typing import Any
 
 from lmcache_resp import __version__
 from lmcache_resp.bench.ceiling import CeilingProbe, reference
-from lmcache_resp.bench.cli import Options
+from lmcache_resp.bench.options import Options
 from lmcache_resp.bench.console import GB, UNITS_NOTE, format_size
 from lmcache_resp.bench.measure import PAYLOAD_OPS, ClientResult
 from lmcache_resp.bench.ours import LatencyStats

@@ -11,7 +11,8 @@ from typing import TextIO
 from lmcache_resp.errors import AuthenticationError, RespError
 from lmcache_resp.bench import report
 from lmcache_resp.bench.ceiling import measure_ceiling
-from lmcache_resp.bench.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BenchError, Options
+from lmcache_resp.bench.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BenchError
+from lmcache_resp.bench.options import Options
 from lmcache_resp.bench.console import Console
 from lmcache_resp.bench.fleet import MODES, FleetDriver
 from lmcache_resp.bench.measure import Driver, run_rounds

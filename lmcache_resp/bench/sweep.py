@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmcache_resp.bench.cli import BenchError, Options, sweep_keys
+from lmcache_resp.bench.errors import BenchError
+from lmcache_resp.bench.options import Options, sweep_keys
 from lmcache_resp.bench.console import Console, format_size
 from lmcache_resp.bench.measure import ClientResult, run_rounds
 from lmcache_resp.bench.ours import OursDriver

@@ -16,7 +16,9 @@ from typing import Any
 from lmcache_resp import RedisClient, RespConnector, RespSettings
 from lmcache_resp.embedded import EmbeddedCluster, EmbeddedRedis, EmbeddedServers
 from lmcache_resp.errors import InvalidInputError
-from lmcache_resp.bench.cli import BenchError, Options
+from lmcache_resp.servers import EXIT_MISSING, LaunchError
+from lmcache_resp.bench.errors import BenchError
+from lmcache_resp.bench.options import Options
 from lmcache_resp.bench.console import Console
 
 __all__ = ["KeyLedger", "Target", "open_target", "peer_target"]
@@ -110,6 +112,11 @@ def _resolve(url: str | None = None, **connection: Any) -> RespSettings:
         raise BenchError(str(exc)) from None
 
 
+def _not_started(what: str, exc: RuntimeError) -> BenchError:
+    missing = isinstance(exc, LaunchError) and exc.exit_code == EXIT_MISSING
+    return BenchError(f"could not start {what}: {exc}{' (or pass --host/--port of a running server)' if missing else ''}")
+
+
 @contextmanager
 def open_target(options: Options, console: Console, key_prefix: str) -> Iterator[Target]:
     if options.embedded:
@@ -135,7 +142,7 @@ def _embedded(options: Options, console: Console) -> Iterator[Target]:
     try:
         server.start()
     except RuntimeError as exc:
-        raise BenchError(f"could not start a throwaway redis-server: {exc}") from None
+        raise _not_started("a throwaway redis-server", exc) from None
     try:
         version = server.version()
         where = f"{server.host}:{server.port}" + (f" and {server.unix_path}" if server.unix_path else "")
@@ -166,16 +173,16 @@ def _embedded_many(options: Options, console: Console) -> Iterator[Target]:
     try:
         servers.start()
     except RuntimeError as exc:
-        raise BenchError(f"could not start {what}: {exc}") from None
+        raise _not_started(what, exc) from None
     try:
         version = servers.version()
         console.say(
             f"started {what} ({version}) on {', '.join(servers.endpoints)} (no persistence, "
-            f"io-threads {servers.servers[0].io_threads} each); stopped at the end"
+            f"io-threads {servers.io_threads} each); stopped at the end"
         )
         url = "redis://" + ",".join(servers.endpoints)
         settings = _resolve(url, username="", password="", timeout=options.timeout, cluster=bool(options.cluster))
-        yield Target(settings, embedded=True, server_version=version, io_threads=servers.servers[0].io_threads)
+        yield Target(settings, embedded=True, server_version=version, io_threads=servers.io_threads)
     finally:
         servers.stop()
         console.say(f"stopped {what.replace('a throwaway', 'the throwaway')}")
@@ -193,7 +200,7 @@ def peer_target(options: Options, target: Target, console: Console) -> Iterator[
     try:
         server.start()
     except RuntimeError as exc:
-        raise BenchError(f"could not start the peers' throwaway redis-server: {exc}") from None
+        raise _not_started("the peers' throwaway redis-server", exc) from None
     try:
         console.say(f"the peers get a throwaway redis-server of their own on {server.host}:{server.port} (one server)")
         settings = _resolve(host=server.host, port=server.port, username="", password="", timeout=options.timeout)

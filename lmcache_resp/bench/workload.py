@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lmcache_resp.bench import pattern
-from lmcache_resp.bench.cli import BenchError
+from lmcache_resp.bench.errors import BenchError
 
 __all__ = ["CORRUPT_ENV", "Mismatch", "VerificationError", "Workload", "round_label"]
 

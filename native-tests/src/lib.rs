@@ -1,6 +1,8 @@
 //! A real, throwaway `redis-server` for tests: a free port, a temp dir, no persistence.
-//! Started through `redis-test-server.sh`, the same script the Python tests use.
-//! [`RedisCluster`]: a throwaway local Redis Cluster, through `redis-test-cluster.sh`.
+//! [`RedisCluster`]: a throwaway local Redis Cluster.
+//!
+//! Both are started by `lmcache_resp/servers.py`, the launcher every suite uses, run by path
+//! (see [`launcher`]); `REDIS_TEST_SERVER=valkey` (or a path) picks another server binary.
 
 pub mod proxy;
 
@@ -32,8 +34,24 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
 }
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("redis-test-server.sh")
+/// The launcher's secrets travel in these variables, never on a command line.
+const PASSWORD_ENV: &str = "REDIS_TEST_PASSWORD";
+const ACL_USER_ENV: &str = "REDIS_TEST_ACL_USER";
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("native-tests/ lies in the repository")
+}
+
+/// `python3 <repo>/lmcache_resp/servers.py`: the Python from `$LMCACHE_RESP_PYTHON`, else the
+/// repository's `.venv`, else `python3` on PATH (the launcher needs only the standard library).
+pub fn launcher() -> Command {
+    let python = match std::env::var_os("LMCACHE_RESP_PYTHON") {
+        Some(python) => PathBuf::from(python),
+        None => Some(repo().join(".venv/bin/python")).filter(|venv| venv.exists()).unwrap_or_else(|| "python3".into()),
+    };
+    let mut command = Command::new(python);
+    command.arg(repo().join("lmcache_resp").join("servers.py"));
+    command
 }
 
 fn free_port() -> u16 {
@@ -62,18 +80,21 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), String> {
-        let mut command = Command::new("bash");
-        command.arg(script()).arg(self.dir.path()).arg(self.port.to_string());
+        // `server` writes the config file and execs the server: the child is the server.
+        let mut command = launcher();
+        command.arg("server").arg(self.dir.path()).arg(self.port.to_string());
+        command.env_remove(PASSWORD_ENV).env_remove(ACL_USER_ENV);
         if let Some(password) = &self.config.password {
-            command.args(["--password", password]);
+            command.env(PASSWORD_ENV, password);
         }
         if let Some((name, password)) = &self.config.acl_user {
-            command.args(["--acl-user", &format!("{name}:{password}")]);
+            command.env(ACL_USER_ENV, format!("{name}:{password}"));
         }
         if self.config.unix_socket {
-            command.arg("--unix-socket").arg(self.unix_socket_path());
+            // The launcher's socket is DIR/redis.sock, where unix_socket_path() says.
+            command.arg("--unix-socket");
         }
-        let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("run redis-test-server.sh");
+        let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("run the server launcher");
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(status) = child.try_wait().unwrap() {
@@ -265,27 +286,13 @@ impl ClusterNode {
 }
 
 /// A throwaway local Redis Cluster: `primaries` primaries with `replicas` replicas each, on
-/// 127.0.0.1, no persistence, a 1 s node timeout so failovers take seconds. Started through
-/// `redis-test-cluster.sh`, the same script the Python tests use; stopped on drop, and by the
-/// script's watcher should this test process die without dropping it.
+/// 127.0.0.1, no persistence, a 1 s node timeout so failovers take seconds. Started by the
+/// launcher (`servers.py cluster start`, on free ports it picks); stopped on drop, and by the
+/// launcher's watcher should this test process die without dropping it.
 pub struct RedisCluster {
     dir: tempfile::TempDir,
     nodes: Vec<ClusterNode>,
     password: Option<String>,
-}
-
-/// Cluster ports come from here: below Linux's ephemeral range (32768+), so no client socket
-/// holds them, with the bus ports (+10000) below it too.
-const CLUSTER_PORTS: std::ops::Range<u16> = 20000..22700;
-
-fn cluster_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("redis-test-cluster.sh")
-}
-
-fn ports_free(base: u16, count: u16) -> bool {
-    (base..base + count).all(|port| {
-        TcpListener::bind(("127.0.0.1", port)).is_ok() && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok()
-    })
 }
 
 /// Gone, or a zombie waiting to be reaped with no thread left: the main thread of a killed
@@ -307,40 +314,23 @@ impl RedisCluster {
 
     pub fn start_with(primaries: usize, replicas: usize, password: Option<&str>) -> RedisCluster {
         let dir = tempfile::Builder::new().prefix("lmcache-resp-cluster-").tempdir().expect("temp dir");
-        let count = u16::try_from(primaries * (1 + replicas)).expect("a small cluster");
-        let span = CLUSTER_PORTS.end - CLUSTER_PORTS.start - count;
-        // Spread concurrent test processes over the range; a collision is retried anyway.
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        let mut pick = u64::from(std::process::id()) << 32 ^ u64::from(now.subsec_nanos());
-        for attempt in 0.. {
-            pick = pick.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let base = CLUSTER_PORTS.start + ((pick >> 33) % u64::from(span)) as u16;
-            if !ports_free(base, count) {
-                continue;
-            }
-            let mut command = Command::new("bash");
-            command.arg(cluster_script()).arg(dir.path()).arg(base.to_string()).arg(primaries.to_string());
-            command.args(["--replicas", &replicas.to_string(), "--owner", &std::process::id().to_string()]);
-            if let Some(password) = password {
-                command.env("REDIS_TEST_CLUSTER_PASSWORD", password);
-            }
-            let output = command.stdin(Stdio::null()).output().expect("run redis-test-cluster.sh");
-            match output.status.code() {
-                Some(0) => {
-                    let nodes = read_cluster_pids(dir.path());
-                    assert_eq!(nodes.len(), usize::from(count), "one pid per server");
-                    return RedisCluster { dir, nodes, password: password.map(str::to_owned) };
-                }
-                // A port was taken between our check and the server's bind.
-                Some(98) if attempt < 5 => continue,
-                _ => panic!(
-                    "redis-test-cluster.sh failed ({}):\n{}",
-                    output.status,
-                    String::from_utf8_lossy(&output.stderr)
-                ),
-            }
+        let mut command = launcher();
+        command.args(["cluster", "start"]).arg(dir.path()).arg(primaries.to_string());
+        command.args(["--replicas", &replicas.to_string(), "--owner", &std::process::id().to_string()]);
+        command.env_remove(PASSWORD_ENV);
+        if let Some(password) = password {
+            command.env(PASSWORD_ENV, password);
         }
-        unreachable!()
+        let output = command.stdin(Stdio::null()).output().expect("run the cluster launcher");
+        assert!(
+            output.status.success(),
+            "servers.py cluster start failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let nodes = read_cluster_pids(dir.path());
+        assert_eq!(nodes.len(), primaries * (1 + replicas), "one pid per server");
+        RedisCluster { dir, nodes, password: password.map(str::to_owned) }
     }
 
     /// Every server, primaries first, in the roles they were created with.
@@ -399,13 +389,14 @@ impl RedisCluster {
 
     /// Kills every server; also done on drop.
     pub fn stop(&self) {
-        let status = Command::new("bash")
-            .arg(cluster_script())
-            .arg("stop")
-            .arg(self.dir.path())
-            .status()
-            .expect("run redis-test-cluster.sh stop");
-        assert!(status.success(), "redis-test-cluster.sh stop: {status}");
+        let status = self.stop_command().status().expect("run servers.py cluster stop");
+        assert!(status.success(), "servers.py cluster stop: {status}");
+    }
+
+    fn stop_command(&self) -> Command {
+        let mut command = launcher();
+        command.args(["cluster", "stop"]).arg(self.dir.path()).stdin(Stdio::null());
+        command
     }
 
     /// Sends one command to `node` over a raw socket and returns the raw reply bytes.
@@ -441,6 +432,6 @@ fn read_cluster_pids(dir: &Path) -> Vec<ClusterNode> {
 impl Drop for RedisCluster {
     fn drop(&mut self) {
         // Not `stop()`: asserting in a drop during a panic would abort the test binary.
-        Command::new("bash").arg(cluster_script()).arg("stop").arg(self.dir.path()).status().ok();
+        self.stop_command().status().ok();
     }
 }

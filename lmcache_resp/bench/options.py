@@ -1,0 +1,80 @@
+"""What a benchmark run is asked to do: the validated Options that the command line (cli.py)
+becomes, and the operations, peers and sweep points they choose from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lmcache_resp import Secret
+from lmcache_resp.bench.console import GiB, MiB
+
+__all__ = [
+    "ALL_OPS",
+    "DEFAULT_OPS",
+    "DEFAULT_SWEEP_CHUNKS",
+    "DEFAULT_SWEEP_WORKERS",
+    "PASSWORD_ENV",
+    "PEERS",
+    "Options",
+    "sweep_keys",
+]
+
+PASSWORD_ENV = "LMCACHE_RESP_PASSWORD"
+# Run in this order whatever order they are asked in: GET and EXISTS need the SET before them.
+ALL_OPS = ("set", "get", "exists", "delete")
+DEFAULT_OPS = ("set", "get", "exists")
+PEERS = ("redis-py", "lmcache", "redis-benchmark")
+DEFAULT_SWEEP_CHUNKS = tuple(int(mib * MiB) for mib in (0.25, 0.5, 1, 2, 4, 8, 16, 32))
+DEFAULT_SWEEP_WORKERS = (1, 2, 4, 8, 16)
+# Each sweep point moves at most this much per batch: keys are capped per chunk size.
+SWEEP_POINT_CAP_BYTES = 2 * GiB
+
+
+@dataclass(frozen=True)
+class Options:
+    host: str | None = None
+    port: int | None = None
+    url: str | None = None
+    username: str | None = None
+    # A Secret never prints its value: options can be logged or repr'd safely.
+    password: Secret | None = None
+    chunk_bytes: int = 4 * MiB
+    num_workers: int = 8
+    num_keys: int = 500
+    rounds: int = 3
+    ops: tuple[str, ...] = DEFAULT_OPS
+    json: bool = False
+    sweep: bool = False
+    sweep_chunks: tuple[int, ...] = DEFAULT_SWEEP_CHUNKS
+    sweep_workers: tuple[int, ...] = DEFAULT_SWEEP_WORKERS
+    plot: Path | None = None
+    compare: tuple[str, ...] = ()
+    lmcache_python: str | None = None
+    ceiling: bool = False
+    timeout: float = 60.0
+    io_threads: int | None = None
+    cpu_affinity: str | None = None
+    seed: int = 1
+    # The throwaway server: a Redis Cluster of this many primaries, this many independent
+    # servers (static sharding), or one server reached over a Unix socket.
+    cluster: int = 0
+    shards: int = 0
+    unix: bool = False
+    # K client processes through one bridge, side by side with K independent stores.
+    bridge: bool = False
+    clients: int = 1
+
+    @property
+    def embedded(self) -> bool:
+        """No server given: the run starts (and stops) a throwaway local redis-server."""
+        return self.host is None and self.port is None and self.url is None
+
+    @property
+    def pool_bytes(self) -> int:
+        return self.num_keys * self.chunk_bytes
+
+
+def sweep_keys(num_keys: int, chunk_bytes: int) -> int:
+    """Keys per sweep point: num_keys, capped so that one batch moves at most ~2 GiB."""
+    return max(1, min(num_keys, SWEEP_POINT_CAP_BYTES // chunk_bytes))

