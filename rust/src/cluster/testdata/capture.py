@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPT = HERE.parents[3] / "native-tests" / "redis-test-cluster.sh"
+SCRIPT = HERE.parents[3] / "lmcache_resp" / "servers.py"
 
 
 def command(*args: str) -> bytes:
@@ -59,11 +60,12 @@ def text(port: int, *args: str) -> str:
 def main() -> None:
     base = 21000
     with tempfile.TemporaryDirectory(prefix="lmcache-resp-capture-") as tmp:
-        subprocess.run(["bash", str(SCRIPT), tmp, str(base), "3", "--replicas", "1"], check=True)
+        start = ["cluster", "start", tmp, "3", "--base-port", str(base), "--replicas", "1"]
+        subprocess.run([sys.executable, str(SCRIPT), *start], check=True, stdout=subprocess.DEVNULL)
         try:
             capture(base)
         finally:
-            subprocess.run(["bash", str(SCRIPT), "stop", tmp], check=True)
+            subprocess.run([sys.executable, str(SCRIPT), "cluster", "stop", tmp], check=True)
 
 
 # Keys whose slots the server computes for us (CLUSTER KEYSLOT): hash tags in every position,
