@@ -80,11 +80,9 @@ class RespConnectorClient(Closeable):
 
     async def batch_get(self, keys: Sequence[str], bufs: Sequence[Any]) -> list[bool]:
         """Reads each key into its buffer: True = hit; a miss or a failed key is False."""
-        _check_lengths(keys, bufs)
         return _get_hits(keys, await self._submit_async("get", lambda: self._connector.submit_batch_get(keys, bufs)))
 
     async def batch_set(self, keys: Sequence[str], bufs: Sequence[Any]) -> None:
-        _check_lengths(keys, bufs)
         _raise_failures(await self._submit_async("set", lambda: self._connector.submit_batch_set(keys, bufs)))
 
     async def batch_exists(self, keys: Sequence[str]) -> list[bool]:
@@ -116,11 +114,9 @@ class RespConnectorClient(Closeable):
     # -- blocking, from threads other than the loop's ---------------------------------------------
 
     def batch_get_sync(self, keys: Sequence[str], bufs: Sequence[Any]) -> list[bool]:
-        _check_lengths(keys, bufs)
         return _get_hits(keys, self._submit_blocking("get", lambda: self._connector.submit_batch_get(keys, bufs)))
 
     def batch_set_sync(self, keys: Sequence[str], bufs: Sequence[Any]) -> None:
-        _check_lengths(keys, bufs)
         _raise_failures(self._submit_blocking("set", lambda: self._connector.submit_batch_set(keys, bufs)))
 
     def batch_exists_sync(self, keys: Sequence[str]) -> list[bool]:
@@ -210,11 +206,6 @@ def _raise_failures(result: BatchResult) -> BatchResult:
     if not result.ok:
         raise ConnectorError(f"batch_{result.op}: {result.error}")
     return result
-
-
-def _check_lengths(keys: Sequence[str], bufs: Sequence[Any]) -> None:
-    if len(keys) != len(bufs):
-        raise ValueError(f"{len(keys)} keys but {len(bufs)} buffers")
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -28,21 +28,6 @@ logger = logging.getLogger("lmcache_resp")
 Key = str | bytes
 
 
-def _page_count(page_size: int, num_pages: int | None, pool_size: int | None) -> int:
-    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size <= 0:
-        raise InvalidInputError(f"page_size must be a positive number of bytes, got {page_size!r}")
-    if (num_pages is None) == (pool_size is None):
-        raise InvalidInputError("give exactly one of num_pages and pool_size")
-    if num_pages is not None:
-        if isinstance(num_pages, bool) or not isinstance(num_pages, int) or num_pages < 0:
-            raise InvalidInputError(f"num_pages must be a non-negative integer, got {num_pages!r}")
-        return num_pages
-    if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 0:
-        raise InvalidInputError(f"pool_size must be a non-negative number of bytes, got {pool_size!r}")
-    # As LMCache's pool: whole pages only, an incomplete tail is skipped.
-    return pool_size // page_size
-
-
 class PagedRespStore(Closeable):
     """A pool of ``page_size``-byte pages in a shared-memory arena, and batched, pipelined,
     zero-copy GET/SET/EXISTS/DELETE of whole pages (or page prefixes) against Redis/Valkey.
@@ -79,18 +64,17 @@ class PagedRespStore(Closeable):
         settings: RespSettings | None = None,
         **given: Unpack[SettingsKwargs],
     ) -> None:
-        pages = _page_count(page_size, num_pages, pool_size)
         if settings is None:
             settings = RespSettings.resolve(url, **given)
         elif url is not None or any(v is not None for v in given.values()):
             raise InvalidInputError("give settings= or the individual settings, not both")
         self._settings: RespSettings | None = settings
         logger.info("PagedRespStore: settings %s", settings.to_dict())
-        self._native = _native.PagedStore(settings, page_size=page_size, num_pages=pages)
+        self._native = _native.PagedStore(settings, page_size=page_size, num_pages=num_pages, pool_size=pool_size)
         self._router = CompletionRouter(self._native)
         logger.info(
             "PagedRespStore: %d pages of %d bytes in arena %s, %d I/O workers, server %s",
-            pages, page_size, self._native.arena_name, settings.num_workers, settings.endpoint,
+            self._native.num_pages, page_size, self._native.arena_name, settings.num_workers, settings.endpoint,
         )
         log_placement("PagedRespStore", self._native.placement)
 

@@ -24,3 +24,14 @@ def test_package_type_checks() -> None:
         [sys.executable, "-m", "mypy", "--strict", "-p", "lmcache_resp"], capture_output=True, text=True, cwd=REPO
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_keyword_settings_are_the_native_fields() -> None:
+    """The settings' keyword names are listed once, in the core (settings/names.rs); the typed
+    keyword list the package offers (SettingsKwargs) must name exactly those."""
+    from typing import get_type_hints
+
+    from lmcache_resp import _native
+    from lmcache_resp._typing import SettingsKwargs
+
+    assert set(get_type_hints(SettingsKwargs)) == set(_native.Settings.fields)

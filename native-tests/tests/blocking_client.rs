@@ -1,6 +1,6 @@
 //! The blocking client against a real redis-server.
 
-use lmcache_resp_core::client::BlockingClient;
+use lmcache_resp_core::blocking::BlockingClient;
 use lmcache_resp_core::net::{ConnectOptions, Endpoint};
 use lmcache_resp_core::{ErrorKind, RawBuf, Secret};
 use redis_harness::{RedisServer, ServerConfig, dead_port, pattern};

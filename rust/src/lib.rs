@@ -1,16 +1,29 @@
 //! lmcache-resp core: moves LLM KV-cache pages between host memory and Redis/Valkey over RESP,
 //! zero-copy and pipelined.
 //!
-//! - [`resp`]: the RESP2 codec (pure, no I/O).
-//! - [`net`]: endpoints, sockets, the connection handshake.
-//! - [`conn`]: one pipelined connection as a non-blocking state machine.
-//! - [`client`]: a blocking single-connection client on top of it.
+//! Layers, each using only those below it:
+//!
+//! - Ground: [`error`], [`secret`], [`memory`] (raw caller memory), [`op`] (the verbs and the
+//!   batch contract), [`resp`] (the RESP2 codec: pure, no I/O), [`ring`] (SPSC rings),
+//!   [`arena`] (the shared-memory page arena, its pool and the page ledger), [`settings`].
+//! - Wire: [`net`] (endpoints, sockets, the handshake, eventfds), [`conn`] (one connection: an
+//!   I/O-free state machine and its socket driver), [`blocking`] (a blocking client on one
+//!   connection), [`cluster`] (slots, redirects, the slot map, sharding), [`placement`].
+//! - Engine: [`engine`] (I/O worker threads fed through rings), [`capacity`] (client-side
+//!   capacity tracking over it).
+//! - Fronts: [`front`] (the paged store and LMCache's connector, in this process or through a
+//!   bridge), [`bridge`] (the bridge process and its wire protocol).
+//! - Bindings (feature `python`): `lmcache_resp._native`, which translates and decides nothing.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod arena;
+pub mod blocking;
 pub mod bridge;
 pub mod capacity;
 pub mod ceiling;
-pub mod client;
 pub mod cluster;
 pub mod conn;
 pub mod engine;

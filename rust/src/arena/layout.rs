@@ -51,6 +51,20 @@ pub struct ArenaSpec {
 }
 
 impl ArenaSpec {
+    /// The pages of a pool given either as a page count or, as LMCache gives it, as a size in
+    /// bytes (`pool_size // page_size`): exactly one of the two.
+    pub fn pool_pages(
+        page_size: usize,
+        num_pages: Option<usize>,
+        pool_size: Option<usize>,
+    ) -> Result<usize, ArenaError> {
+        match (num_pages, pool_size) {
+            (Some(pages), None) => Ok(pages),
+            (None, Some(bytes)) => ArenaSpec::pages_for_pool_size(bytes, page_size),
+            _ => Err(ArenaError::PoolSize),
+        }
+    }
+
     /// LMCache's page count for a pool: `pool_size // page_size`; an incomplete tail is
     /// skipped.
     pub fn pages_for_pool_size(pool_size: usize, page_size: usize) -> Result<usize, ArenaError> {
@@ -433,6 +447,10 @@ mod tests {
         assert_eq!(ArenaSpec::pages_for_pool_size(100 * MIB - 1, 4 * MIB).unwrap(), 24);
         assert_eq!(ArenaSpec::pages_for_pool_size(0, 7).unwrap(), 0);
         assert!(matches!(ArenaSpec::pages_for_pool_size(4096, 0), Err(ArenaError::ZeroPageSize)));
+        assert_eq!(ArenaSpec::pool_pages(1000, None, Some(10_500)).unwrap(), 10);
+        assert_eq!(ArenaSpec::pool_pages(1000, Some(3), None).unwrap(), 3);
+        assert!(matches!(ArenaSpec::pool_pages(1000, Some(3), Some(4000)), Err(ArenaError::PoolSize)));
+        assert!(matches!(ArenaSpec::pool_pages(1000, None, None), Err(ArenaError::PoolSize)));
     }
 
     #[test]

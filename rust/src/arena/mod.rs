@@ -45,6 +45,8 @@ pub use pool::{PageHandle, PagePool, PoolError};
 pub enum ArenaError {
     /// `page_size` was 0.
     ZeroPageSize,
+    /// A pool was given both or neither of a page count and a size in bytes.
+    PoolSize,
     /// A ring region of 0 bytes.
     EmptyRingRegion {
         worker: usize,
@@ -79,6 +81,7 @@ impl fmt::Display for ArenaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ArenaError::ZeroPageSize => f.write_str("invalid arena: page size must be at least 1 byte"),
+            ArenaError::PoolSize => f.write_str("give exactly one of num_pages and pool_size"),
             ArenaError::EmptyRingRegion { worker } => {
                 write!(f, "invalid arena: the ring regions of I/O worker {worker} must not be empty")
             }

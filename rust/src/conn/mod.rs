@@ -1,7 +1,7 @@
 //! One pipelined connection: its I/O-free state machine ([`ConnCore`]) and the thin driver
 //! that runs it over a non-blocking socket ([`Conn`]).
 //!
-//! The same connection serves the blocking [`crate::client::BlockingClient`] (driven by a
+//! The same connection serves the blocking [`crate::blocking::BlockingClient`] (driven by a
 //! deadline-bounded poll on one socket) and the engine's workers (many connections, one poll).
 //! Every decision (when to connect, what to send, where a payload lands, what a reply means,
 //! when to retry, back off or give up) is the core's; the driver only moves bytes and reports

@@ -2,7 +2,7 @@
 //! `MOVED` at once and re-read from the cluster by a background thread whenever a worker
 //! asks (a redirect, a node that cannot be reached, `CLUSTERDOWN`).
 
-use crate::client::BlockingClient;
+use crate::blocking::BlockingClient;
 use crate::cluster::{NodeAddr, SlotMap};
 use crate::error::{Error, ErrorKind, Result};
 use crate::net::Endpoint;

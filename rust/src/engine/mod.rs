@@ -40,7 +40,7 @@ pub use submit::Ticket;
 pub use tiling::tile;
 
 use crate::arena::{Arena, ArenaError, ArenaSpec};
-use crate::client::BlockingClient;
+use crate::blocking::BlockingClient;
 use crate::conn::{Outcome, ReconnectPolicy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::memory::RawBuf;

@@ -29,6 +29,17 @@ pub fn key_list<'py>(keys: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>
     batch_list(keys, "keys")
 }
 
+/// A count or size given by keyword (`page_size`, `num_pages`, `pool_size`): a whole number
+/// >= 0, not a float or a bool, which would be truncated or misread.
+pub fn count_of(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<usize>> {
+    let Some(value) = value.filter(|v| !v.is_none()) else { return Ok(None) };
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        let type_name = value.get_type().name()?;
+        return Err(invalid_input(format!("{name} must be an int, got {type_name} {value}")));
+    }
+    value.extract::<usize>().map(Some).map_err(|_| invalid_input(format!("{name} must be >= 0, got {value}")))
+}
+
 /// SET lengths: whole numbers of bytes (not floats, not bools, which would be truncated or
 /// misread).
 pub fn lengths_of(lengths: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<u64>>> {

@@ -3,10 +3,10 @@
 
 mod bridge;
 mod buffers;
-mod client;
 mod connector;
 mod errors;
 mod facts;
+mod redis_client;
 mod results;
 mod settings;
 mod store;
@@ -59,7 +59,7 @@ fn explain_placement<'py>(
 #[pymodule(name = "_native")]
 fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add_class::<client::RedisClient>()?;
+    m.add_class::<redis_client::RedisClient>()?;
     m.add_class::<store::PagedStore>()?;
     m.add_class::<store::Page>()?;
     m.add_class::<connector::Connector>()?;

@@ -1,12 +1,12 @@
 //! `_native.PagedStore` and `_native.Page`: the paged store and zero-copy views of its pages.
 
 use super::bridge::attach_timeout;
-use super::buffers::{batch_list, key_bytes, key_list, lengths_of};
+use super::buffers::{batch_list, count_of, key_bytes, key_list, lengths_of};
 use super::errors::{invalid_input, to_py_err};
 use super::facts::{capacity_dict, facts_placement};
 use super::results::{BatchResult, op_from_name};
 use super::settings::settings_of;
-use crate::arena::{Arena, PageHandle};
+use crate::arena::{Arena, ArenaSpec, PageHandle};
 use crate::engine::EngineConfig;
 use crate::error::{Error, ErrorKind};
 use crate::front::{BridgedPageStore, LocalPageStore, PageStore};
@@ -104,9 +104,20 @@ enum Batched {
 
 #[pymethods]
 impl PagedStore {
+    /// `num_pages` pages, or as many whole pages as `pool_size` bytes hold (LMCache's way).
     #[new]
-    #[pyo3(signature = (settings, *, page_size, num_pages))]
-    fn new(py: Python<'_>, settings: &Bound<'_, PyAny>, page_size: usize, num_pages: usize) -> PyResult<Self> {
+    #[pyo3(signature = (settings, *, page_size, num_pages=None, pool_size=None))]
+    fn new(
+        py: Python<'_>,
+        settings: &Bound<'_, PyAny>,
+        page_size: &Bound<'_, PyAny>,
+        num_pages: Option<&Bound<'_, PyAny>>,
+        pool_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let page_size = count_of(Some(page_size), "page_size")?.unwrap_or(0);
+        let (num_pages, pool_size) = (count_of(num_pages, "num_pages")?, count_of(pool_size, "pool_size")?);
+        let num_pages =
+            ArenaSpec::pool_pages(page_size, num_pages, pool_size).map_err(|e| invalid_input(e.to_string()))?;
         let mut config = EngineConfig::new(settings_of(settings)?);
         config.page_size = page_size;
         config.num_pages = num_pages;

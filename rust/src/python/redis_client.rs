@@ -3,7 +3,7 @@
 use super::buffers::{Access, HeldBuffer, key_bytes};
 use super::errors::{invalid_input, to_py_err};
 use super::settings::settings_of;
-use crate::client::BlockingClient;
+use crate::blocking::BlockingClient;
 use crate::error::Error;
 use pyo3::prelude::*;
 use std::sync::Mutex;
