@@ -10,6 +10,7 @@ use crate::resp::{Command, Reply};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// One connection to one server, used one command at a time (see the module documentation).
 pub struct BlockingClient {
     conn: Conn,
     endpoint: Endpoint,
@@ -30,14 +31,17 @@ impl BlockingClient {
         Ok(client)
     }
 
+    /// The server this client talks to.
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint
     }
 
+    /// The longest each call waits for its reply.
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
 
+    /// Sends PING and waits for PONG.
     pub fn ping(&mut self) -> Result<()> {
         match self.call(Op::Ping, b"", None)? {
             Outcome::Done => Ok(()),
@@ -64,6 +68,7 @@ impl BlockingClient {
         }
     }
 
+    /// Whether `key` exists.
     pub fn exists(&mut self, key: &[u8]) -> Result<bool> {
         match self.call(Op::Exists, key, None)? {
             Outcome::Bool(found) => Ok(found),

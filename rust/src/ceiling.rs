@@ -11,9 +11,12 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
+/// What one [`loopback_ceiling`] run measured.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Ceiling {
+    /// Wall-clock seconds from the threads' release until every receiver had all its bytes.
     pub seconds: f64,
+    /// Bytes moved, over all pairs.
     pub bytes: u64,
     /// User plus system CPU time of the whole process over the measurement.
     pub cpu_seconds: f64,

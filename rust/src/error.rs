@@ -42,6 +42,8 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// The kind with this code (`kind as u8`), as completion records and bridge frames carry
+    /// it; None for an unknown code.
     pub fn from_code(code: u8) -> Option<ErrorKind> {
         use ErrorKind::*;
         [
@@ -77,6 +79,7 @@ impl ErrorKind {
     }
 }
 
+/// An error of the core: its kind, to branch on, and a message for the user.
 #[derive(Debug, Clone)]
 pub struct Error {
     kind: ErrorKind,
@@ -95,9 +98,11 @@ impl PartialEq for Error {
 
 impl Eq for Error {}
 
+/// The core's `Result`, with [`Error`] unless said otherwise.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// An error of `kind` saying `message`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Error { kind, message: message.into(), source: None }
     }
@@ -112,22 +117,27 @@ impl Error {
         self.source.as_ref().and_then(|s| s.raw_os_error())
     }
 
+    /// What went wrong, to branch on.
     pub fn kind(&self) -> ErrorKind {
         self.kind
     }
 
+    /// The message, context included (what `Display` shows).
     pub fn message(&self) -> &str {
         &self.message
     }
 
+    /// A [`ErrorKind::Connection`] error: connecting to `endpoint` failed with `cause`.
     pub fn connect_failed(endpoint: &impl fmt::Display, cause: &std::io::Error) -> Self {
         Error::new(ErrorKind::Connection, format!("cannot connect to {endpoint}: {cause}"))
     }
 
+    /// A [`ErrorKind::Connection`] error: the connection to `endpoint` broke.
     pub fn connection_lost(endpoint: &impl fmt::Display, cause: impl fmt::Display) -> Self {
         Error::new(ErrorKind::Connection, format!("connection to {endpoint} lost: {cause}"))
     }
 
+    /// A [`ErrorKind::Timeout`] error: `endpoint` did not send `waiting_for` within `after`.
     pub fn timeout(endpoint: &impl fmt::Display, after: Duration, waiting_for: &str) -> Self {
         Error::new(
             ErrorKind::Timeout,
@@ -141,6 +151,8 @@ impl Error {
         Error::new(ErrorKind::Server, String::from_utf8_lossy(reply).into_owned())
     }
 
+    /// A [`ErrorKind::ValueTooLarge`] error: a value of `stored` bytes and a destination of
+    /// `capacity` bytes.
     pub fn value_too_large(stored: u64, capacity: u64) -> Self {
         Error::new(
             ErrorKind::ValueTooLarge,
@@ -148,10 +160,12 @@ impl Error {
         )
     }
 
+    /// A [`ErrorKind::Closed`] error: `what` (e.g. "the store") is closed.
     pub fn closed(what: &str) -> Self {
         Error::new(ErrorKind::Closed, format!("{what} is closed"))
     }
 
+    /// A [`ErrorKind::InvalidInput`] error.
     pub fn invalid(message: impl Into<String>) -> Self {
         Error::new(ErrorKind::InvalidInput, message)
     }

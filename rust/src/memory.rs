@@ -31,14 +31,17 @@ impl RawBuf {
         RawBuf { ptr: NonNull::new(ptr).unwrap_or(NonNull::dangling()), len }
     }
 
+    /// Bytes in the range.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the range holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// The start of the range (a dangling pointer if the buffer was made from a null one).
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }

@@ -2,10 +2,12 @@
 
 use std::fmt;
 
+/// A password: `Debug` and `Display` show only `***`, and only [`Secret::expose`] reads it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
 
 impl Secret {
+    /// Wraps `value`.
     pub fn new(value: impl Into<String>) -> Self {
         Secret(value.into())
     }

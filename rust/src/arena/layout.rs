@@ -31,7 +31,9 @@ pub const FLAG_HUGE_PAGES: u32 = 1;
 /// them and leaves initialization to the caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RingRegionSpec {
+    /// Bytes of the submission ring's region (client to worker).
     pub submission_bytes: usize,
+    /// Bytes of the completion ring's region (worker to client).
     pub completion_bytes: usize,
 }
 
@@ -78,9 +80,13 @@ impl ArenaSpec {
 /// The byte offsets of one worker's rings, relative to the arena base.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RingRegion {
+    /// Where the submission ring's region starts; 4096-aligned.
     pub submission_offset: usize,
+    /// Bytes of the submission ring's region, as the spec asked (not rounded up).
     pub submission_len: usize,
+    /// Where the completion ring's region starts; 4096-aligned.
     pub completion_offset: usize,
+    /// Bytes of the completion ring's region, as the spec asked (not rounded up).
     pub completion_len: usize,
 }
 
@@ -97,16 +103,26 @@ pub struct RingRegion {
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ArenaLayout {
+    /// Bytes of the whole mapping: a multiple of 4096 (of the huge page size for hugetlb
+    /// arenas).
     pub total_size: usize,
+    /// Data bytes per page, as the spec asked.
     pub page_size: usize,
     /// `page_size` rounded up to 4096.
     pub page_stride: usize,
+    /// Number of pages in the page area.
     pub num_pages: usize,
+    /// Where page 0 starts.
     pub pages_offset: usize,
+    /// Where the first ring region starts (right after the header).
     pub rings_offset: usize,
+    /// Each I/O worker's ring regions, in worker order.
     pub rings: Vec<RingRegion>,
+    /// Where the batch counter table starts.
     pub batch_table_offset: usize,
+    /// Number of batch counters in the table.
     pub batch_slots: usize,
+    /// Bytes from one batch counter to the next ([`BATCH_SLOT_STRIDE`]).
     pub batch_stride: usize,
 }
 
@@ -306,9 +322,13 @@ impl ArenaLayout {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RingHeaderEntry {
+    /// [`RingRegion::submission_offset`].
     pub submission_offset: u64,
+    /// [`RingRegion::submission_len`].
     pub submission_len: u64,
+    /// [`RingRegion::completion_offset`].
     pub completion_offset: u64,
+    /// [`RingRegion::completion_len`].
     pub completion_len: u64,
 }
 
@@ -321,21 +341,38 @@ pub struct RingHeaderEntry {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArenaHeader {
+    /// [`ARENA_MAGIC`]: tells an arena from any other file.
     pub magic: [u8; 8],
+    /// [`ARENA_VERSION`] of the writer; a reader refuses any other.
     pub version: u32,
+    /// [`HEADER_SIZE`] of the writer; a reader refuses any other.
     pub header_size: u32,
+    /// [`ArenaLayout::total_size`]; must equal the size of the file.
     pub total_size: u64,
+    /// [`ArenaLayout::page_size`].
     pub page_size: u64,
+    /// [`ArenaLayout::page_stride`].
     pub page_stride: u64,
+    /// [`ArenaLayout::num_pages`].
     pub num_pages: u64,
+    /// [`ArenaLayout::pages_offset`].
     pub pages_offset: u64,
+    /// [`ArenaLayout::rings_offset`].
     pub rings_offset: u64,
+    /// [`ArenaLayout::batch_table_offset`].
     pub batch_table_offset: u64,
+    /// [`ArenaLayout::batch_slots`].
     pub batch_slots: u64,
+    /// [`ArenaLayout::batch_stride`].
     pub batch_stride: u64,
+    /// How many entries of `rings` are used.
     pub num_rings: u32,
+    /// `FLAG_*` bits, e.g. [`FLAG_HUGE_PAGES`].
     pub flags: u32,
+    /// The arena's name: NUL-padded UTF-8 with at least one terminating NUL
+    /// ([`ArenaHeader::name`]).
     pub name: [u8; HEADER_NAME_LEN],
+    /// Every worker's ring regions; entries past `num_rings` are zero.
     pub rings: [RingHeaderEntry; MAX_RINGS],
 }
 

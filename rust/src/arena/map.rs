@@ -182,10 +182,12 @@ impl Arena {
         self.huge_pages
     }
 
+    /// Start of the mapping; every offset of the [`ArenaLayout`] is relative to it.
     pub fn base(&self) -> *mut u8 {
         self.map.as_mut_ptr()
     }
 
+    /// Where the header, rings, batch counters and pages lie in the mapping.
     pub fn layout(&self) -> &ArenaLayout {
         &self.layout
     }
@@ -196,10 +198,12 @@ impl Arena {
         unsafe { self.map.as_ptr().cast::<ArenaHeader>().read() }
     }
 
+    /// Number of pages in the page area.
     pub fn num_pages(&self) -> usize {
         self.layout.num_pages
     }
 
+    /// Data bytes per page.
     pub fn page_size(&self) -> usize {
         self.layout.page_size
     }

@@ -49,28 +49,40 @@ pub enum ArenaError {
     PoolSize,
     /// A ring region of 0 bytes.
     EmptyRingRegion {
+        /// The worker whose submission or completion region was empty.
         worker: usize,
     },
+    /// More ring pairs than one header can describe ([`MAX_RINGS`]).
     TooManyRings {
+        /// Ring pairs asked for.
         requested: usize,
+        /// The most supported.
         max: usize,
     },
+    /// More pages than a [`PageHandle`] can address ([`MAX_PAGES`]).
     TooManyPages {
+        /// Pages asked for.
         requested: usize,
+        /// The most supported.
         max: usize,
     },
     /// A size overflowed or exceeded [`MAX_ARENA_SIZE`].
     TooLarge {
+        /// Which part of the arena grew too large (e.g. "page area").
         what: &'static str,
+        /// The limit exceeded, in bytes.
         limit: usize,
     },
     /// A system call failed.
     Os {
+        /// The call that failed (e.g. "mmap").
         op: &'static str,
+        /// The OS error it returned.
         source: std::io::Error,
     },
     /// An attached file is not a valid arena.
     InvalidHeader {
+        /// What in the header is wrong.
         reason: String,
     },
     /// An attached file is not sealed against shrinking: mapping it could crash the process.

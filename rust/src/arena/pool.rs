@@ -15,8 +15,11 @@ use super::Arena;
 /// allocations of one page; a handle that old would go undetected.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PageHandle {
+    /// The [`PagePool::id`] of the pool that handed the page out.
     pub pool_id: u64,
+    /// The page's index in its arena's page area.
     pub index: u32,
+    /// Which allocation of the page this is (see above).
     pub generation: u32,
 }
 
@@ -24,12 +27,23 @@ pub struct PageHandle {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PoolError {
     /// Not enough free pages (nothing was allocated).
-    Exhausted { requested: usize, available: usize },
+    Exhausted {
+        /// Pages asked for.
+        requested: usize,
+        /// Pages free at the time.
+        available: usize,
+    },
     /// The page was freed and has not been allocated since.
-    DoubleFree { index: u32 },
+    DoubleFree {
+        /// The page's index.
+        index: u32,
+    },
     /// The handle is from an earlier allocation of the page: the page was freed (and may have
     /// been handed out again).
-    Stale { index: u32 },
+    Stale {
+        /// The page's index.
+        index: u32,
+    },
     /// The handle does not come from this pool.
     ForeignPage,
     /// The pool was closed.
@@ -141,6 +155,7 @@ impl PagePool {
         self.id
     }
 
+    /// The arena whose pages this pool hands out.
     pub fn arena(&self) -> &Arc<Arena> {
         &self.arena
     }
@@ -150,6 +165,7 @@ impl PagePool {
         self.arena.num_pages()
     }
 
+    /// Data bytes per page.
     pub fn page_size(&self) -> usize {
         self.arena.page_size()
     }
@@ -160,6 +176,7 @@ impl PagePool {
         if state.closed { 0 } else { state.free.len() }
     }
 
+    /// Whether [`PagePool::close`] was called.
     pub fn is_closed(&self) -> bool {
         self.lock().closed
     }

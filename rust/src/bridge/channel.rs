@@ -81,6 +81,7 @@ fn broken(err: impl Into<std::io::Error>) -> Error {
     }
 }
 
+/// The [`ErrorKind::Connection`] error for a control connection that broke: `why` says how.
 pub fn lost(why: String) -> Error {
     Error::new(ErrorKind::Connection, format!("the bridge connection is lost: {why}"))
 }

@@ -123,10 +123,12 @@ impl BridgeServer {
         Ok(BridgeServer { shared, socket: socket.to_path_buf(), threads: Mutex::new(threads) })
     }
 
+    /// The engine that carries every client's batches.
     pub fn engine(&self) -> &TrackedEngine {
         &self.shared.engine
     }
 
+    /// The pool of the shared page arena whose pages the clients are handed.
     pub fn pool(&self) -> &PagePool {
         &self.shared.pool
     }

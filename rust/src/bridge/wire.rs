@@ -25,17 +25,24 @@ pub const NO_PAGE: u32 = u32::MAX;
 /// Control messages, client to bridge and back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Control {
+    /// A client's first message: sent right after connecting.
     Hello {
+        /// The client's [`PROTOCOL_VERSION`]; the bridge refuses any other.
         version: u32,
+        /// The client's process id, for the bridge's log.
         pid: u32,
     },
     /// Sent with four fds: the page arena, the client's ring arena, the doorbell (the client
     /// rings it after submitting), the notifier (the bridge rings it after completing).
     Welcome(Welcome),
+    /// The bridge's answer to a `Hello` it does not accept (a protocol version mismatch).
     Refused {
+        /// Why, for the client's user.
         reason: String,
     },
+    /// `count` pages, or none if fewer are free: answered with `Pages` or `Failed`.
     Allocate {
+        /// Pages asked for.
         count: u32,
     },
     /// One page if one is free: answered with `Pages` of zero or one entries (an exhausted
@@ -43,26 +50,40 @@ pub enum Control {
     AllocateOne,
     /// `(index, generation)` of each page allocated.
     Pages {
+        /// The pages, now the client's.
         pages: Vec<(u32, u32)>,
     },
+    /// Gives one of the client's pages back to the pool: answered with `Freed` or `Failed`.
     Free {
+        /// The page's index in the page arena.
         index: u32,
+        /// The generation `Pages` gave it; a page the client does not hold in this generation
+        /// is refused.
         generation: u32,
     },
+    /// The page of a `Free` is back in the pool.
     Freed,
     /// The pool's free pages (a gauge of the shared pool).
     Stats,
+    /// The answer to `Stats`.
     StatsReply {
+        /// Pages free in the shared pool now.
         free_pages: u64,
     },
+    /// A request failed, or (unasked) why the bridge drops the client.
     Failed {
+        /// The [`ErrorKind`]'s code ([`failed_error`] turns it back into an [`Error`]).
         kind: u8,
+        /// The error's message.
         message: String,
     },
     /// The client is leaving: the bridge takes its idle pages back before answering, so they
     /// are in the pool when `close()` returns.
     Detach,
+    /// The answer to `Detach`.
     Detached {
+        /// Pages taken back into the pool now (pages of batches still in flight follow when
+        /// those finish).
         pages: u32,
     },
 }
@@ -70,10 +91,15 @@ pub enum Control {
 /// What a client learns at the handshake. No credentials: they stay in the bridge.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Welcome {
+    /// The bridge's [`PROTOCOL_VERSION`].
     pub version: u32,
+    /// The bridge's number for this client, unique while the bridge runs.
     pub client_id: u32,
+    /// Bytes per page of the shared page arena.
     pub page_size: u64,
+    /// Pages in the shared page arena.
     pub num_pages: u64,
+    /// I/O worker threads of the bridge's engine.
     pub num_workers: u32,
     /// Every key of a batch completes within this many milliseconds of its submission.
     pub timeout_ms: u64,
@@ -212,9 +238,12 @@ impl Control {
 /// One key of a submitted batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyEntry<'a> {
+    /// The key, as sent to the server.
     pub key: &'a [u8],
     /// The page (with its allocation's generation), or [`NO_PAGE`].
     pub page: u32,
+    /// The generation `Pages` gave the page; the bridge refuses a page the client does not
+    /// hold in this generation.
     pub generation: u32,
     /// SET: bytes of the page sent; GET: room in the page.
     pub len: u64,
@@ -225,14 +254,18 @@ pub struct KeyEntry<'a> {
 pub struct Submission<'a> {
     /// The client's id for the batch; echoed in its completion.
     pub batch: u64,
+    /// The operation of every key (never PING).
     pub op: Op,
+    /// GET: only a value of exactly `len` bytes is read (see [`crate::op::BatchShape`]).
     pub exact_length: bool,
+    /// The keys, in the order their outcomes come back.
     pub keys: Vec<KeyEntry<'a>>,
 }
 
 const ENTRY_HEADER: usize = 20;
 
 impl Submission<'_> {
+    /// The record for the submission ring, written into `out` (cleared first).
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.clear();
         out.push(self.op as u8);
@@ -296,6 +329,8 @@ pub fn encode_batch_completion(batch: u64, op: Op, outcomes: &[Outcome], out: &m
     }
 }
 
+/// Decodes a record [`encode_batch_completion`] wrote: the batch id, its op, and one outcome
+/// per key; any malformation is an error naming it.
 pub fn decode_batch_completion(record: &[u8]) -> Result<(u64, Op, Vec<Outcome>), String> {
     let mut r = Reader::new(record);
     let batch = r.u64()?;

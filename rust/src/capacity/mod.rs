@@ -36,6 +36,9 @@ struct Tracking {
 type TrackedKeys = Vec<(Box<[u8]>, u64)>;
 
 impl TrackedEngine {
+    /// Starts the engine ([`Engine::start`]), tracking capacity when the settings set
+    /// `max_capacity_gb`; an invalid capacity or eviction block is refused before anything
+    /// starts.
     pub fn start(config: EngineConfig) -> Result<TrackedEngine> {
         let capacity = config.settings.capacity();
         if let Some(capacity) = &capacity {

@@ -11,15 +11,19 @@ use std::collections::HashMap;
 /// What the tracker has seen, for users and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CapacityStats {
+    /// The configured capacity, in bytes.
     pub capacity_bytes: u64,
     /// Bytes of the values this client stored that are still tracked.
     pub stored_bytes: u64,
     /// Bytes of SETs in flight.
     pub reserved_bytes: u64,
+    /// Keys tracked now.
     pub keys: u64,
     /// Keys chosen for eviction (and deleted with DEL).
     pub evictions: u64,
+    /// Bytes of the keys chosen for eviction.
     pub evicted_bytes: u64,
+    /// Times eviction ran (a run may choose no key).
     pub eviction_runs: u64,
 }
 
@@ -45,6 +49,7 @@ pub struct Tracker {
 }
 
 impl Tracker {
+    /// A tracker that has seen nothing yet.
     pub fn new(config: CapacityConfig) -> Tracker {
         Tracker {
             config,
@@ -57,10 +62,12 @@ impl Tracker {
         }
     }
 
+    /// What it was configured with.
     pub fn config(&self) -> &CapacityConfig {
         &self.config
     }
 
+    /// Its counters now.
     pub fn stats(&self) -> CapacityStats {
         self.stats
     }

@@ -25,9 +25,11 @@ use std::ops::RangeInclusive;
 /// A node's health as the answering node sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Health {
+    /// Serving.
     Online,
     /// A replica that has not replicated anything yet, or a node loading its dataset.
     Loading,
+    /// Marked failed by the cluster.
     Failed,
     /// A value this code does not know, or not reported at all (`CLUSTER SLOTS`, `MOVED`).
     Unknown,
@@ -45,22 +47,28 @@ impl Health {
     }
 }
 
+/// One node of a shard, as the map knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Node {
+    /// Where a client reaches the node.
     pub addr: NodeAddr,
     /// The 40-hex-digit node id; `None` where the source did not say (`MOVED`, old servers).
     pub id: Option<String>,
+    /// The node's health as reported ([`Health::Unknown`] where not reported).
     pub health: Health,
 }
 
 /// A primary and its replicas, serving a set of slots.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Shard {
+    /// The node that owns the slots and takes writes.
     pub primary: Node,
+    /// The primary's replicas, whatever their health.
     pub replicas: Vec<Node>,
 }
 
 impl Shard {
+    /// The replicas reported online.
     pub fn online_replicas(&self) -> impl Iterator<Item = &Node> {
         self.replicas.iter().filter(|node| node.health == Health::Online)
     }
@@ -68,6 +76,7 @@ impl Shard {
 
 const NO_OWNER: u16 = u16::MAX;
 
+/// The owner of every slot (see the module documentation).
 #[derive(Clone, Debug)]
 pub struct SlotMap {
     shards: Vec<Shard>,
@@ -182,6 +191,7 @@ impl SlotMap {
         runs(&self.owners).filter(|(_, owner)| *owner == NO_OWNER).map(|(range, _)| range).collect()
     }
 
+    /// Whether every slot has an owner.
     pub fn is_fully_covered(&self) -> bool {
         !self.owners.contains(&NO_OWNER)
     }

@@ -10,11 +10,14 @@ use std::fmt;
 /// spelling per address, with the brackets of `[::1]` stripped on the way in.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeAddr {
+    /// Host name or IP literal; an IPv6 address without brackets.
     pub host: String,
+    /// TCP port.
     pub port: u16,
 }
 
 impl NodeAddr {
+    /// The address of `host` (brackets around an IPv6 literal are stripped) and `port`.
     pub fn new(host: impl Into<String>, port: u16) -> NodeAddr {
         let host = host.into();
         let host = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
@@ -33,6 +36,7 @@ impl NodeAddr {
         Some(NodeAddr::new(host, port))
     }
 
+    /// The TCP endpoint to connect to.
     pub fn endpoint(&self) -> Endpoint {
         Endpoint::Tcp { host: self.host.clone(), port: self.port }
     }

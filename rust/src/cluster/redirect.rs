@@ -14,17 +14,23 @@
 use super::node::NodeAddr;
 use super::slot::SLOT_COUNT;
 
+/// Which redirect a node sent (see the module documentation for what each asks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RedirectKind {
+    /// `MOVED`: the slot lives on that node now.
     Moved,
+    /// `ASK`: this key of a migrating slot is on that node already, for one command.
     Ask,
 }
 
 /// A parsed `MOVED` or `ASK`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Redirect {
+    /// `MOVED` or `ASK`.
     pub kind: RedirectKind,
+    /// The key's hash slot.
     pub slot: u16,
+    /// The node to send the command to.
     pub node: NodeAddr,
 }
 

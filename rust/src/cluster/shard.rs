@@ -65,10 +65,12 @@ impl Rendezvous {
         Ok(Rendezvous { servers })
     }
 
+    /// Number of servers.
     pub fn server_count(&self) -> usize {
         self.servers.len()
     }
 
+    /// The servers' ids, in the caller's order (the indices [`Rendezvous::pick`] returns).
     pub fn ids(&self) -> impl DoubleEndedIterator<Item = &str> + ExactSizeIterator {
         self.servers.iter().map(|server| server.id.as_str())
     }

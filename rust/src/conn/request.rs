@@ -7,11 +7,15 @@ use crate::op::Op;
 use crate::resp::{Command, TRAILER};
 use std::time::Instant;
 
+/// Who a request is for, and so how its reply is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// A data operation of a caller's batch.
     User(Op),
     /// Any other command, its reply handed back whole (cluster discovery).
     Command,
+    /// One step of the connection's handshake (AUTH, SELECT, PING), sent before any other
+    /// request on a new connection.
     Handshake(Step),
     /// `ASKING`, sent right before a request redirected by `-ASK` (Redis Cluster); its `+OK`
     /// is consumed and forgotten.
@@ -31,10 +35,13 @@ pub enum Outcome {
     Bool(bool),
     /// A [`Kind::Command`]'s reply.
     Reply(crate::resp::Reply),
+    /// The operation failed: the error says why (the destination of a GET may hold part of
+    /// a value).
     Failed(Error),
 }
 
 impl Outcome {
+    /// Anything but [`Outcome::Failed`] (a miss is a success).
     pub fn is_success(&self) -> bool {
         !matches!(self, Outcome::Failed(_))
     }
@@ -43,20 +50,27 @@ impl Outcome {
 /// A finished operation, named by the tag its submitter gave it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Completion {
+    /// The [`Request::tag`] of the request that finished.
     pub tag: u64,
+    /// How it ended.
     pub outcome: Outcome,
 }
 
 /// The most attempts an idempotent request gets when connections break under it.
 pub const MAX_ATTEMPTS: u8 = 2;
 
+/// One operation queued on a connection: its encoded command, its memory, and what its
+/// retries and redirects have done so far.
 pub struct Request {
+    /// Who the request is for.
     pub kind: Kind,
+    /// The submitter's name for the request, handed back in its [`Completion`].
     pub tag: u64,
     /// The encoded command up to and including the value's length line.
     pub header: Vec<u8>,
     /// SET: the value sent after the header. GET: where the payload is received.
     pub data: Option<RawBuf>,
+    /// The request fails with a timeout if it is not answered by then.
     pub deadline: Instant,
     /// How many times sending has started.
     pub attempts: u8,
@@ -128,6 +142,7 @@ impl Request {
         self
     }
 
+    /// One handshake step (`header` is its whole encoded command).
     pub fn handshake(step: Step, header: Vec<u8>, deadline: Instant) -> Request {
         Request::unsent(Kind::Handshake(step), header, deadline)
     }
@@ -138,6 +153,7 @@ impl Request {
         matches!(self.kind, Kind::User(_) | Kind::Command)
     }
 
+    /// The data operation, for a caller's data request.
     pub fn op(&self) -> Option<Op> {
         match self.kind {
             Kind::User(op) => Some(op),
@@ -171,10 +187,13 @@ impl Request {
         self.frame_len() + self.destination().map_or(16, |d| d.len() + 32)
     }
 
+    /// Whether the request may be sent again after its connection broke: an idempotent data
+    /// operation, with attempts left ([`MAX_ATTEMPTS`]) and its deadline not yet passed.
     pub fn may_retry(&self, now: Instant) -> bool {
         matches!(self.kind, Kind::User(op) if op.is_idempotent()) && self.attempts < MAX_ATTEMPTS && now < self.deadline
     }
 
+    /// The completion that reports `outcome` for this request.
     pub fn completion(&self, outcome: Outcome) -> Completion {
         Completion { tag: self.tag, outcome }
     }

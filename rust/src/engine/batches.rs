@@ -19,12 +19,16 @@ pub enum Delivery {
 /// A finished batch: one outcome per key, in the order the keys were submitted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BatchResult {
+    /// The id the submission returned.
     pub id: u64,
+    /// The batch's operation.
     pub op: Op,
+    /// One outcome per key.
     pub outcomes: Vec<Outcome>,
 }
 
 impl BatchResult {
+    /// Whether no key failed (a miss is not a failure).
     pub fn all_succeeded(&self) -> bool {
         self.outcomes.iter().all(Outcome::is_success)
     }

@@ -4,6 +4,7 @@
 use rustix::time::{ClockId, clock_gettime};
 use std::time::{Duration, Instant};
 
+/// Now, in nanoseconds of CLOCK_MONOTONIC.
 pub fn now_ns() -> u64 {
     let now = clock_gettime(ClockId::Monotonic);
     now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64

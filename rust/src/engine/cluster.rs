@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 /// Refreshes come no closer together than this: a burst of redirects costs one re-read.
 const MIN_REFRESH_INTERVAL: Duration = Duration::from_millis(100);
 
+/// The slot map a cluster engine's workers route by, and what keeps it fresh (see the module
+/// documentation).
 pub struct ClusterView {
     map: RwLock<SlotMap>,
     settings: Settings,
@@ -78,6 +80,7 @@ impl ClusterView {
         self.request_refresh();
     }
 
+    /// Asks the refresher thread to re-read the map soon (re-reads come at least 100 ms apart).
     pub fn request_refresh(&self) {
         self.lock_refresh().wanted = true;
         self.wake.notify_all();
@@ -97,6 +100,7 @@ impl ClusterView {
             .map_err(|e| Error::os("cannot start the cluster map thread", e))
     }
 
+    /// Ends the refresher thread (the caller joins it).
     pub fn stop(&self) {
         self.lock_refresh().stop = true;
         self.wake.notify_all();

@@ -69,18 +69,27 @@ const WAIT_GRACE: Duration = Duration::from_secs(5);
 /// What the engine is started with: the user's settings, and its internal sizes.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
+    /// The user's settings: servers, credentials, timeout, workers, pipeline limits, placement.
     pub settings: Settings,
+    /// What every connection does after a transient failure.
     pub reconnect: ReconnectPolicy,
+    /// Capacity of each worker's submission ring, in bytes (rounded up to a power of two).
     pub submission_ring_bytes: usize,
+    /// Capacity of each worker's completion ring, in bytes (rounded up to a power of two).
     pub completion_ring_bytes: usize,
+    /// The most batches in flight at once; a submission past it waits for a free slot (up to
+    /// the timeout).
     pub batch_slots: usize,
     /// Pages in the shared-memory arena: `page_size` 0 means no arena (all memory is the
     /// caller's own buffers).
     pub page_size: usize,
+    /// Number of pages in the arena (with `page_size` > 0).
     pub num_pages: usize,
 }
 
 impl EngineConfig {
+    /// `settings` with the internal sizes' defaults, the default reconnect policy and no page
+    /// arena.
     pub fn new(settings: Settings) -> EngineConfig {
         EngineConfig {
             settings,
@@ -100,7 +109,12 @@ pub enum Memory {
     /// EXISTS, DEL, PING.
     None,
     /// `len` bytes at `offset` of the engine's page arena, inside one page.
-    Arena { offset: u64, len: u64 },
+    Arena {
+        /// Bytes from the arena base.
+        offset: u64,
+        /// SET: bytes sent. GET: room for the value.
+        len: u64,
+    },
     /// A caller buffer: sent from (SET) or received into (GET). The caller keeps it valid and
     /// untouched until the batch's result is handed back.
     Buffer(RawBuf),
@@ -109,11 +123,14 @@ pub enum Memory {
 /// One key of a batch.
 #[derive(Clone, Copy, Debug)]
 pub struct Item<'a> {
+    /// The key, as sent to the server.
     pub key: &'a [u8],
+    /// The memory the value moves through.
     pub memory: Memory,
 }
 
 impl<'a> Item<'a> {
+    /// A key with no memory (EXISTS, DEL, PING).
     pub fn key_only(key: &'a [u8]) -> Item<'a> {
         Item { key, memory: Memory::None }
     }
@@ -132,7 +149,9 @@ impl<'a> Item<'a> {
 /// A batch to submit: one operation over keys.
 #[derive(Clone, Copy, Debug)]
 pub struct Batch<'a> {
+    /// The operation of every key.
     pub op: Op,
+    /// The keys with their memory; the result has one outcome per item, in this order.
     pub items: &'a [Item<'a>],
     /// GET only: a value of any length other than its destination's is a miss, and the
     /// destination stays untouched (LMCache's fixed-size chunks).
@@ -140,10 +159,12 @@ pub struct Batch<'a> {
 }
 
 impl<'a> Batch<'a> {
+    /// `op` over `items`, any value length accepted.
     pub fn new(op: Op, items: &'a [Item<'a>]) -> Batch<'a> {
         Batch { op, items, exact_length: false }
     }
 
+    /// The same batch with [`Batch::exact_length`] set to `exact_length`.
     pub fn with_exact_length(self, exact_length: bool) -> Batch<'a> {
         Batch { exact_length, ..self }
     }
@@ -218,6 +239,8 @@ struct FrontEnd {
     record: Vec<u8>,
 }
 
+/// The I/O engine: its workers, their rings, and the batches in flight (see the module
+/// documentation). Shared by reference between submitting threads; closed on drop.
 pub struct Engine {
     shared: Arc<Shared>,
     lanes: Vec<Mutex<Lane>>,
@@ -391,14 +414,19 @@ impl Engine {
         self.shared.pages.as_ref()
     }
 
+    /// I/O worker threads (one ring pair each).
     pub fn num_workers(&self) -> usize {
         self.lanes.len()
     }
 
+    /// Every key of a batch completes, with success or an error, within this time of its
+    /// submission.
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
 
+    /// Where the I/O goes, for reprs and messages: the one server (`host:port`,
+    /// `unix:/path`), or `cluster `/`shards ` and the list of servers.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
     }
@@ -408,6 +436,7 @@ impl Engine {
         self.shared.completion_event.as_fd()
     }
 
+    /// Whether [`Engine::close`] was called (it takes no new batches then).
     pub fn is_closed(&self) -> bool {
         self.closing.load(Ordering::Acquire)
     }

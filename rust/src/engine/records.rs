@@ -35,15 +35,19 @@ pub const FLAG_EXACT_LENGTH: u8 = 1;
 /// A batch slot and a key index within the batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tag {
+    /// The batch's slot (its counter in the control block).
     pub slot: u32,
+    /// The key's position in its batch.
     pub index: u32,
 }
 
 impl Tag {
+    /// The tag as records carry it: the slot in the high 32 bits, the index in the low.
     pub fn pack(self) -> u64 {
         (u64::from(self.slot) << 32) | u64::from(self.index)
     }
 
+    /// The tag [`Tag::pack`] packed.
     pub fn unpack(tag: u64) -> Tag {
         Tag { slot: (tag >> 32) as u32, index: tag as u32 }
     }
@@ -52,8 +56,11 @@ impl Tag {
 /// One operation on one key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Descriptor<'a> {
+    /// The operation.
     pub op: Op,
+    /// Which batch and key the completion answers.
     pub tag: Tag,
+    /// What memory the value moves through.
     pub region: Region,
     /// [`FLAG_EXACT_LENGTH`] or 0.
     pub flags: u8,
@@ -63,10 +70,13 @@ pub struct Descriptor<'a> {
     pub len: u64,
     /// Nanoseconds on [`crate::engine::clock`]'s monotonic clock.
     pub deadline_ns: u64,
+    /// The key, as sent to the server.
     pub key: &'a [u8],
 }
 
+/// Bytes of a submission record before its key.
 pub const SUBMISSION_HEADER_LEN: usize = 40;
+/// Bytes of a completion record before its error message (if any).
 pub const COMPLETION_HEADER_LEN: usize = 24;
 
 impl<'a> Descriptor<'a> {
@@ -134,6 +144,8 @@ pub fn encode_completion(tag: u64, outcome: &Outcome) -> ([u8; COMPLETION_HEADER
     (out, failure.map(|(_, message)| message))
 }
 
+/// Reads a completion record back: the tag and the outcome; any malformation is an error
+/// naming it.
 pub fn decode_completion(record: &[u8]) -> Result<(u64, Outcome), String> {
     if record.len() < COMPLETION_HEADER_LEN {
         return Err(format!("completion record of {} bytes is shorter than its header", record.len()));

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 /// A batch submitted to be waited for: [`Engine::wait`] takes it.
 #[derive(Debug)]
 pub struct Ticket {
+    /// The batch's id, unique for the engine's lifetime.
     pub id: u64,
     pub(super) slot: u32,
 }

@@ -5,16 +5,29 @@ use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
+/// A server as configured: a host and port, or a Unix socket.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Endpoint {
-    Tcp { host: String, port: u16 },
-    Unix { path: PathBuf },
+    /// A TCP server.
+    Tcp {
+        /// Host name or IP literal (an IPv6 literal with or without brackets).
+        host: String,
+        /// TCP port.
+        port: u16,
+    },
+    /// A server listening on a Unix socket.
+    Unix {
+        /// The socket's path.
+        path: PathBuf,
+    },
 }
 
 /// A resolved address to connect to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Address {
+    /// One address of a TCP endpoint's host.
     Tcp(SocketAddr),
+    /// A Unix socket's path.
     Unix(PathBuf),
 }
 

@@ -6,10 +6,14 @@ use super::options::ConnectOptions;
 use crate::error::{Error, ErrorKind};
 use crate::resp::{Command, Reply};
 
+/// One command of the handshake, in the order they are sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
+    /// `AUTH [username] password`, when a password is set.
     Auth,
+    /// `SELECT db`, when the database is not 0.
     Select,
+    /// `PING`, always: the connection is ready once it answers.
     Ping,
 }
 
@@ -28,8 +32,10 @@ pub fn commands(options: &ConnectOptions) -> Vec<(Step, Vec<u8>)> {
     steps
 }
 
+/// What a handshake reply means for the connection.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
+    /// The step succeeded: go on to the next one (or to the data).
     Proceed,
     /// Reconnecting will not help (bad credentials, no such database).
     Permanent(Error),

@@ -4,18 +4,23 @@ use super::endpoint::Endpoint;
 use crate::secret::Secret;
 use std::time::Duration;
 
+/// Everything one connection needs to reach the server and log in.
 #[derive(Clone, Debug)]
 pub struct ConnectOptions {
+    /// The server.
     pub endpoint: Endpoint,
     /// ACL user name (Redis 6+); `None` authenticates as the default user.
     pub username: Option<String>,
+    /// Password for AUTH; `None` sends no AUTH.
     pub password: Option<Secret>,
+    /// Database to SELECT after connecting (no SELECT for 0).
     pub db: u32,
     /// Bound on TCP connect plus the AUTH/SELECT/PING handshake.
     pub connect_timeout: Duration,
 }
 
 impl ConnectOptions {
+    /// `endpoint` with no credentials, database 0 and a 5 s connect timeout.
     pub fn new(endpoint: Endpoint) -> Self {
         ConnectOptions { endpoint, username: None, password: None, db: 0, connect_timeout: Duration::from_secs(5) }
     }

@@ -10,6 +10,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
+/// One connected (or connecting) non-blocking socket to a server.
 pub struct Stream {
     socket: Socket,
 }
@@ -51,18 +52,24 @@ impl Stream {
         }
     }
 
+    /// Sends from the gather list without blocking; returns the bytes sent (see
+    /// `sys::send_vectored` for what `iov` must point at).
     pub fn send(&self, iov: &[IoVec]) -> io::Result<usize> {
         sys::send_vectored(self.socket.as_fd(), iov)
     }
 
+    /// Receives into `buf` without blocking; 0 at end of stream.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         sys::recv_slice(self.socket.as_fd(), buf)
     }
 
+    /// Receives into `buf[offset..offset + len]` without blocking; 0 at end of stream.
+    /// Panics if the range is not inside `buf`.
     pub fn recv_into(&self, buf: RawBuf, offset: usize, len: usize) -> io::Result<usize> {
         sys::recv_into(self.socket.as_fd(), buf, offset, len)
     }
 
+    /// Whether `TCP_NODELAY` is set on the socket.
     pub fn nodelay(&self) -> io::Result<bool> {
         self.socket.tcp_nodelay()
     }
@@ -77,14 +84,19 @@ impl AsFd for Stream {
 /// What a connection waits for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Interest {
+    /// Wait until the socket is readable.
     pub read: bool,
+    /// Wait until the socket is writable.
     pub write: bool,
 }
 
 /// What the socket is ready for, as poll reported it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Readiness {
+    /// Readable: a read will not block (an error or hang-up counts, so the next read
+    /// surfaces it).
     pub readable: bool,
+    /// Writable: a write will not block (an error or hang-up counts, likewise).
     pub writable: bool,
 }
 
@@ -92,6 +104,7 @@ impl Readiness {
     /// Assume both: the non-blocking calls report `WouldBlock` where the guess is wrong.
     pub const OPTIMISTIC: Readiness = Readiness { readable: true, writable: true };
 
+    /// The readiness `poll` reported in `revents`.
     pub fn from_poll(flags: rustix::event::PollFlags) -> Readiness {
         use rustix::event::PollFlags;
         // Errors and hang-ups are reported as readable so that the next read surfaces them.
@@ -103,6 +116,7 @@ impl Readiness {
     }
 }
 
+/// The `poll` events that wait for `interest`.
 pub fn poll_flags(interest: Interest) -> rustix::event::PollFlags {
     use rustix::event::PollFlags;
     let mut flags = PollFlags::empty();

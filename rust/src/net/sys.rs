@@ -29,6 +29,7 @@ pub struct IoVecs<'a, const N: usize> {
 }
 
 impl<'a, const N: usize> IoVecs<'a, N> {
+    /// An empty list with room for `N` entries.
     pub fn new() -> Self {
         IoVecs {
             entries: [IoVec { iov_base: std::ptr::null_mut(), iov_len: 0 }; N],
@@ -38,10 +39,12 @@ impl<'a, const N: usize> IoVecs<'a, N> {
         }
     }
 
+    /// Entries that can still be pushed.
     pub fn room(&self) -> usize {
         N - self.len
     }
 
+    /// Whether no entry was pushed.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -51,10 +54,13 @@ impl<'a, const N: usize> IoVecs<'a, N> {
         self.total
     }
 
+    /// Appends `bytes`. Panics when the list is full.
     pub fn push_slice(&mut self, bytes: &'a [u8]) {
         self.push(iovec_of_slice(bytes));
     }
 
+    /// Appends `buf` from `offset` to its end. Panics when the list is full or `offset` is
+    /// past the end.
     pub fn push_raw(&mut self, buf: RawBuf, offset: usize) {
         self.push(iovec_of_raw(buf, offset));
     }
@@ -66,6 +72,7 @@ impl<'a, const N: usize> IoVecs<'a, N> {
         self.len += 1;
     }
 
+    /// The entries pushed, for `send_vectored`.
     pub fn as_slice(&self) -> &[IoVec] {
         &self.entries[..self.len]
     }

@@ -6,6 +6,8 @@
 use super::parser::{Event, ProtocolError, ReplyParser};
 use super::reply::Reply;
 
+/// Turns a byte stream into whole replies, bulk payloads included (see the module
+/// documentation).
 #[derive(Debug, Default)]
 pub struct Decoder {
     parser: ReplyParser,
@@ -13,6 +15,7 @@ pub struct Decoder {
 }
 
 impl Decoder {
+    /// A decoder over `parser` (which sets the limits).
     pub fn new(parser: ReplyParser) -> Self {
         Decoder { parser, payload: None }
     }

@@ -13,31 +13,45 @@ pub const TRAILER: &[u8] = b"\r\n";
 pub enum Command<'a> {
     /// `SET key <value>`; the value (of `value_len` bytes) travels as a separate iovec.
     Set {
+        /// The key.
         key: &'a [u8],
+        /// Bytes of the value.
         value_len: usize,
     },
+    /// `GET key`.
     Get {
+        /// The key.
         key: &'a [u8],
     },
+    /// `EXISTS key`.
     Exists {
+        /// The key.
         key: &'a [u8],
     },
+    /// `DEL key`.
     Del {
+        /// The key.
         key: &'a [u8],
     },
     /// `AUTH password` or, with a username (Redis 6 ACL), `AUTH username password`.
     Auth {
+        /// The ACL user; `None` for the default user.
         username: Option<&'a [u8]>,
+        /// The password.
         password: &'a [u8],
     },
+    /// `PING`.
     Ping,
+    /// `SELECT db`.
     Select {
+        /// The database number.
         db: u32,
     },
     /// `ASKING`: the next command may touch a slot being imported (Redis Cluster).
     Asking,
     /// `CLUSTER <subcommand>` without arguments (`SHARDS`, `SLOTS`).
     Cluster {
+        /// The subcommand's name, sent as given.
         subcommand: &'a [u8],
     },
 }

@@ -7,7 +7,9 @@ use super::reply::Reply;
 /// What decoding a byte stream produced: the replies, and whether it stopped on an error.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Decoded {
+    /// The replies decoded before the end of the stream or the first error.
     pub replies: Vec<Reply>,
+    /// Whether decoding stopped on a protocol error.
     pub failed: bool,
 }
 

@@ -63,6 +63,7 @@ pub enum Event {
     BulkEnd,
 }
 
+/// What one [`ReplyParser::parse`] call did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Progress {
     /// Bytes of the input consumed; the rest must be presented again.
@@ -104,6 +105,7 @@ impl Default for ReplyParser {
 }
 
 impl ReplyParser {
+    /// A parser between replies, refusing what exceeds `limits`.
     pub fn new(limits: Limits) -> Self {
         ReplyParser { limits, state: State::Head, stack: Vec::new() }
     }

@@ -15,6 +15,7 @@ pub enum Reply {
     Bulk(Vec<u8>),
     /// `$-1`: the key does not exist.
     Nil,
+    /// `*2\r\n...`: the elements, each a reply.
     Array(Vec<Reply>),
     /// `*-1`
     NilArray,
@@ -48,6 +49,7 @@ impl Reply {
         }
     }
 
+    /// [`Reply::encode`] into a new vector.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
         self.encode(&mut out);

@@ -150,15 +150,26 @@ pub unsafe fn init_ring(base: *mut u8, capacity: usize) {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RingError {
     /// The base address is null or not aligned to [`RING_ALIGN`].
-    Misaligned { addr: usize },
+    Misaligned {
+        /// The base address given.
+        addr: usize,
+    },
     /// The memory is shorter than the header or than `ring_size(capacity)`.
-    TooShort { len: usize, needed: usize },
+    TooShort {
+        /// Bytes given.
+        len: usize,
+        /// Bytes the ring needs.
+        needed: usize,
+    },
     /// The memory does not start with [`RING_MAGIC`] (never initialized, or not a ring).
     BadMagic(u64),
     /// A ring of another format version.
     BadVersion(u32),
     /// Written by a build whose `RingHeader` has another size.
-    BadLayout { header_len: u32 },
+    BadLayout {
+        /// The header size the ring records.
+        header_len: u32,
+    },
     /// The capacity is not a power of two in `MIN_CAPACITY..=MAX_CAPACITY`.
     BadCapacity(u32),
     /// Positions or a record header hold impossible values: someone wrote the ring outside
@@ -192,7 +203,12 @@ pub enum PushError {
     /// Not enough free space now: publish, let the consumer catch up, and retry.
     Full,
     /// The payload is longer than any record this ring can ever hold (`capacity - 8`).
-    TooLarge { len: usize, max: usize },
+    TooLarge {
+        /// Bytes of the payload.
+        len: usize,
+        /// The longest payload this ring holds.
+        max: usize,
+    },
     /// The consumer position in shared memory is impossible (see [`RingError::Corrupt`]).
     Corrupt(String),
 }

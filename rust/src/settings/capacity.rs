@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 
+/// What capacity tracking does once stored bytes pass the watermark (`eviction_policy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EvictionPolicy {
     /// Delete the least recently used keys.
@@ -23,9 +24,12 @@ impl std::str::FromStr for EvictionPolicy {
     }
 }
 
+/// Capacity tracking as [`crate::capacity`] runs it: the capacity and the eviction settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CapacityConfig {
+    /// The capacity, in bytes; must be more than 0.
     pub capacity_bytes: u64,
+    /// What eviction does.
     pub policy: EvictionPolicy,
     /// Evict once stored bytes exceed this share of the capacity.
     pub trigger_watermark: f64,
@@ -34,6 +38,7 @@ pub struct CapacityConfig {
 }
 
 impl CapacityConfig {
+    /// Refuses a zero capacity and a watermark or ratio outside (0, 1].
     pub fn validate(&self) -> Result<()> {
         if self.capacity_bytes == 0 {
             return Err(Error::invalid("capacity must be more than 0 bytes (0 disables tracking)"));

@@ -28,22 +28,33 @@ use value::Given;
 pub mod defaults {
     use std::time::Duration;
 
+    /// Server host when neither the caller, the URL nor `LMCACHE_RESP_HOST` names one.
     pub const HOST: &str = "localhost";
+    /// Server port when neither the caller, the URL nor `LMCACHE_RESP_PORT` names one.
     pub const PORT: u16 = 6379;
+    /// [`Settings::timeout`](super::Settings::timeout) when not set.
     pub const TIMEOUT: Duration = Duration::from_secs(10);
     /// Connecting (TCP plus AUTH/SELECT/PING) takes at most this long by default, and never
     /// longer than `timeout`: a dead server is reported in seconds, not after a whole timeout.
     pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// I/O worker threads when not set.
     pub const NUM_WORKERS: usize = 8;
+    /// Connections per worker to each server when not set.
     pub const CONNECTIONS_PER_WORKER: usize = 1;
     /// Pages are faulted in when the arena is created, so the first batch does not pay for it.
     pub const PREFAULT: bool = true;
+    /// [`Eviction::trigger_watermark`](super::Eviction::trigger_watermark) when not set.
     pub const TRIGGER_WATERMARK: f64 = 0.8;
+    /// [`Eviction::eviction_ratio`](super::Eviction::eviction_ratio) when not set.
     pub const EVICTION_RATIO: f64 = 0.2;
 
+    /// The largest `num_workers` accepted.
     pub const MAX_NUM_WORKERS: u64 = 1024;
+    /// The largest `connections_per_worker` accepted.
     pub const MAX_CONNECTIONS_PER_WORKER: u64 = 64;
+    /// The largest `max_inflight_bytes` accepted (1 TiB).
     pub const MAX_INFLIGHT_BYTES: u64 = 1 << 40;
+    /// The largest `max_inflight_requests` accepted.
     pub const MAX_INFLIGHT_REQUESTS: u64 = 1 << 20;
 }
 
@@ -55,6 +66,7 @@ pub const BYTES_PER_GB: f64 = (1u64 << 30) as f64;
 /// Client-side eviction once `max_capacity_gb` is set.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Eviction {
+    /// Which tracked keys an eviction deletes.
     pub policy: EvictionPolicy,
     /// Evict once tracked bytes pass this share of the capacity.
     pub trigger_watermark: f64,
@@ -104,18 +116,27 @@ pub struct Settings {
     pub endpoints: Vec<Endpoint>,
     /// The endpoints are seeds of a Redis Cluster.
     pub cluster: bool,
+    /// ACL user for AUTH (used only with a password); None authenticates the default user.
     pub username: Option<String>,
+    /// Password for AUTH; None sends no AUTH.
     pub password: Option<Secret>,
+    /// Database selected on every connection (no SELECT is sent for 0).
     pub db: u32,
     /// Every operation completes, with success or an error, within this time.
     pub timeout: Duration,
+    /// Connecting (TCP plus AUTH/SELECT/PING) gives up after this long.
     pub connect_timeout: Duration,
+    /// I/O worker threads of the engine.
     pub num_workers: usize,
+    /// Connections each worker opens to every server it talks to.
     pub connections_per_worker: usize,
+    /// How much each connection keeps on the wire at once.
     pub pipeline: PipelineLimits,
+    /// Where the I/O workers run and their memory lives.
     pub cpu_affinity: CpuAffinity,
     /// Client-side capacity tracking; 0 tracks nothing.
     pub max_capacity_gb: f64,
+    /// How capacity tracking evicts (used only when `max_capacity_gb` > 0).
     pub eviction: Eviction,
     /// Fault the arena's pages in at creation.
     pub prefault: bool,
@@ -161,6 +182,7 @@ impl Settings {
         }
     }
 
+    /// `max_capacity_gb` in bytes (GiB, see [`BYTES_PER_GB`]); 0 when tracking is off.
     pub fn capacity_bytes(&self) -> u64 {
         (self.max_capacity_gb * BYTES_PER_GB) as u64
     }
@@ -185,8 +207,11 @@ impl Settings {
 /// holds environment variables (only those in [`ENV_VARS`] are read).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sources<'a> {
+    /// Settings the caller gave by name (the last of a name wins).
     pub explicit: &'a [(String, Value)],
+    /// The connection URL, if any (`redis://`, `unix://`, ...; see [`url::parse`]).
     pub url: Option<&'a str>,
+    /// The process environment as `(name, value)` pairs.
     pub env: &'a [(String, String)],
 }
 

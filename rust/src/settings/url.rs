@@ -12,11 +12,15 @@ use crate::secret::Secret;
 /// What a URL says. Fields it does not mention are `None`/empty.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ParsedUrl {
+    /// The user before the password in the user information, percent-decoded.
     pub username: Option<String>,
+    /// The password after the user's `:`, percent-decoded; never shown.
     pub password: Option<Secret>,
     /// `(host, port)` per server named; the port is `None` where the URL leaves it out.
     pub hosts: Vec<(String, Option<u16>)>,
+    /// The socket path of a `unix://` URL.
     pub unix_path: Option<String>,
+    /// The database: the path (`/3`) or a `db` query parameter, which wins.
     pub db: Option<u32>,
     /// Query parameters in order, percent-decoded; later ones win.
     pub query: Vec<(String, String)>,
@@ -34,6 +38,8 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// Parses a server URL; errors name the URL with its password redacted. A `db` query
+/// parameter moves into [`ParsedUrl::db`]; the other parameters stay in `query`, unchecked.
 pub fn parse(url: &str) -> Result<ParsedUrl> {
     let shown = redact(url);
     let invalid = |why: &str| Error::invalid(format!("invalid URL {shown:?}: {why}"));

@@ -12,16 +12,23 @@ use std::fmt;
 /// `float()`/`int()` on them too).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
+    /// A string.
     Text(String),
+    /// An integer (a Python int beyond `i64` arrives as a float).
     Int(i64),
+    /// A real number.
     Float(f64),
+    /// A Python bool (never taken for an integer).
     Bool(bool),
+    /// A password already wrapped as a [`Secret`].
     Secret(Secret),
     /// A nested block (LMCache's `"eviction": {...}`).
     Map(Vec<(String, Value)>),
     /// Anything else (a list, an object): always refused, shown by its type and repr.
     Other {
+        /// The Python type's name, for the message.
         type_name: String,
+        /// The value's Python `repr`, for the message.
         repr: String,
     },
 }
@@ -63,7 +70,9 @@ impl fmt::Display for Value {
 /// A value and the name to blame it on: the setting (`num_workers`), a nested one
 /// (`eviction.eviction_ratio`) or the environment variable it came from.
 pub struct Given<'a> {
+    /// The name errors blame.
     pub name: &'a str,
+    /// The value as given.
     pub value: &'a Value,
 }
 
@@ -132,6 +141,7 @@ impl<'a> Given<'a> {
         }
     }
 
+    /// A string; other types are refused.
     pub fn text(&self) -> Result<&'a str> {
         match self.value {
             Value::Text(text) => Ok(text),
@@ -148,6 +158,7 @@ impl<'a> Given<'a> {
         }
     }
 
+    /// A nested block; other types are refused, with `example` as a sample of the form.
     pub fn map(&self, example: &str) -> Result<&'a [(String, Value)]> {
         match self.value {
             Value::Map(entries) => Ok(entries),
