@@ -35,6 +35,7 @@ class SettingsKwargs(TypedDict, total=False):
     eviction: Mapping[str, Any] | EvictionSettings | None
     prefault: bool | None
     cluster: bool | None
+    get_piece_bytes: int | None
 
 
 class AdapterParams(SettingsKwargs, total=False):

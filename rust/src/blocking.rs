@@ -6,6 +6,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::memory::RawBuf;
 use crate::net::{ConnectOptions, Endpoint, Readiness, wait_for};
 use crate::op::{Op, check_key_len};
+use crate::ranged::{self, RangedReads};
 use crate::resp::{Command, Reply};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,6 +17,8 @@ pub struct BlockingClient {
     endpoint: Endpoint,
     timeout: Duration,
     completions: Vec<Completion>,
+    /// GETs of large values, read in pieces (on this one connection).
+    ranged: RangedReads,
 }
 
 impl BlockingClient {
@@ -26,9 +29,26 @@ impl BlockingClient {
         // One attempt per call: a blocking caller wants the error, not a wait in backoff.
         let policy = ReconnectPolicy { fail_after_attempts: 1, ..ReconnectPolicy::default() };
         let conn = Conn::new(Arc::new(options), addresses.into(), policy, PipelineLimits::default());
-        let mut client = BlockingClient { conn, endpoint, timeout, completions: Vec::new() };
+        let mut client =
+            BlockingClient { conn, endpoint, timeout, completions: Vec::new(), ranged: RangedReads::new(0) };
         client.ping()?;
         Ok(client)
+    }
+
+    /// A client of the one server `settings` name, with their credentials, timeout and GET
+    /// pieces.
+    pub fn for_settings(settings: &crate::settings::Settings) -> Result<BlockingClient> {
+        if settings.endpoints.len() > 1 {
+            return Err(Error::invalid("a blocking client talks to one server: give one host, not a list"));
+        }
+        let options = settings.connect_options(settings.endpoint());
+        Ok(BlockingClient::connect(options, settings.timeout)?.with_get_pieces(settings.get_piece_bytes))
+    }
+
+    /// GETs of values larger than `piece_bytes` are read in pieces of that size (0: never).
+    pub fn with_get_pieces(mut self, piece_bytes: usize) -> BlockingClient {
+        self.ranged = RangedReads::new(piece_bytes);
+        self
     }
 
     /// The server this client talks to.
@@ -100,22 +120,49 @@ impl BlockingClient {
 
     fn call(&mut self, op: Op, key: &[u8], data: Option<RawBuf>) -> Result<Outcome> {
         check_key_len(key.len())?;
-        self.send(Request::new(op, key, data, 0, Instant::now() + self.timeout))
+        let request = Request::new(op, key, data, 0, Instant::now() + self.timeout);
+        if self.ranged.takes(&request) {
+            self.completions.clear();
+            let mut conns = OneConn { conn: &mut self.conn, failed: Vec::new() };
+            self.ranged.start(request, key, 0, &mut conns);
+            self.completions.extend(conns.failed);
+            return self.wait();
+        }
+        self.send(request)
     }
 
     fn send(&mut self, request: Request) -> Result<Outcome> {
         self.completions.clear();
         self.conn.push(request, &mut self.completions);
+        self.wait()
+    }
+
+    /// Drives the connection until the caller's request (tag 0) completes; a ranged read's
+    /// own requests go to the read.
+    fn wait(&mut self) -> Result<Outcome> {
         let mut ready = Readiness::OPTIMISTIC;
         loop {
             let now = Instant::now();
             self.conn.drive(now, ready, &mut self.completions);
             self.conn.expire(now, &mut self.completions);
+            let mut queued_more = false;
+            loop {
+                let mut conns = OneConn { conn: &mut self.conn, failed: Vec::new() };
+                queued_more |= self.ranged.route_completions(&mut self.completions, &mut conns, now);
+                if conns.failed.is_empty() {
+                    break;
+                }
+                self.completions.extend(conns.failed);
+            }
             if let Some(done) = self.completions.pop() {
                 return match done.outcome {
                     Outcome::Failed(err) => Err(err),
                     outcome => Ok(outcome),
                 };
+            }
+            if queued_more {
+                ready = Readiness::OPTIMISTIC;
+                continue;
             }
             let (fd, interest, wake) = self.conn.interest();
             ready = match fd {
@@ -128,6 +175,35 @@ impl BlockingClient {
                 }
             };
         }
+    }
+}
+
+/// The client's one connection as a ranged read sees it.
+struct OneConn<'a> {
+    conn: &'a mut Conn,
+    /// Requests that failed as they were queued.
+    failed: Vec<Completion>,
+}
+
+impl ranged::Conns for OneConn<'_> {
+    fn conns_of(&self, _node: usize) -> &[usize] {
+        &[0]
+    }
+
+    fn load(&self, _conn: usize) -> usize {
+        self.conn.outstanding_cost()
+    }
+
+    fn push(&mut self, _conn: usize, request: Request, asking: bool) {
+        if asking {
+            self.conn.push_asking(request, &mut self.failed);
+        } else {
+            self.conn.push(request, &mut self.failed);
+        }
+    }
+
+    fn route(&mut self, _key: &[u8]) -> Result<usize> {
+        Ok(0)
     }
 }
 

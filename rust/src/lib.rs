@@ -8,7 +8,8 @@
 //!   [`arena`] (the shared-memory page arena, its pool and the page ledger), [`settings`].
 //! - Wire: [`net`] (endpoints, sockets, the handshake, eventfds), [`conn`] (one connection: an
 //!   I/O-free state machine and its socket driver), [`blocking`] (a blocking client on one
-//!   connection), [`cluster`] (slots, redirects, the slot map, sharding), [`placement`].
+//!   connection), [`cluster`] (slots, redirects, the slot map, sharding), [`ranged`] (large values
+//!   read in pieces over several connections), [`placement`].
 //! - Engine: [`engine`] (I/O worker threads fed through rings), [`capacity`] (client-side
 //!   capacity tracking over it).
 //! - Fronts: [`front`] (the paged store and LMCache's connector, in this process or through a
@@ -35,6 +36,7 @@ pub mod op;
 pub mod placement;
 #[cfg(feature = "python")]
 mod python;
+pub mod ranged;
 pub mod resp;
 pub mod ring;
 pub mod secret;

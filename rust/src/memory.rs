@@ -52,6 +52,14 @@ impl RawBuf {
         RawBuf { ptr: self.ptr, len }
     }
 
+    /// The `len` bytes from `offset` on.
+    pub fn range(&self, offset: usize, len: usize) -> RawBuf {
+        let end = offset.checked_add(len).expect("offset overflow");
+        assert!(end <= self.len, "range to {end} of a {}-byte buffer", self.len);
+        // wrapping_add: computing the address is not a dereference; it stays inside the buffer.
+        RawBuf { ptr: NonNull::new(self.ptr.as_ptr().wrapping_add(offset)).unwrap_or(self.ptr), len }
+    }
+
     /// Copies `src` into the buffer at `offset`.
     pub fn write_at(&self, offset: usize, src: &[u8]) {
         let end = offset.checked_add(src.len()).expect("offset overflow");

@@ -13,7 +13,7 @@
 //! backoff after transient failures, and never retries permanent ones.
 
 use super::reader::{ReadEvent, Reader, RecvTarget};
-use super::request::{Completion, Kind, Outcome, Request};
+use super::request::{Completion, Kind, Outcome, Request, Scope};
 use crate::cluster::{NodeAddr, Redirect};
 use crate::error::{Error, ErrorKind};
 use crate::net::handshake::{self, Verdict};
@@ -153,6 +153,11 @@ pub struct ConnCore {
     /// Cluster mode: redirects and node failures hand requests back instead of failing them.
     hands_off: bool,
     handoffs: Vec<(Request, Handoff)>,
+    /// A `WATCH` scope was sent on this connection and not closed yet.
+    scope_open: bool,
+    /// The connection dropped with a scope open: requests meant for it fail until a new one
+    /// opens.
+    scope_lost: bool,
 }
 
 impl ConnCore {
@@ -185,6 +190,8 @@ impl ConnCore {
             reader: Reader::default(),
             hands_off: false,
             handoffs: Vec::new(),
+            scope_open: false,
+            scope_lost: false,
         }
     }
 
@@ -225,6 +232,18 @@ impl ConnCore {
         if let Some(err) = &self.permanent_error {
             out.push(request.completion(Outcome::Failed(err.clone())));
             return;
+        }
+        match request.scope {
+            Scope::Opens => self.scope_lost = false,
+            Scope::Within | Scope::Closes if self.scope_lost => {
+                let err = Error::connection_lost(
+                    &self.options.endpoint,
+                    "the connection dropped since the WATCH this command belongs with",
+                );
+                out.push(request.completion(Outcome::Failed(err)));
+                return;
+            }
+            _ => {}
         }
         self.outstanding_cost += request.pipeline_cost();
         self.outstanding_requests += 1;
@@ -576,12 +595,21 @@ impl ConnCore {
         let in_flight = self.sent + usize::from(self.write_offset > 0);
         let on_wire: Vec<Request> = self.queue.drain(..in_flight).collect();
         self.queue.retain(|r| !matches!(r.kind, Kind::Handshake(_)));
+        // A WATCH scope does not survive its connection: everything that belongs to one fails.
+        self.scope_lost |= std::mem::take(&mut self.scope_open);
+        let (scoped, rest): (Vec<Request>, Vec<Request>) =
+            std::mem::take(&mut self.queue).into_iter().partition(|r| r.scope != Scope::None);
+        self.queue = rest.into();
         self.reset_wire();
         // Whatever happens next, the socket is gone.
         self.state = ConnState::Disconnected;
+        for request in scoped {
+            self.finish(request, Outcome::Failed(err.clone()), out);
+        }
         for request in on_wire.into_iter().rev() {
             match request.kind {
                 Kind::Handshake(_) | Kind::Asking => {}
+                _ if request.scope != Scope::None => self.finish(request, Outcome::Failed(err.clone()), out),
                 Kind::User(_) if request.may_retry(now) => self.queue.push_front(request),
                 Kind::User(op) if self.hands_off && op.is_idempotent() && request.deadline > now => {
                     self.hand_off(request, Handoff::Retry(err.clone()));
@@ -668,6 +696,11 @@ impl ConnCore {
             written -= left;
             self.write_offset = 0;
             self.inflight_bytes += request.pipeline_cost();
+            match request.scope {
+                Scope::Opens => self.scope_open = true,
+                Scope::Closes => self.scope_open = false,
+                Scope::None | Scope::Within => {}
+            }
             self.sent += 1;
         }
     }
@@ -720,6 +753,14 @@ impl ConnCore {
                 self.finish(request, outcome, out);
             }
             Kind::Command => {
+                // A ranged read's command redirected by a cluster node goes back to the read.
+                if let (true, Scope::Opens | Scope::Within, ReadEvent::Reply(Reply::Error(text))) =
+                    (self.hands_off, request.scope, &event)
+                {
+                    if let Some(handoff) = self.handoff_for(text).filter(|_| request.deadline > now) {
+                        return self.hand_off(request, handoff);
+                    }
+                }
                 let outcome = match event {
                     ReadEvent::Reply(Reply::Error(text)) => Outcome::Failed(Error::server(&text)),
                     ReadEvent::Reply(reply) => Outcome::Reply(reply),

@@ -15,7 +15,7 @@ mod tests;
 
 pub use self::core::{ConnCore, ConnState, Handoff, PipelineLimits, ReconnectPolicy};
 pub use reader::RecvTarget;
-pub use request::{Completion, Kind, Outcome, Request};
+pub use request::{Completion, Kind, Outcome, Request, Scope};
 
 use crate::net::{Address, ConnectOptions, Interest, IoVecs, Readiness, Stream};
 use std::io;

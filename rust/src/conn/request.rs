@@ -84,6 +84,25 @@ pub struct Request {
     pub reroutes: u8,
     /// Redis Cluster: the key's hash slot, to route the request again after a failure.
     pub slot: u16,
+    /// Its place in a `WATCH` ... `EXEC` scope, which holds only on the connection it was
+    /// opened on (see [`Scope`]).
+    pub scope: Scope,
+}
+
+/// A request's part in a `WATCH` scope (a ranged read's check that no one wrote its key).
+/// Such requests mean something only on the connection the scope was opened on: when it
+/// drops they fail, sent or not, and are never retried or moved elsewhere; and until a new
+/// scope opens, requests meant to run inside the lost one fail at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// An ordinary request.
+    None,
+    /// Opens the scope (`WATCH`).
+    Opens,
+    /// Runs inside it (`STRLEN`, `MULTI`).
+    Within,
+    /// Closes it (`EXEC`, `UNWATCH`).
+    Closes,
 }
 
 impl Request {
@@ -108,6 +127,21 @@ impl Request {
         Request { tag, ..Request::unsent(Kind::Command, frame, deadline) }
     }
 
+    /// A ranged read's piece: `GETRANGE` of `dest.len()` bytes of `key` from `start`,
+    /// received into `dest`, which it must fill exactly (a shorter reply means the value
+    /// changed and is a miss, leaving `dest` untouched).
+    pub fn range(key: &[u8], start: usize, dest: RawBuf, tag: u64, deadline: Instant) -> Request {
+        let end = start + dest.len().max(1) - 1;
+        let header = Command::GetRange { key, start, end }.header();
+        Request { tag, data: Some(dest), exact_length: true, ..Request::unsent(Kind::User(Op::Get), header, deadline) }
+    }
+
+    /// The same request, in `scope` (see [`Scope`]).
+    pub fn in_scope(mut self, scope: Scope) -> Request {
+        self.scope = scope;
+        self
+    }
+
     /// The `ASKING` that must precede a request redirected by `-ASK`.
     pub fn asking(deadline: Instant) -> Request {
         Request::unsent(Kind::Asking, crate::resp::Command::Asking.header(), deadline)
@@ -126,6 +160,7 @@ impl Request {
             wrote_partially: false,
             reroutes: 0,
             slot: 0,
+            scope: Scope::None,
         }
     }
 

@@ -337,7 +337,9 @@ impl Engine {
                 pipeline: settings.pipeline,
             };
             let nodes = Nodes::new(factory, &servers)?;
-            let worker = worker::Worker::new(shared.clone(), pair.take, pair.post, doorbell, route.clone(), nodes);
+            let ranged = crate::ranged::RangedReads::new(settings.get_piece_bytes);
+            let worker =
+                worker::Worker::new(shared.clone(), pair.take, pair.post, doorbell, route.clone(), nodes, ranged);
             let cpu = placement.worker_cpus.get(index).copied().flatten();
             let tids = worker_tids.clone();
             let spawned = std::thread::Builder::new().name(format!("lmcache-resp-io-{index}")).spawn(move || {

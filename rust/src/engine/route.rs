@@ -135,6 +135,11 @@ impl Nodes {
         }
     }
 
+    /// The connections to server `node`.
+    pub fn conns_of(&self, node: usize) -> &[usize] {
+        &self.conns_of[node]
+    }
+
     /// The least loaded connection to server `node`.
     pub fn conn_for(&self, node: usize) -> usize {
         *self.conns_of[node]

@@ -14,6 +14,7 @@ use crate::net::EventFd;
 use crate::net::Readiness;
 use crate::net::socket::{poll_flags, timeout_until};
 use crate::op::Op;
+use crate::ranged::{self, RangedReads};
 use crate::ring::{Consumer, Producer, PushError};
 use rustix::event::{PollFd, PollFlags, poll};
 use std::os::fd::AsFd;
@@ -52,6 +53,8 @@ pub struct Worker {
     rerouted: bool,
     /// Completions not yet in the completion ring (it was full).
     finished: Vec<Completion>,
+    /// GETs of large values, read in pieces over this worker's connections.
+    ranged: RangedReads,
     record: Vec<u8>,
 }
 
@@ -83,6 +86,7 @@ impl Worker {
         doorbell: Arc<EventFd>,
         route: Arc<Route>,
         nodes: Nodes,
+        ranged: RangedReads,
     ) -> Worker {
         let readiness = vec![Readiness::OPTIMISTIC; nodes.conns.len()];
         Worker {
@@ -96,6 +100,7 @@ impl Worker {
             parked: Vec::new(),
             rerouted: false,
             finished: Vec::new(),
+            ranged,
             record: Vec::new(),
         }
     }
@@ -133,12 +138,14 @@ impl Worker {
                 for (request, why) in handoffs {
                     self.reroute(now, request, why);
                 }
+                self.settle_ranged(now);
                 c += 1;
             }
             self.post_completions()?;
             if sealed
                 && self.finished.is_empty()
                 && self.parked.is_empty()
+                && self.ranged.is_empty()
                 && self.nodes.conns.iter().all(Conn::is_empty)
                 && self.submissions.is_empty()
             {
@@ -158,11 +165,54 @@ impl Worker {
         if asking { conn.push_asking(request, &mut self.finished) } else { conn.push(request, &mut self.finished) }
     }
 
+    /// Hands the completions of ranged reads' own requests to their reads, which may queue
+    /// more requests (then the connections need driving again before the worker sleeps).
+    fn settle_ranged(&mut self, now: Instant) {
+        loop {
+            let mut conns = WorkerConns { nodes: &mut self.nodes, route: &self.route, failed: Vec::new() };
+            self.rerouted |= self.ranged.route_completions(&mut self.finished, &mut conns, now);
+            let failed = conns.failed;
+            if failed.is_empty() {
+                break;
+            }
+            self.finished.extend(failed);
+        }
+        self.readiness.resize(self.nodes.conns.len(), Readiness::OPTIMISTIC);
+    }
+
+    /// A GET of a large value (of `key`, on server `node`) becomes a ranged read.
+    fn start_ranged(&mut self, node: usize, request: Request, key: &[u8]) {
+        let mut conns = WorkerConns { nodes: &mut self.nodes, route: &self.route, failed: Vec::new() };
+        self.ranged.start(request, key, node, &mut conns);
+        self.finished.extend(conns.failed);
+        self.rerouted = true;
+    }
+
     /// A request a cluster node handed back: follow the redirect, or wait a moment for the
-    /// cluster (a failover, a refresh of the map) and route it again.
+    /// cluster (a failover, a refresh of the map) and route it again. A ranged read's own
+    /// requests go back to the read, which starts over where the key lives now.
     fn reroute(&mut self, now: Instant, request: Request, why: Handoff) {
         let Route::Cluster(view) = &*self.route else { unreachable!("only cluster connections hand requests back") };
         let view = view.clone();
+        if request.tag & ranged::INTERNAL_TAG != 0 {
+            let asked = match &why {
+                Handoff::Redirect(redirect) if redirect.kind == RedirectKind::Ask => {
+                    self.nodes.node_at(&redirect.node).ok()
+                }
+                Handoff::Redirect(redirect) => {
+                    view.moved(redirect.slot, &redirect.node);
+                    None
+                }
+                Handoff::Retry(_) => {
+                    view.request_refresh();
+                    None
+                }
+            };
+            let mut conns = WorkerConns { nodes: &mut self.nodes, route: &self.route, failed: Vec::new() };
+            self.ranged.on_handoff(request, why, asked, &mut conns, now, &mut self.finished);
+            self.finished.extend(conns.failed);
+            return;
+        }
         if request.reroutes >= MAX_REROUTES || request.deadline <= now {
             let err = match why {
                 Handoff::Redirect(r) => Error::new(
@@ -283,7 +333,12 @@ impl Worker {
             let mut request = Request::new(descriptor.op, descriptor.key, data, tag, deadline)
                 .with_exact_length(descriptor.flags & FLAG_EXACT_LENGTH != 0);
             request.slot = slot;
-            self.send(node, request, false);
+            if self.ranged.takes(&request) {
+                let key = descriptor.key.to_vec();
+                self.start_ranged(node, request, &key);
+            } else {
+                self.send(node, request, false);
+            }
         }
         if took {
             self.submissions.release();
@@ -377,6 +432,33 @@ impl Worker {
         if doorbell_rang {
             self.doorbell.reset();
         }
+    }
+}
+
+/// The worker's connections as a ranged read sees them.
+struct WorkerConns<'a> {
+    nodes: &'a mut Nodes,
+    route: &'a Route,
+    /// Requests that failed as they were queued (their connection failed for good).
+    failed: Vec<Completion>,
+}
+
+impl ranged::Conns for WorkerConns<'_> {
+    fn conns_of(&self, node: usize) -> &[usize] {
+        self.nodes.conns_of(node)
+    }
+
+    fn load(&self, conn: usize) -> usize {
+        self.nodes.conns[conn].outstanding_cost()
+    }
+
+    fn push(&mut self, conn: usize, request: Request, asking: bool) {
+        let conn = &mut self.nodes.conns[conn];
+        if asking { conn.push_asking(request, &mut self.failed) } else { conn.push(request, &mut self.failed) }
+    }
+
+    fn route(&mut self, key: &[u8]) -> Result<usize, Error> {
+        self.nodes.route(self.route, key).map(|(node, _)| node)
     }
 }
 

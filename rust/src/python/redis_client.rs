@@ -1,7 +1,7 @@
 //! `_native.RedisClient`: the blocking zero-copy client, built from a `Settings`.
 
 use super::buffers::{Access, HeldBuffer, key_bytes};
-use super::errors::{invalid_input, to_py_err};
+use super::errors::to_py_err;
 use super::settings::settings_of;
 use crate::blocking::BlockingClient;
 use crate::error::Error;
@@ -53,13 +53,8 @@ impl RedisClient {
     #[new]
     fn new(py: Python<'_>, settings: &Bound<'_, PyAny>) -> PyResult<Self> {
         let settings = settings_of(settings)?;
-        if settings.endpoints.len() > 1 {
-            return Err(invalid_input("RedisClient talks to one server: give one host, not a list"));
-        }
-        let options = settings.connect_options(settings.endpoint());
-        let timeout = settings.timeout;
         let description = settings.to_string();
-        let client = py.detach(|| BlockingClient::connect(options, timeout)).map_err(|err| to_py_err(&err))?;
+        let client = py.detach(|| BlockingClient::for_settings(&settings)).map_err(|err| to_py_err(&err))?;
         Ok(RedisClient { inner: Mutex::new(Some(client)), description, owner_pid: std::process::id() })
     }
 

@@ -298,6 +298,13 @@ impl PySettings {
         self.0.prefault
     }
 
+    /// GETs of values larger than this are read in pieces of this size; 0: never. (Named
+    /// explicitly: PyO3 would drop a getter's `get_` prefix.)
+    #[getter(get_piece_bytes)]
+    fn get_piece_bytes(&self) -> usize {
+        self.0.get_piece_bytes
+    }
+
     /// Settings accepted but without effect (the caller logs them).
     #[getter]
     fn warnings(&self) -> Vec<String> {
@@ -326,6 +333,7 @@ impl PySettings {
         out.set_item("max_capacity_gb", s.max_capacity_gb)?;
         out.set_item("eviction", self.eviction().to_dict(py)?)?;
         out.set_item("prefault", s.prefault)?;
+        out.set_item("get_piece_bytes", s.get_piece_bytes)?;
         Ok(out)
     }
 

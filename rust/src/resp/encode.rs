@@ -54,6 +54,31 @@ pub enum Command<'a> {
         /// The subcommand's name, sent as given.
         subcommand: &'a [u8],
     },
+    /// `GETRANGE key start end`: bytes `start..=end` of the value (a ranged read's piece).
+    GetRange {
+        /// The key.
+        key: &'a [u8],
+        /// Offset of the first byte.
+        start: usize,
+        /// Offset of the last byte (inclusive, as Redis counts).
+        end: usize,
+    },
+    /// `STRLEN key`: the value's length (0 for a missing key).
+    Strlen {
+        /// The key.
+        key: &'a [u8],
+    },
+    /// `WATCH key`: a later `EXEC` on this connection fails if the key was written since.
+    Watch {
+        /// The key.
+        key: &'a [u8],
+    },
+    /// `UNWATCH`: forgets this connection's watched keys.
+    Unwatch,
+    /// `MULTI`: starts a transaction.
+    Multi,
+    /// `EXEC`: runs the transaction, or fails it (nil) if a watched key was written.
+    Exec,
 }
 
 impl Command<'_> {
@@ -108,6 +133,7 @@ impl Command<'_> {
     // encoder, so the two cannot disagree.
     fn for_each_part(&self, mut emit: impl FnMut(Part<'_>)) {
         let mut db_digits = itoa::Buffer::new();
+        let (mut start_digits, mut end_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
         let mut args = |name: &'static [u8], rest: &[&[u8]], value: Option<usize>| {
             emit(Part::ArrayLen(1 + rest.len() + usize::from(value.is_some())));
             emit(Part::Arg(name));
@@ -129,6 +155,16 @@ impl Command<'_> {
             Command::Select { db } => args(b"SELECT", &[db_digits.format(db).as_bytes()], None),
             Command::Asking => args(b"ASKING", &[], None),
             Command::Cluster { subcommand } => args(b"CLUSTER", &[subcommand], None),
+            Command::GetRange { key, start, end } => args(
+                b"GETRANGE",
+                &[key, start_digits.format(start).as_bytes(), end_digits.format(end).as_bytes()],
+                None,
+            ),
+            Command::Strlen { key } => args(b"STRLEN", &[key], None),
+            Command::Watch { key } => args(b"WATCH", &[key], None),
+            Command::Unwatch => args(b"UNWATCH", &[], None),
+            Command::Multi => args(b"MULTI", &[], None),
+            Command::Exec => args(b"EXEC", &[], None),
         }
     }
 }
@@ -197,6 +233,15 @@ mod tests {
             (Command::Select { db: 15 }, b"*2\r\n$6\r\nSELECT\r\n$2\r\n15\r\n"),
             (Command::Auth { username: None, password: b"pw" }, b"*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n"),
             (Command::Auth { username: Some(b"u"), password: b"pw" }, b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$2\r\npw\r\n"),
+            (
+                Command::GetRange { key: b"k", start: 4_194_304, end: 8_388_607 },
+                b"*4\r\n$8\r\nGETRANGE\r\n$1\r\nk\r\n$7\r\n4194304\r\n$7\r\n8388607\r\n",
+            ),
+            (Command::Strlen { key: b"k" }, b"*2\r\n$6\r\nSTRLEN\r\n$1\r\nk\r\n"),
+            (Command::Watch { key: b"k" }, b"*2\r\n$5\r\nWATCH\r\n$1\r\nk\r\n"),
+            (Command::Unwatch, b"*1\r\n$7\r\nUNWATCH\r\n"),
+            (Command::Multi, b"*1\r\n$5\r\nMULTI\r\n"),
+            (Command::Exec, b"*1\r\n$4\r\nEXEC\r\n"),
         ];
         for (cmd, wire) in cases {
             assert_eq!(&cmd.header(), wire, "{cmd:?}");

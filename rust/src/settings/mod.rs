@@ -56,6 +56,14 @@ pub mod defaults {
     pub const MAX_INFLIGHT_BYTES: u64 = 1 << 40;
     /// The largest `max_inflight_requests` accepted.
     pub const MAX_INFLIGHT_REQUESTS: u64 = 1 << 20;
+    /// GETs of values larger than this are read in pieces of this size (`crate::ranged`):
+    /// servers answer replies of a few MiB at several times the rate of one reply of tens of
+    /// MiB (bench/RESULTS.md has the sweep this value comes from).
+    pub const GET_PIECE_BYTES: usize = 1 << 20;
+    /// Smallest piece size accepted (other than 0, which turns pieces off).
+    pub const MIN_GET_PIECE_BYTES: u64 = 4096;
+    /// Largest piece size accepted.
+    pub const MAX_GET_PIECE_BYTES: u64 = 1 << 30;
 }
 
 /// `max_capacity_gb` counts GiB (2^30 bytes), as LMCache's own adapters do
@@ -138,6 +146,9 @@ pub struct Settings {
     pub max_capacity_gb: f64,
     /// How capacity tracking evicts (used only when `max_capacity_gb` > 0).
     pub eviction: Eviction,
+    /// GETs of values larger than this many bytes are read in pieces of this size; 0 reads
+    /// every value with one GET.
+    pub get_piece_bytes: usize,
     /// Fault the arena's pages in at creation.
     pub prefault: bool,
     /// Settings accepted but without effect, for the caller to log.
@@ -162,6 +173,7 @@ impl Settings {
             max_capacity_gb: 0.0,
             eviction: Eviction::default(),
             prefault: defaults::PREFAULT,
+            get_piece_bytes: defaults::GET_PIECE_BYTES,
             warnings: Vec::new(),
         }
     }
@@ -362,6 +374,17 @@ impl<'a> Resolver<'a> {
         }
         if let Some(given) = self.tuning("prefault") {
             settings.prefault = given.flag()?;
+        }
+        if let Some(given) = self.tuning("get_piece_bytes") {
+            let bytes = given.integer(0, defaults::MAX_GET_PIECE_BYTES)?;
+            if bytes != 0 && bytes < defaults::MIN_GET_PIECE_BYTES {
+                return Err(Error::invalid(format!(
+                    "get_piece_bytes must be 0 (no pieces) or at least {} bytes, got {}",
+                    defaults::MIN_GET_PIECE_BYTES,
+                    given.value
+                )));
+            }
+            settings.get_piece_bytes = bytes as usize;
         }
         if let Some(given) = self.tuning("cluster") {
             settings.cluster = given.flag()?;

@@ -21,6 +21,7 @@ pub const FIELDS: &[&str] = &[
     "eviction",
     "prefault",
     "cluster",
+    "get_piece_bytes",
 ];
 
 /// The fields of the `eviction` block.
@@ -39,6 +40,7 @@ pub const QUERY_FIELDS: &[&str] = &[
     "max_capacity_gb",
     "prefault",
     "cluster",
+    "get_piece_bytes",
     "eviction_policy",
     "trigger_watermark",
     "eviction_ratio",
