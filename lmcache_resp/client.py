@@ -23,6 +23,10 @@ class RedisClient(Closeable):
     ``$LMCACHE_RESP_PORT`` or 6379, credentials to ``$LMCACHE_RESP_USERNAME`` /
     ``$LMCACHE_RESP_PASSWORD``. The constructor connects, authenticates and pings. Every call
     is bounded by ``timeout`` seconds. Safe to share between threads (calls are serialized).
+
+    A GET into a buffer larger than ``get_piece_bytes`` (default 1 MiB; 0: never) reads the
+    value in pieces of that size, past the server's big-reply cliff, checked with WATCH/EXEC so
+    that a value replaced mid-read is never returned mixed.
     """
 
     __slots__ = ("_native", "_settings")
@@ -39,10 +43,11 @@ class RedisClient(Closeable):
         unix_path: str | None = None,
         url: str | None = None,
         connect_timeout: float | None = None,
+        get_piece_bytes: int | None = None,
     ) -> None:
         self._settings = RespSettings.resolve(
             url, host=host, port=port, unix_path=unix_path, username=username, password=password, db=db,
-            timeout=timeout, connect_timeout=connect_timeout,
+            timeout=timeout, connect_timeout=connect_timeout, get_piece_bytes=get_piece_bytes,
         )
         self._native = _native.RedisClient(self._settings)
 

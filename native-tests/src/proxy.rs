@@ -1,5 +1,7 @@
 //! A TCP proxy in front of a real redis-server that can break a connection in the middle of a
-//! reply: the network fault, injected between a real client and a real server.
+//! reply (the network fault, injected between a real client and a real server), and run a
+//! hook just before a chosen command reaches the server (a writer that strikes between two
+//! commands of a client, deterministically).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -14,10 +16,22 @@ struct Cut {
     hook: Hook,
 }
 
+/// Armed: before forwarding the chunk that holds the `nth` (counting from 1) occurrence of
+/// `pattern` from a client, run `hook`; with `every`, again before each later occurrence.
+struct Watch {
+    pattern: &'static [u8],
+    nth: usize,
+    every: bool,
+    hook: Box<dyn FnMut() + Send>,
+}
+
 #[derive(Default)]
 struct State {
     armed: Option<Cut>,
     cuts: usize,
+    watch: Option<Watch>,
+    /// Occurrences of each counted pattern seen from clients so far.
+    counted: Vec<(&'static [u8], usize)>,
 }
 
 pub struct CuttingProxy {
@@ -56,13 +70,56 @@ impl CuttingProxy {
     pub fn cuts(&self) -> usize {
         self.state.lock().unwrap().cuts
     }
+
+    /// Runs `hook` just before the `nth` (from 1) occurrence of `pattern` in what clients send
+    /// reaches the server; with `every`, before each later one too.
+    pub fn before_command(&self, pattern: &'static [u8], nth: usize, every: bool, hook: impl FnMut() + Send + 'static) {
+        self.state.lock().unwrap().watch = Some(Watch { pattern, nth, every, hook: Box::new(hook) });
+    }
+
+    /// Counts occurrences of `pattern` in what clients send from now on.
+    pub fn count_commands(&self, pattern: &'static [u8]) {
+        self.state.lock().unwrap().counted.push((pattern, 0));
+    }
+
+    /// Occurrences of `pattern` sent by clients since [`CuttingProxy::count_commands`].
+    pub fn count(&self, pattern: &'static [u8]) -> usize {
+        self.state.lock().unwrap().counted.iter().find(|(p, _)| *p == pattern).map_or(0, |(_, n)| *n)
+    }
+}
+
+/// Counts patterns in what a client sends, and runs the armed hook when its command comes
+/// (the commands tests watch for are short and not split across reads on loopback).
+fn before_forwarding(state: &Mutex<State>, chunk: &[u8]) {
+    let occurrences = |pattern: &[u8]| chunk.windows(pattern.len()).filter(|w| *w == pattern).count();
+    let mut guard = state.lock().unwrap();
+    for (pattern, count) in &mut guard.counted {
+        *count += occurrences(pattern);
+    }
+    let Some(watch) = guard.watch.as_mut() else { return };
+    let seen = occurrences(watch.pattern);
+    if seen == 0 {
+        return;
+    }
+    let due = watch.nth <= seen;
+    watch.nth = watch.nth.saturating_sub(seen);
+    if due {
+        (watch.hook)();
+        if watch.every {
+            watch.nth = 1;
+        } else {
+            guard.watch = None;
+        }
+    }
 }
 
 fn forward(client: TcpStream, server: TcpStream, state: Arc<Mutex<State>>) {
     let (mut client_in, mut server_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    let commands = state.clone();
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 64 * 1024];
         while let Ok(n @ 1..) = client_in.read(&mut buf) {
+            before_forwarding(&commands, &buf[..n]);
             if server_out.write_all(&buf[..n]).is_err() {
                 break;
             }

@@ -41,6 +41,9 @@ pub const INTERNAL_TAG: u64 = 1 << 63;
 /// connection dropped) before it fails.
 pub const MAX_ATTEMPTS: u8 = 3;
 
+/// How many cluster redirects a ranged read follows before it fails (as many as any request).
+pub const MAX_REDIRECTS: u8 = 16;
+
 /// The connections a ranged read may use: a worker's, or the blocking client's one.
 pub trait Conns {
     /// The connections to server `node`.
@@ -124,7 +127,12 @@ struct Session {
     /// In a cluster, after an ASK: every command goes behind ASKING to this node.
     asking: bool,
     home: Option<usize>,
+    /// Counts every start over; tags carry it.
     attempt: u8,
+    /// Start overs because the value changed or a part failed.
+    retries: u8,
+    /// Start overs because the key lives elsewhere (cluster redirects).
+    redirects: u8,
     phase: Phase,
     /// Requests of this attempt not yet completed.
     pending: usize,
@@ -182,6 +190,8 @@ impl RangedReads {
             asking: false,
             home: None,
             attempt: 0,
+            retries: 0,
+            redirects: 0,
             phase: Phase::Waiting,
             pending: 0,
             length: None,
@@ -405,8 +415,19 @@ impl RangedReads {
     fn retry(&mut self, id: u32, conns: &mut impl Conns, now: Instant, out: &mut Vec<Completion>) {
         let session = self.session(id);
         let problem = session.problem.take().unwrap_or(Problem::Changed);
-        if now < session.user.deadline && session.attempt + 1 < MAX_ATTEMPTS {
-            session.attempt += 1;
+        let redirected = matches!(problem, Problem::Moved | Problem::Asked(_));
+        let permanent = matches!(&problem, Problem::Failed(err) if err.kind().is_permanent());
+        let allowed = match redirected {
+            true => session.redirects < MAX_REDIRECTS,
+            false => session.retries + 1 < MAX_ATTEMPTS && !permanent,
+        };
+        if now < session.user.deadline && allowed {
+            session.attempt = session.attempt.wrapping_add(1);
+            if redirected {
+                session.redirects += 1;
+            } else {
+                session.retries += 1;
+            }
             match problem {
                 Problem::Asked(node) => {
                     session.node = node;
@@ -429,7 +450,7 @@ impl RangedReads {
                 ErrorKind::PartialRead,
                 format!(
                     "GET {key:?}: the value was replaced or deleted while it was read in pieces, {} times in a row",
-                    session.attempt + 1
+                    session.retries + 1
                 ),
             ),
             Problem::Failed(err) if now >= session.user.deadline && err.kind() != ErrorKind::Timeout => Error::new(

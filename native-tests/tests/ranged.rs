@@ -1,0 +1,164 @@
+//! Ranged reads against a real redis-server: large values read as GETRANGE pieces between a
+//! WATCH and an EXEC, byte-exact at every piece boundary, and never a hit made of two versions
+//! when a writer strikes between pieces (a proxy in front of the server runs the writer just
+//! before a chosen piece reaches the server), nor when a connection breaks mid-piece.
+
+use lmcache_resp_core::blocking::BlockingClient;
+use lmcache_resp_core::conn::Outcome;
+use lmcache_resp_core::engine::{Batch, Engine, EngineConfig, Item, Memory};
+use lmcache_resp_core::net::Endpoint;
+use lmcache_resp_core::op::Op;
+use lmcache_resp_core::{ErrorKind, RawBuf};
+use redis_harness::proxy::CuttingProxy;
+use redis_harness::{RedisServer, pattern};
+use std::sync::Arc;
+use std::time::Duration;
+
+const PIECE: usize = 4096;
+
+fn engine(server: &RedisServer, port: u16, workers: usize) -> Engine {
+    let mut settings = server.settings();
+    settings.endpoints = vec![Endpoint::Tcp { host: "127.0.0.1".into(), port }];
+    settings.num_workers = workers;
+    settings.get_piece_bytes = PIECE;
+    // One piece on the wire at a time: each piece is its own write, so a proxy can strike
+    // between two of them.
+    settings.pipeline.max_inflight_bytes = PIECE;
+    settings.timeout = Duration::from_secs(10);
+    Engine::start(EngineConfig::new(settings)).unwrap()
+}
+
+fn item<'a>(key: &'a [u8], buf: &'a mut [u8]) -> Item<'a> {
+    // SAFETY: the buffer outlives the batch, and the test reads it only after the batch ended.
+    Item { key, memory: Memory::Buffer(unsafe { RawBuf::new(buf.as_mut_ptr(), buf.len()) }) }
+}
+
+fn set(engine: &Engine, key: &[u8], value: &mut [u8]) {
+    let done = engine.run(Batch::new(Op::Set, &[item(key, value)])).unwrap();
+    assert_eq!(done.outcomes, vec![Outcome::Done]);
+}
+
+fn get(engine: &Engine, key: &[u8], dest: &mut [u8], exact: bool) -> Outcome {
+    let result = engine.run(Batch::new(Op::Get, &[item(key, dest)]).with_exact_length(exact)).unwrap();
+    result.outcomes.into_iter().next().unwrap()
+}
+
+#[test]
+fn values_round_trip_byte_for_byte_at_every_piece_boundary() {
+    let server = RedisServer::start();
+    let engine = engine(&server, server.port(), 2);
+    let sizes = [0, 1, PIECE - 1, PIECE, PIECE + 1, 2 * PIECE - 1, 2 * PIECE, 2 * PIECE + 1, 7 * PIECE + 13];
+    for (i, &size) in sizes.iter().enumerate() {
+        let key = format!("boundary:{i}").into_bytes();
+        let mut value = pattern(size, i as u64);
+        set(&engine, &key, &mut value);
+        // Into a page larger than the value (it may hold up to a page), and into a buffer of
+        // exactly its size, as LMCache's chunks are.
+        let mut page = vec![0x5au8; 8 * PIECE];
+        assert_eq!(get(&engine, &key, &mut page, false), Outcome::Hit(size), "size {size}");
+        assert!(page[..size] == value[..], "size {size}: bytes differ");
+        assert!(page[size..].iter().all(|&b| b == 0x5a), "size {size}: written past the value");
+        let mut exact = vec![0x5au8; size];
+        assert_eq!(get(&engine, &key, &mut exact, true), Outcome::Hit(size), "size {size}");
+        assert!(exact == value, "size {size}: exact bytes differ");
+    }
+    // The blocking client reads in pieces too.
+    let mut client = BlockingClient::connect(server.options(), Duration::from_secs(10)).unwrap().with_get_pieces(PIECE);
+    let mut value = pattern(5 * PIECE + 3, 99);
+    set(&engine, b"blocking", &mut value);
+    let mut dest = vec![0u8; 6 * PIECE];
+    // SAFETY: `dest` outlives the call.
+    let raw = unsafe { RawBuf::new(dest.as_mut_ptr(), dest.len()) };
+    assert_eq!(client.get(b"blocking", raw).unwrap(), Some(value.len()));
+    assert!(dest[..value.len()] == value[..]);
+    assert_eq!(client.get(b"no such key", raw).unwrap(), None);
+}
+
+#[test]
+fn a_value_of_another_length_or_larger_than_its_page_or_missing_leaves_the_page_untouched() {
+    let server = RedisServer::start();
+    let engine = engine(&server, server.port(), 1);
+    let expected = 3 * PIECE + 5;
+    for (key, len) in [(&b"shorter"[..], expected - 1), (b"longer", expected + 1)] {
+        let mut value = pattern(len, 1);
+        set(&engine, key, &mut value);
+        let mut chunk = vec![0x5au8; expected];
+        assert_eq!(get(&engine, key, &mut chunk, true), Outcome::Miss, "{len} bytes where {expected} are expected");
+        assert!(chunk.iter().all(|&b| b == 0x5a), "a miss writes nothing");
+    }
+    let mut page = vec![0x5au8; expected - 10];
+    let Outcome::Failed(err) = get(&engine, b"longer", &mut page, false) else { panic!() };
+    assert_eq!(err.kind(), ErrorKind::ValueTooLarge, "{err}");
+    assert!(page.iter().all(|&b| b == 0x5a));
+    let mut page = vec![0x5au8; 4 * PIECE];
+    assert_eq!(get(&engine, b"missing", &mut page, false), Outcome::Miss);
+    assert!(page.iter().all(|&b| b == 0x5a));
+}
+
+/// Stores `old` under `key`, arms the proxy to run `writer` before the `nth` piece reaches the
+/// server, and reads the key through the proxy.
+fn read_while_writing(
+    nth: usize,
+    every: bool,
+    writer: impl Fn(&RedisServer) + Send + 'static,
+) -> (Outcome, Vec<u8>, CuttingProxy) {
+    let server = Arc::new(RedisServer::start());
+    let proxy = CuttingProxy::start(server.port());
+    let engine = engine(&server, proxy.port(), 1);
+    let mut old = pattern(6 * PIECE, 1);
+    set(&engine, b"chunk", &mut old);
+    proxy.count_commands(b"WATCH");
+    let inside = server.clone();
+    proxy.before_command(b"GETRANGE", nth, every, move || writer(&inside));
+    let mut dest = vec![0u8; 6 * PIECE];
+    let outcome = get(&engine, b"chunk", &mut dest, true);
+    (outcome, dest, proxy)
+}
+
+#[test]
+fn a_value_overwritten_between_pieces_is_read_again_and_never_mixed() {
+    let new = pattern(6 * PIECE, 2);
+    let replacement = new.clone();
+    let (outcome, dest, proxy) =
+        read_while_writing(3, false, move |server| drop(server.raw_command(&[b"SET", b"chunk", &replacement])));
+    assert_eq!(outcome, Outcome::Hit(6 * PIECE));
+    assert!(dest == new, "the hit is the new version, whole");
+    assert_eq!(proxy.count(b"WATCH"), 2, "the first read's EXEC failed and the read started over");
+}
+
+#[test]
+fn a_value_that_keeps_changing_ends_in_a_partial_read() {
+    let version = std::sync::atomic::AtomicU64::new(10);
+    let (outcome, _, proxy) = read_while_writing(2, true, move |server| {
+        let value = pattern(6 * PIECE, version.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        drop(server.raw_command(&[b"SET", b"chunk", &value]));
+    });
+    let Outcome::Failed(err) = outcome else { panic!("{outcome:?}") };
+    assert_eq!(err.kind(), ErrorKind::PartialRead, "{err}");
+    assert!(err.message().contains("replaced or deleted while it was read in pieces, 3 times"), "{err}");
+    assert_eq!(proxy.count(b"WATCH"), 3);
+}
+
+#[test]
+fn a_value_deleted_between_pieces_is_a_partial_read_not_a_miss() {
+    let (outcome, _, _) = read_while_writing(2, false, |server| drop(server.raw_command(&[b"DEL", b"chunk"])));
+    let Outcome::Failed(err) = outcome else { panic!("{outcome:?}") };
+    assert_eq!(err.kind(), ErrorKind::PartialRead, "{err}");
+}
+
+#[test]
+fn a_connection_cut_mid_piece_starts_the_read_over_and_it_is_a_whole_hit() {
+    let server = RedisServer::start();
+    let proxy = CuttingProxy::start(server.port());
+    let engine = engine(&server, proxy.port(), 1);
+    let mut value = pattern(6 * PIECE, 3);
+    set(&engine, b"cut", &mut value);
+    proxy.count_commands(b"WATCH");
+    // Past the probe's replies and two pieces, into the third.
+    proxy.cut_replies_after(2 * PIECE as u64 + 1000, || {});
+    let mut dest = vec![0u8; 6 * PIECE];
+    assert_eq!(get(&engine, b"cut", &mut dest, true), Outcome::Hit(6 * PIECE));
+    assert!(dest == value);
+    assert_eq!(proxy.cuts(), 1);
+    assert_eq!(proxy.count(b"WATCH"), 2, "the WATCH died with its connection: the read started over");
+}
