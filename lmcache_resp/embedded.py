@@ -86,8 +86,8 @@ class EmbeddedRedis:
 class EmbeddedServers:
     """``count`` independent throwaway redis-servers (static sharding)."""
 
-    def __init__(self, count: int, *, io_threads: int | None = None, cluster: bool = False) -> None:
-        self.servers = [EmbeddedRedis(io_threads=io_threads, cluster=cluster) for _ in range(count)]
+    def __init__(self, count: int, *, io_threads: int | None = None, cluster: bool = False, server: str = "redis") -> None:
+        self.servers = [EmbeddedRedis(io_threads=io_threads, cluster=cluster, executable=server) for _ in range(count)]
 
     @property
     def io_threads(self) -> int:
@@ -125,10 +125,13 @@ class EmbeddedCluster:
     servers start with cluster mode on and ``redis-cli --cluster create`` assigns the slots.
     Should this process die without stopping it, a watcher stops its servers."""
 
-    def __init__(self, primaries: int, *, io_threads: int | None = None, cli: str | None = None) -> None:
+    def __init__(
+        self, primaries: int, *, io_threads: int | None = None, cli: str | None = None, server: str = "redis"
+    ) -> None:
         if primaries < 3:
             raise ValueError("a Redis Cluster needs at least 3 primaries")
         self.primaries = primaries
+        self.server = server
         self.io_threads = recommended_io_threads() if io_threads is None else io_threads
         self.cli = cli
         self._cluster: RedisCluster | None = None
@@ -139,7 +142,11 @@ class EmbeddedCluster:
 
     def start(self) -> EmbeddedCluster:
         self._cluster = RedisCluster(
-            primaries=self.primaries, io_threads=self.io_threads, cli=self.cli, node_timeout_ms=BENCH_NODE_TIMEOUT_MS
+            primaries=self.primaries,
+            io_threads=self.io_threads,
+            cli=self.cli,
+            node_timeout_ms=BENCH_NODE_TIMEOUT_MS,
+            server=self.server,
         )
         return self
 

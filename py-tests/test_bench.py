@@ -58,8 +58,15 @@ def test_defaults_match_lmcaches_benchmark() -> None:
     assert options.ops == ("set", "get", "exists")
     assert options.compare == () and not options.sweep and not options.json and not options.ceiling
     assert options.sweep_chunks == DEFAULT_SWEEP_CHUNKS and DEFAULT_SWEEP_CHUNKS[0] == 256 << 10
-    assert DEFAULT_SWEEP_CHUNKS[-1] == 32 << 20 and options.sweep_workers == DEFAULT_SWEEP_WORKERS
+    assert DEFAULT_SWEEP_CHUNKS[-1] == 80 << 20 and options.sweep_workers == DEFAULT_SWEEP_WORKERS
+    assert (options.server, options.get_piece_bytes) == ("redis", None)
     assert options.cpu_affinity is None and options.password is None
+
+
+def test_the_server_kind_and_the_piece_size_are_options() -> None:
+    options = parse_options(["--server", "valkey", "--get-piece-mb", "0.5"])
+    assert (options.server, options.get_piece_bytes) == ("valkey", 512 << 10)
+    assert parse_options(["--get-piece-mb", "0"]).get_piece_bytes == 0
 
 
 def test_options_are_parsed() -> None:
@@ -90,6 +97,8 @@ def test_options_are_parsed() -> None:
         # The native parser's reason, which a pattern of the syntax alone would have let through.
         ("--cpu-affinity", "3-1", "reversed"),
         ("--sweep-workers", "1,0", "1..256"),
+        ("--get-piece-mb", "0.001", "4 KiB"),
+        ("--get-piece-mb", "two", "a number of MiB"),
     ],
 )
 def test_bad_values_are_rejected_naming_the_option(
@@ -111,7 +120,8 @@ def test_bad_values_are_rejected_naming_the_option(
         (["--lmcache-python", "/bin/sh"], "--lmcache-python is only used with --compare lmcache"),
         (["--compare", "lmcache", "--lmcache-python", "/nonexistent/python"], "not an executable file"),
         (["--num-keys", "1000000", "--chunk-mb", "512"], "MemAvailable"),
-        (["--host", "h", "--shards", "2"], "--cluster/--shards/--unix configure the throwaway servers"),
+        (["--host", "h", "--shards", "2"], "--cluster/--shards/--unix/--server configure the throwaway servers"),
+        (["--url", "redis://h:1", "--server", "valkey"], "--cluster/--shards/--unix/--server configure the throwaway servers"),
         (["--cluster", "3", "--unix"], "give one of --cluster, --shards and --unix"),
         (["--cluster", "2"], "--cluster"),
     ],

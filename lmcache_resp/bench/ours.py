@@ -13,6 +13,7 @@ import numpy as np
 from lmcache_resp import PagedRespStore, __version__
 from lmcache_resp.errors import InvalidInputError, RespConnectionError
 from lmcache_resp.bench import pattern
+from lmcache_resp.bench.console import MiB
 from lmcache_resp.bench.errors import BenchError
 from lmcache_resp.bench.options import ALL_OPS
 from lmcache_resp.bench.measure import OpSample, timed
@@ -46,7 +47,15 @@ class OursDriver:
     name = "lmcache_resp"
     supported_ops = ALL_OPS
 
-    def __init__(self, target: Target, workload: Workload, *, num_workers: int, cpu_affinity: str | None = None) -> None:
+    def __init__(
+        self,
+        target: Target,
+        workload: Workload,
+        *,
+        num_workers: int,
+        cpu_affinity: str | None = None,
+        get_piece_bytes: int | None = None,
+    ) -> None:
         kwargs = target.connect_kwargs()
         if cpu_affinity is not None:
             # Passed only when asked for, so runs without it work with any build.
@@ -56,6 +65,8 @@ class OursDriver:
                     "update and rebuild lmcache_resp, or run without --cpu-affinity"
                 )
             kwargs["cpu_affinity"] = cpu_affinity
+        if get_piece_bytes is not None:
+            kwargs["get_piece_bytes"] = get_piece_bytes
         self.workload = workload
         self.num_workers = num_workers
         try:
@@ -71,7 +82,9 @@ class OursDriver:
         self.buffers: list[pattern.Bytes] = [page.numpy() for page in self.pages]
 
     def describe(self) -> str:
-        return f"lmcache_resp {__version__}, PagedRespStore, {self.num_workers} I/O workers, one batch per op"
+        pieces = self.store.settings.get_piece_bytes if self.store.settings is not None else 0
+        reads = f"GETs over {pieces / MiB:g} MiB in pieces" if pieces else "whole GETs"
+        return f"lmcache_resp {__version__}, PagedRespStore, {self.num_workers} I/O workers, one batch per op, {reads}"
 
     def run_round(self, round_index: int, ops: Sequence[str]) -> dict[str, OpSample]:
         keys, pages, w = self.workload.keys, self.pages, self.workload

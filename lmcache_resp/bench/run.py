@@ -97,7 +97,13 @@ def _close_all(drivers: list[Driver], console: Console) -> None:
 def _standard(options: Options, target: Target, ledger: KeyLedger, console: Console) -> report.RunResult:
     result = report.RunResult(options, target, ledger.prefix)
     workload = Workload(ledger.keys("lmcache_resp", options.num_keys), options.chunk_bytes, options.seed)
-    ours = OursDriver(target, workload, num_workers=options.num_workers, cpu_affinity=options.cpu_affinity)
+    ours = OursDriver(
+        target,
+        workload,
+        num_workers=options.num_workers,
+        cpu_affinity=options.cpu_affinity,
+        get_piece_bytes=options.get_piece_bytes,
+    )
     drivers: list[Driver] = [ours]
     with peer_target(options, target, console) if options.compare else nullcontext(target) as peers_at:
         try:

@@ -91,7 +91,9 @@ def _measure(options: Options, target: Target, ledger: KeyLedger, console: Conso
     keys = sweep_keys(options.num_keys, chunk)
     # The same key names at every point: the ledger stays small, and each point deletes its keys.
     workload = Workload(ledger.keys("sweep", keys), chunk, options.seed)
-    driver = OursDriver(target, workload, num_workers=num_workers, cpu_affinity=options.cpu_affinity)
+    driver = OursDriver(
+        target, workload, num_workers=num_workers, cpu_affinity=options.cpu_affinity, get_piece_bytes=options.get_piece_bytes
+    )
     try:
         [result] = run_rounds([driver], SWEEP_OPS, options.rounds, console)
     finally:

@@ -7,6 +7,7 @@ is written: the run's ``finally`` deletes them all (DEL of a key that is gone is
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -138,16 +139,17 @@ def _embedded(options: Options, console: Console) -> Iterator[Target]:
         with _embedded_many(options, console) as target:
             yield target
         return
-    server = EmbeddedRedis(io_threads=options.io_threads, unix_socket=options.unix)
+    server = EmbeddedRedis(io_threads=options.io_threads, unix_socket=options.unix, executable=options.server)
+    name = _server_name(options)
     try:
         server.start()
     except RuntimeError as exc:
-        raise _not_started("a throwaway redis-server", exc) from None
+        raise _not_started(f"a throwaway {name}", exc) from None
     try:
         version = server.version()
         where = f"{server.host}:{server.port}" + (f" and {server.unix_path}" if server.unix_path else "")
         console.say(
-            f"started a throwaway redis-server {version} on {where} "
+            f"started a throwaway {name} {version} on {where} "
             f"(no persistence, io-threads {server.io_threads}); it is stopped at the end"
         )
         if server.unix_path is not None:
@@ -158,17 +160,19 @@ def _embedded(options: Options, console: Console) -> Iterator[Target]:
     finally:
         port = server.port
         server.stop()
-        console.say(f"stopped the throwaway redis-server on 127.0.0.1:{port}")
+        console.say(f"stopped the throwaway {name} on 127.0.0.1:{port}")
 
 
 @contextmanager
 def _embedded_many(options: Options, console: Console) -> Iterator[Target]:
-    servers = EmbeddedCluster(options.cluster, io_threads=options.io_threads) if options.cluster else EmbeddedServers(
-        options.shards, io_threads=options.io_threads
+    kind = options.server
+    servers = (
+        EmbeddedCluster(options.cluster, io_threads=options.io_threads, server=kind) if options.cluster
+        else EmbeddedServers(options.shards, io_threads=options.io_threads, server=kind)
     )
     what = (
-        f"a throwaway Redis Cluster of {options.cluster} primaries" if options.cluster
-        else f"{options.shards} throwaway independent redis-servers"
+        f"a throwaway {'Valkey' if kind == 'valkey' else 'Redis'} Cluster of {options.cluster} primaries"
+        if options.cluster else f"{options.shards} throwaway independent {_server_name(options)}s"
     )
     try:
         servers.start()
@@ -188,6 +192,11 @@ def _embedded_many(options: Options, console: Console) -> Iterator[Target]:
         console.say(f"stopped {what.replace('a throwaway', 'the throwaway')}")
 
 
+def _server_name(options: Options) -> str:
+    """What the throwaway server is called in the run's output."""
+    return {"redis": "redis-server", "valkey": "valkey-server"}.get(options.server, os.path.basename(options.server))
+
+
 @contextmanager
 def peer_target(options: Options, target: Target, console: Console) -> Iterator[Target]:
     """Where the peers run: the same server as ours, or, when ours spans several servers, one
@@ -196,7 +205,7 @@ def peer_target(options: Options, target: Target, console: Console) -> Iterator[
     if target.servers == 1 and not target.settings.cluster:
         yield target
         return
-    server = EmbeddedRedis(io_threads=options.io_threads)
+    server = EmbeddedRedis(io_threads=options.io_threads, executable=options.server)
     try:
         server.start()
     except RuntimeError as exc:
