@@ -148,7 +148,9 @@ class RedisClient:
 def explain_placement(
     settings: Settings, *, topology_xml: str | None = None, interface: str | None = None
 ) -> dict[str, Any]: ...
-def loopback_ceiling(pairs: int, block_bytes: int, total_bytes: int, unix: bool = False) -> dict[str, float]: ...
+def loopback_ceiling(
+    pairs: int, block_bytes: int, total_bytes: int, unix: bool = False, working_set_bytes: int = 0
+) -> dict[str, float]: ...
 
 @final
 class Page:

@@ -388,8 +388,13 @@ def test_ceiling_reports_shares(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = run_main(capsys, *TINY, "--ceiling", "--json")
     assert status == 0, err
     doc = json.loads(out)
-    assert [p["label"] for p in doc["ceiling"]] == ["TCP loopback, 1 pair", "TCP loopback, 2 pairs", "Unix socket, 2 pairs"]
+    assert [p["label"] for p in doc["ceiling"]] == [
+        "TCP loopback, 1 pair", "TCP loopback, 2 pairs", "Unix socket, 2 pairs", "TCP loopback, 2 pairs, from memory"
+    ]
     assert all(p["gb_per_s"] > 0 for p in doc["ceiling"])
+    # Each side's CPU apart: what a client pays to send (SET) or to receive (GET).
+    assert all(p["sender_cpu_seconds"] > 0 and p["receiver_cpu_seconds"] > 0 for p in doc["ceiling"])
+    assert doc["ceiling"][-1]["working_set_bytes"] > 0 and doc["ceiling"][0]["working_set_bytes"] == 0
 
 
 @pytest.mark.skipif(hasattr(_native, "loopback_ceiling"), reason="this build has _native.loopback_ceiling")

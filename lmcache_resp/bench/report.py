@@ -140,7 +140,11 @@ def _ceiling_lines(result: RunResult) -> list[str]:
     block = format_size(result.options.chunk_bytes)
     lines = ["", f"ceiling (no Redis in the path; {block} blocks, {probes[0].bytes / GB:.1f} GB per probe):"]
     for p in probes:
-        lines.append(f"  {p.label}: {p.gb_per_s:.2f} GB/s ({p.cpu_seconds / max(p.bytes / GB, 1e-9):.3f} CPU s/GB)")
+        gb = max(p.bytes / GB, 1e-9)
+        lines.append(
+            f"  {p.label}: {p.gb_per_s:.2f} GB/s ({p.cpu_seconds / gb:.3f} CPU s/GB: sending "
+            f"{p.sender_cpu_seconds / gb:.3f}, receiving {p.receiver_cpu_seconds / gb:.3f})"
+        )
     ref = reference(probes)
     ours = result.ours
     if ours is not None:

@@ -127,7 +127,7 @@ def _standard(options: Options, target: Target, ledger: KeyLedger, console: Cons
     if options.ceiling:
         # After the clients are closed: the probe keeps every core busy.
         console.progress.start("loopback ceiling")
-        result.ceiling = measure_ceiling(options.chunk_bytes)
+        result.ceiling = measure_ceiling(options.chunk_bytes, pool_bytes=options.pool_bytes)
     return _reported(result, console)
 
 

@@ -1,9 +1,14 @@
 //! The machine's own limit for moving blocks through a local stream socket, with no Redis in
 //! the path: the ceiling the benchmark reports its results against.
 //!
-//! `pairs` sender/receiver thread pairs, one connection each. Senders write one preallocated
-//! block again and again; receivers read into one preallocated block-sized buffer. Measured
-//! from the moment all threads are released until the last byte arrives.
+//! `pairs` sender/receiver thread pairs, one connection each. Senders write preallocated
+//! blocks in turn; receivers read into preallocated block-sized buffers in turn. With one
+//! block, the copies run from and to cache (the best case); with a working set as large as a
+//! benchmark's page pool, they run from and to memory, as a store's copies do. Measured from
+//! the moment all threads are released until the last byte arrives, with the CPU time of the
+//! sending and the receiving threads apart: on loopback the sender's time includes the
+//! kernel's receive processing, which runs in its context, so each side is what a client pays
+//! to send (SET) or to receive (GET) one byte.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -20,6 +25,10 @@ pub struct Ceiling {
     pub bytes: u64,
     /// User plus system CPU time of the whole process over the measurement.
     pub cpu_seconds: f64,
+    /// CPU time of the sending threads.
+    pub sender_cpu_seconds: f64,
+    /// CPU time of the receiving threads.
+    pub receiver_cpu_seconds: f64,
 }
 
 impl Ceiling {
@@ -44,56 +53,94 @@ fn connected_pair(unix: bool) -> io::Result<(Box<dyn Stream>, Box<dyn Stream>)> 
     Ok((Box::new(sender), Box::new(receiver)))
 }
 
-fn process_cpu_seconds() -> f64 {
-    let now = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+fn cpu_seconds(clock: rustix::time::ClockId) -> f64 {
+    let now = rustix::time::clock_gettime(clock);
     now.tv_sec as f64 + now.tv_nsec as f64 * 1e-9
 }
 
-/// Moves about `total_bytes` (rounded up to whole blocks per pair) and times it.
-pub fn loopback_ceiling(pairs: usize, block_bytes: usize, total_bytes: u64, unix: bool) -> io::Result<Ceiling> {
+fn process_cpu_seconds() -> f64 {
+    cpu_seconds(rustix::time::ClockId::ProcessCPUTime)
+}
+
+fn thread_cpu_seconds() -> f64 {
+    cpu_seconds(rustix::time::ClockId::ThreadCPUTime)
+}
+
+/// Moves about `total_bytes` (rounded up to whole blocks per pair) and times it. Each pair's
+/// sender and receiver cycle through `working_set_bytes` of distinct blocks (at least one).
+pub fn loopback_ceiling(
+    pairs: usize,
+    block_bytes: usize,
+    total_bytes: u64,
+    unix: bool,
+    working_set_bytes: usize,
+) -> io::Result<Ceiling> {
     if pairs == 0 || block_bytes == 0 {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "pairs and block size must be at least 1"));
     }
     let blocks_per_pair = total_bytes.div_ceil(block_bytes as u64 * pairs as u64).max(1);
+    let distinct = (working_set_bytes / block_bytes).max(1);
+    // Every thread allocates its blocks, then all wait at `ready` (the main thread reads the
+    // process's CPU time there, so the setup is not counted) and start together.
+    let ready = Arc::new(Barrier::new(2 * pairs + 1));
     let start = Arc::new(Barrier::new(2 * pairs + 1));
-    let mut threads = Vec::new();
+    let mut senders = Vec::new();
+    let mut receivers = Vec::new();
     for _ in 0..pairs {
         let (mut sender, mut receiver) = connected_pair(unix)?;
-        let go = start.clone();
-        threads.push(std::thread::spawn(move || -> io::Result<()> {
-            let block = vec![0x5au8; block_bytes];
+        let (set, go) = (ready.clone(), start.clone());
+        senders.push(std::thread::spawn(move || -> io::Result<f64> {
+            let blocks: Vec<Vec<u8>> = (0..distinct).map(|_| vec![0x5au8; block_bytes]).collect();
+            set.wait();
             go.wait();
-            for _ in 0..blocks_per_pair {
-                sender.write_all(&block)?;
+            let before = thread_cpu_seconds();
+            for i in 0..blocks_per_pair as usize {
+                sender.write_all(&blocks[i % distinct])?;
             }
-            Ok(())
+            Ok(thread_cpu_seconds() - before)
         }));
-        let go = start.clone();
-        threads.push(std::thread::spawn(move || -> io::Result<()> {
-            let mut buffer = vec![0u8; block_bytes];
+        let (set, go) = (ready.clone(), start.clone());
+        receivers.push(std::thread::spawn(move || -> io::Result<f64> {
+            let mut buffers: Vec<Vec<u8>> = (0..distinct).map(|_| vec![1u8; block_bytes]).collect();
             let mut left = blocks_per_pair * block_bytes as u64;
+            set.wait();
             go.wait();
+            let before = thread_cpu_seconds();
+            let (mut block, mut filled) = (0, 0);
             while left > 0 {
-                let want = (left.min(block_bytes as u64)) as usize;
-                let n = receiver.read(&mut buffer[..want])?;
+                let want = (left.min((block_bytes - filled) as u64)) as usize;
+                let n = receiver.read(&mut buffers[block][filled..filled + want])?;
                 if n == 0 {
                     return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "sender closed early"));
                 }
                 left -= n as u64;
+                filled += n;
+                if filled == block_bytes {
+                    (block, filled) = ((block + 1) % distinct, 0);
+                }
             }
-            Ok(())
+            Ok(thread_cpu_seconds() - before)
         }));
     }
+    ready.wait();
     let cpu_before = process_cpu_seconds();
     start.wait();
     let started = Instant::now();
-    for thread in threads {
-        thread.join().map_err(|_| io::Error::other("a probe thread panicked"))??;
-    }
+    let join = |threads: Vec<std::thread::JoinHandle<io::Result<f64>>>| -> io::Result<f64> {
+        let mut total = 0.0;
+        for thread in threads {
+            total += thread.join().map_err(|_| io::Error::other("a probe thread panicked"))??;
+        }
+        Ok(total)
+    };
+    let sender_cpu_seconds = join(senders)?;
+    let receiver_cpu_seconds = join(receivers)?;
     Ok(Ceiling {
         seconds: started.elapsed().as_secs_f64(),
         bytes: blocks_per_pair * block_bytes as u64 * pairs as u64,
         cpu_seconds: process_cpu_seconds() - cpu_before,
+        sender_cpu_seconds,
+        receiver_cpu_seconds,
     })
 }
 
@@ -104,10 +151,13 @@ mod tests {
     #[test]
     fn moves_every_byte_over_tcp_and_unix() {
         for unix in [false, true] {
-            let result = loopback_ceiling(2, 64 * 1024, 4 << 20, unix).unwrap();
-            assert_eq!(result.bytes, 4 << 20);
-            assert!(result.seconds > 0.0 && result.gb_per_s() > 0.0);
+            for working_set in [0, 256 * 1024] {
+                let result = loopback_ceiling(2, 64 * 1024, 4 << 20, unix, working_set).unwrap();
+                assert_eq!(result.bytes, 4 << 20);
+                assert!(result.seconds > 0.0 && result.gb_per_s() > 0.0);
+                assert!(result.sender_cpu_seconds > 0.0 && result.receiver_cpu_seconds > 0.0);
+            }
         }
-        assert!(loopback_ceiling(0, 1, 1, false).is_err());
+        assert!(loopback_ceiling(0, 1, 1, false, 0).is_err());
     }
 }

@@ -13,24 +13,29 @@ mod store;
 
 use pyo3::prelude::*;
 
-/// Raw local stream throughput (no Redis): `{"seconds", "bytes", "gb_per_s", "cpu_seconds"}`.
+/// Raw local stream throughput (no Redis): `{"seconds", "bytes", "gb_per_s", "cpu_seconds",
+/// "sender_cpu_seconds", "receiver_cpu_seconds"}`. Each side cycles through `working_set_bytes`
+/// of distinct blocks (0: one block, copied from and to cache).
 #[pyfunction]
-#[pyo3(signature = (pairs, block_bytes, total_bytes, unix=false))]
+#[pyo3(signature = (pairs, block_bytes, total_bytes, unix=false, working_set_bytes=0))]
 fn loopback_ceiling<'py>(
     py: Python<'py>,
     pairs: usize,
     block_bytes: usize,
     total_bytes: u64,
     unix: bool,
+    working_set_bytes: usize,
 ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
     let result = py
-        .detach(|| crate::ceiling::loopback_ceiling(pairs, block_bytes, total_bytes, unix))
+        .detach(|| crate::ceiling::loopback_ceiling(pairs, block_bytes, total_bytes, unix, working_set_bytes))
         .map_err(|e| errors::invalid_input(format!("loopback ceiling probe failed: {e}")))?;
     let out = pyo3::types::PyDict::new(py);
     out.set_item("seconds", result.seconds)?;
     out.set_item("bytes", result.bytes)?;
     out.set_item("gb_per_s", result.gb_per_s())?;
     out.set_item("cpu_seconds", result.cpu_seconds)?;
+    out.set_item("sender_cpu_seconds", result.sender_cpu_seconds)?;
+    out.set_item("receiver_cpu_seconds", result.receiver_cpu_seconds)?;
     Ok(out)
 }
 
