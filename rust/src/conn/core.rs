@@ -426,7 +426,19 @@ impl ConnCore {
                 }
                 Ok(Some(event)) => self.complete_front(now, event, out),
                 Err(err) => {
-                    let err = Error::from(err).context(&self.options.endpoint);
+                    let err = match (self.reader.reply_cap_exceeded(), self.queue.front()) {
+                        (Some(cap), Some(front)) => Error::new(
+                            ErrorKind::Protocol,
+                            format!(
+                                "the reply to {} from {} exceeds {}, the cap on the size of one reply (the \
+                                 connection was dropped)",
+                                front.describe(),
+                                self.options.endpoint,
+                                crate::resp::parser::size_text(cap)
+                            ),
+                        ),
+                        _ => Error::from(err).context(&self.options.endpoint),
+                    };
                     return self.connection_broke(now, err, out);
                 }
             }

@@ -90,6 +90,12 @@ impl Reader {
         self.start == self.end && self.parser.is_idle()
     }
 
+    /// The cap on one reply's size, once a reply outgrew it (the error that
+    /// [`Reader::next_event`] returned was that).
+    pub fn reply_cap_exceeded(&self) -> Option<u64> {
+        self.parser.reply_too_large().then(|| self.parser.limits().max_reply_bytes)
+    }
+
     /// Part of a payload has been written into the oldest request's destination and the rest
     /// has not arrived: if the connection breaks now, the destination holds a partial value.
     pub fn wrote_partially(&self) -> bool {

@@ -196,6 +196,33 @@ impl Request {
         }
     }
 
+    /// What the request is, for messages: `GET`, `CLUSTER SHARDS`, `WATCH`, `the handshake's
+    /// Auth`. Never shows a key, a value or a credential.
+    pub fn describe(&self) -> String {
+        match self.kind {
+            Kind::User(op) => op.name().to_owned(),
+            Kind::Handshake(step) => format!("the handshake's {step:?}"),
+            Kind::Asking => "ASKING".to_owned(),
+            Kind::Command => {
+                // `*N\r\n$len\r\nNAME\r\n$len\r\nARG\r\n...`: the name, and for CLUSTER its
+                // subcommand.
+                let words: Vec<String> = self
+                    .header
+                    .split(|&b| b == b'\n')
+                    .skip(2)
+                    .step_by(2)
+                    .take(2)
+                    .map(|word| String::from_utf8_lossy(word.strip_suffix(b"\r").unwrap_or(word)).to_ascii_uppercase())
+                    .collect();
+                match words.as_slice() {
+                    [name, sub] if name == "CLUSTER" => format!("{name} {sub}"),
+                    [name, ..] => name.clone(),
+                    [] => "a command".to_owned(),
+                }
+            }
+        }
+    }
+
     /// Bytes the request puts on the wire.
     pub fn frame_len(&self) -> usize {
         self.header.len() + self.value().map_or(0, |value| value.len() + TRAILER.len())
@@ -250,6 +277,17 @@ mod tests {
         let get = Request::new(Op::Get, b"k", Some(buf), 7, Instant::now());
         assert_eq!(get.frame_len(), get.header.len());
         assert_eq!(get.destination(), Some(buf));
+    }
+
+    #[test]
+    fn requests_describe_themselves_without_keys() {
+        let far = Instant::now() + std::time::Duration::from_secs(60);
+        let cluster = Request::command(Command::Cluster { subcommand: b"SHARDS" }.header(), 0, far);
+        assert_eq!(cluster.describe(), "CLUSTER SHARDS");
+        let watch = Request::command(Command::Watch { key: b"secret-key" }.header(), 0, far);
+        assert_eq!(watch.describe(), "WATCH");
+        assert_eq!(Request::new(Op::Exists, b"secret-key", None, 0, far).describe(), "EXISTS");
+        assert_eq!(Request::asking(far).describe(), "ASKING");
     }
 
     #[test]

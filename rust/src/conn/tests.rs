@@ -617,3 +617,42 @@ fn handshaking_to_backoff_when_the_connection_breaks_before_the_handshake_ends()
     rig.deliver(b":1\r\n", 1);
     assert_eq!(rig.outcome(exists), Outcome::Bool(true));
 }
+
+#[test]
+fn ready_to_disconnected_when_a_reply_outgrows_the_cap_naming_command_and_server() {
+    let mut rig = Rig::new();
+    let tag = rig.tag();
+    let frame = crate::resp::Command::Cluster { subcommand: b"SHARDS" }.header();
+    rig.push(Request::command(frame, tag, rig.now + TIMEOUT));
+    rig.ready();
+    assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n");
+    // An endless array of bulk strings, as a hostile or broken peer would send it.
+    let mut chunk = b"*4294967295\r\n".to_vec();
+    let element = bulk(&[b'x'; 100]);
+    let mut delivered = 0usize;
+    while rig.state() == ConnState::Ready {
+        while chunk.len() < 64 * 1024 {
+            chunk.extend_from_slice(&element);
+        }
+        let mut rest = &chunk[..];
+        while !rest.is_empty() {
+            let Some(RecvTarget::Scratch(buf)) = rig.core.recv_target(rig.now, &mut rig.out) else { break };
+            let n = buf.len().min(rest.len());
+            buf[..n].copy_from_slice(&rest[..n]);
+            rig.core.on_received(rig.now, n, &mut rig.out);
+            rest = &rest[n..];
+            delivered += n;
+        }
+        chunk.clear();
+        assert!(delivered < 128 << 20, "{delivered} bytes of one reply taken");
+    }
+    assert_eq!(rig.state(), ConnState::Disconnected);
+    let err = rig.failure(tag);
+    assert_eq!(err.kind(), ErrorKind::Protocol);
+    assert_eq!(
+        err.message(),
+        "the reply to CLUSTER SHARDS from 10.0.0.5:6379 exceeds 64 MiB, the cap on the size of one reply (the \
+         connection was dropped)"
+    );
+    assert!(delivered >= 40 << 20, "refused after only {delivered} bytes");
+}

@@ -2,6 +2,7 @@
 //! CI runs on every build.
 
 use super::decoder::Decoder;
+use super::parser::{Limits, ReplyParser};
 use super::reply::Reply;
 
 /// What decoding a byte stream produced: the replies, and whether it stopped on an error.
@@ -14,8 +15,13 @@ pub struct Decoded {
 }
 
 /// Decodes `stream` delivered in chunks of the given sizes, as a socket would deliver it.
-pub fn decode_chunked(stream: &[u8], mut chunk_sizes: impl FnMut() -> usize) -> Decoded {
-    let mut decoder = Decoder::default();
+pub fn decode_chunked(stream: &[u8], chunk_sizes: impl FnMut() -> usize) -> Decoded {
+    decode_chunked_with(Limits::default(), stream, chunk_sizes)
+}
+
+/// [`decode_chunked`] by a parser enforcing `limits`.
+pub fn decode_chunked_with(limits: Limits, stream: &[u8], mut chunk_sizes: impl FnMut() -> usize) -> Decoded {
+    let mut decoder = Decoder::new(ReplyParser::new(limits));
     let mut pending = Vec::new();
     let mut replies = Vec::new();
     let mut offset = 0;

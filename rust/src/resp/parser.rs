@@ -26,11 +26,40 @@ pub struct Limits {
     pub max_depth: usize,
     /// Most elements an array may announce.
     pub max_array_len: u64,
+    /// Largest reply accepted, counted as its bytes are consumed: every header, line, nested
+    /// bulk payload and CRLF, plus [`ELEMENT_COST`] for each element filed into an array (what
+    /// it takes in memory once parsed, so a reply of many tiny elements is bounded as well).
+    /// The payload of a top-level bulk string is not counted: the parser never holds it (the
+    /// caller moves it into a destination whose size bounds it, or discards it).
+    pub max_reply_bytes: u64,
 }
+
+/// What one element filed into an array counts towards [`Limits::max_reply_bytes`] beyond its
+/// bytes on the wire: the memory its parsed [`Reply`] takes.
+pub const ELEMENT_COST: u64 = std::mem::size_of::<Reply>() as u64;
+
+/// The default [`Limits::max_reply_bytes`]: far above any reply this crate asks for (a
+/// `CLUSTER SHARDS` of a thousand nodes is a few MiB), far below what would hurt the process.
+pub const DEFAULT_MAX_REPLY_BYTES: u64 = 64 << 20;
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_line: 64 * 1024, max_bulk: 1 << 34, max_depth: 32, max_array_len: 1 << 32 }
+        Limits {
+            max_line: 64 * 1024,
+            max_bulk: 1 << 34,
+            max_depth: 32,
+            max_array_len: 1 << 32,
+            max_reply_bytes: DEFAULT_MAX_REPLY_BYTES,
+        }
+    }
+}
+
+/// `bytes` for a person: `64 MiB`, `16 KiB`, `100 bytes`.
+pub fn size_text(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} bytes"),
     }
 }
 
@@ -96,6 +125,8 @@ pub struct ReplyParser {
     limits: Limits,
     state: State,
     stack: Vec<PartialArray>,
+    /// What the reply in progress has counted towards [`Limits::max_reply_bytes`] so far.
+    reply_bytes: u64,
 }
 
 impl Default for ReplyParser {
@@ -107,7 +138,18 @@ impl Default for ReplyParser {
 impl ReplyParser {
     /// A parser between replies, refusing what exceeds `limits`.
     pub fn new(limits: Limits) -> Self {
-        ReplyParser { limits, state: State::Head, stack: Vec::new() }
+        ReplyParser { limits, state: State::Head, stack: Vec::new(), reply_bytes: 0 }
+    }
+
+    /// The bounds this parser enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Whether parsing stopped because the reply in progress outgrew
+    /// [`Limits::max_reply_bytes`] (the error [`ReplyParser::parse`] returned says so too).
+    pub fn reply_too_large(&self) -> bool {
+        self.reply_bytes > self.limits.max_reply_bytes
     }
 
     /// True between replies: nothing partially parsed.
@@ -146,6 +188,7 @@ impl ReplyParser {
     pub fn parse(&mut self, input: &[u8]) -> Result<Progress, ProtocolError> {
         let mut pos = 0;
         loop {
+            self.check_reply_size(pos)?;
             let rest = &input[pos..];
             match &mut self.state {
                 State::CallerPayload { remaining } => {
@@ -159,14 +202,14 @@ impl ReplyParser {
                     *remaining -= take;
                     pos += take;
                     if *remaining > 0 {
-                        return Ok(Progress { consumed: pos, event: None });
+                        return self.progress(pos, None);
                     }
                     let data = std::mem::take(data);
                     self.state = State::Trailer { nested: Some(data) };
                 }
                 State::Trailer { nested } => {
                     if rest.len() < 2 {
-                        return Ok(Progress { consumed: pos, event: None });
+                        return self.progress(pos, None);
                     }
                     if &rest[..2] != b"\r\n" {
                         return protocol_error(format!(
@@ -178,10 +221,10 @@ impl ReplyParser {
                     let nested = nested.take();
                     self.state = State::Head;
                     match nested {
-                        None => return Ok(Progress { consumed: pos, event: Some(Event::BulkEnd) }),
+                        None => return self.progress(pos, Some(Event::BulkEnd)),
                         Some(data) => {
                             if let Some(reply) = self.complete(Reply::Bulk(data)) {
-                                return Ok(done(pos, reply));
+                                return self.progress(pos, Some(Event::Reply(reply)));
                             }
                         }
                     }
@@ -198,15 +241,40 @@ impl ReplyParser {
                         }
                     }
                     let Some((kind, line, used)) = split_line(rest, self.limits.max_line)? else {
-                        return Ok(Progress { consumed: pos, event: None });
+                        return self.progress(pos, None);
                     };
                     pos += used;
                     if let Some(event) = self.head(kind, line)? {
-                        return Ok(Progress { consumed: pos, event: Some(event) });
+                        return self.progress(pos, Some(event));
                     }
                 }
             }
         }
+    }
+
+    /// Ends a call that consumed `pos` bytes with `event`: a finished reply starts the count
+    /// of the next one afresh.
+    fn progress(&mut self, pos: usize, event: Option<Event>) -> Result<Progress, ProtocolError> {
+        self.check_reply_size(pos)?;
+        match event {
+            Some(Event::Reply(_) | Event::BulkEnd) => self.reply_bytes = 0,
+            None | Some(Event::BulkStart(_)) => self.reply_bytes += pos as u64,
+        }
+        Ok(Progress { consumed: pos, event })
+    }
+
+    /// Fails once the reply in progress, with the `pos` bytes this call consumed so far, has
+    /// counted more than [`Limits::max_reply_bytes`].
+    fn check_reply_size(&mut self, pos: usize) -> Result<(), ProtocolError> {
+        let counted = self.reply_bytes + pos as u64;
+        if counted <= self.limits.max_reply_bytes {
+            return Ok(());
+        }
+        self.reply_bytes = counted;
+        protocol_error(format!(
+            "the reply exceeds {}, the cap on the size of one reply",
+            size_text(self.limits.max_reply_bytes)
+        ))
     }
 
     fn head(&mut self, kind: u8, line: &[u8]) -> Result<Option<Event>, ProtocolError> {
@@ -257,6 +325,7 @@ impl ReplyParser {
         loop {
             let Some(top) = self.stack.last_mut() else { return Some(reply) };
             top.items.push(reply);
+            self.reply_bytes += ELEMENT_COST;
             top.remaining -= 1;
             if top.remaining > 0 {
                 return None;
@@ -265,10 +334,6 @@ impl ReplyParser {
             reply = Reply::Array(finished.items);
         }
     }
-}
-
-fn done(consumed: usize, reply: Reply) -> Progress {
-    Progress { consumed, event: Some(Event::Reply(reply)) }
 }
 
 /// A reply line: its type byte, its content and the bytes it took including CRLF.
@@ -476,6 +541,82 @@ mod tests {
         input.resize(input.len() + (1 << 20), b'x');
         let mut parser = ReplyParser::new(Limits { max_line: 16, ..Limits::default() });
         assert_eq!(parser.parse(&input).unwrap().event, Some(Event::BulkStart(1 << 20)));
+    }
+
+    /// Feeds an endless array of bulk strings, 64 KiB at a time, as a hostile peer would send
+    /// it; returns the error and how many bytes the parser took before it.
+    fn feed_endless_array(parser: &mut ReplyParser, element: &[u8]) -> (ProtocolError, u64) {
+        let mut chunk = b"*4294967295\r\n".to_vec();
+        let mut fed = 0u64;
+        loop {
+            while chunk.len() < 64 * 1024 {
+                chunk.extend_from_slice(element);
+            }
+            let mut pos = 0;
+            loop {
+                match parser.parse(&chunk[pos..]) {
+                    Ok(progress) => {
+                        assert_eq!(progress.event, None, "an endless array never completes");
+                        pos += progress.consumed;
+                        if progress.consumed == 0 {
+                            break;
+                        }
+                    }
+                    Err(err) => return (err, fed + pos as u64),
+                }
+            }
+            fed += pos as u64;
+            chunk.drain(..pos);
+            assert!(fed < 1 << 30, "the parser took 1 GiB of one reply without refusing it");
+        }
+    }
+
+    #[test]
+    fn an_endless_array_is_refused_at_the_reply_cap() {
+        // Bulk strings, and tiny elements (whose parsed form takes more memory than their
+        // bytes on the wire): both stop at the default 64 MiB.
+        for element in [&b"$40\r\n0123456789012345678901234567890123456789\r\n"[..], b":1\r\n", b"$0\r\n\r\n"] {
+            let mut parser = ReplyParser::default();
+            let (err, fed) = feed_endless_array(&mut parser, element);
+            assert!(err.0.contains("exceeds 64 MiB, the cap on the size of one reply"), "{err}");
+            assert!(parser.reply_too_large());
+            assert!(fed <= DEFAULT_MAX_REPLY_BYTES + 64 * 1024, "{fed} bytes taken");
+            // The call that failed took up to one more chunk: counted with its elements' memory,
+            // what was taken reaches the cap.
+            let per_element = element.len() as u64 + ELEMENT_COST;
+            let counted = (fed + 64 * 1024) / element.len() as u64 * per_element;
+            assert!(counted >= DEFAULT_MAX_REPLY_BYTES - per_element, "refused early: {fed} bytes");
+        }
+    }
+
+    #[test]
+    fn the_cap_counts_one_reply_and_not_a_top_level_payload() {
+        let limits = Limits { max_reply_bytes: 128, ..Limits::default() };
+        let mut parser = ReplyParser::new(limits);
+        // A bulk payload far larger than the cap goes to the caller (a GET into its page).
+        assert_eq!(parser.parse(b"$1000000\r\n").unwrap().event, Some(Event::BulkStart(1_000_000)));
+        parser.consume_payload(1_000_000);
+        assert_eq!(parser.parse(b"\r\n").unwrap().event, Some(Event::BulkEnd));
+        // Replies under the cap, one after the other: each is counted on its own (this one: 25
+        // bytes and two elements).
+        let small = b"*2\r\n$10\r\n0123456789\r\n:1\r\n";
+        for _ in 0..100 {
+            assert!(matches!(parser.parse(small).unwrap().event, Some(Event::Reply(_))));
+        }
+        assert!(!parser.reply_too_large());
+        let mut large = b"*2\r\n$80\r\n".to_vec();
+        large.extend_from_slice(&[b'x'; 80]);
+        large.extend_from_slice(b"\r\n:1\r\n");
+        let err = parser.parse(&large).unwrap_err();
+        assert!(err.0.contains("exceeds 128 bytes"), "{err}");
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(size_text(64 << 20), "64 MiB");
+        assert_eq!(size_text(16 << 10), "16 KiB");
+        assert_eq!(size_text(100), "100 bytes");
+        assert_eq!(size_text((1 << 20) + 1), "1048577 bytes");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Property tests: the parser gives the same replies however the byte stream is split.
 
-use super::fuzzing::{Decoded, decode_chunked, decode_in_chunks};
+use super::fuzzing::{Decoded, decode_chunked, decode_chunked_with, decode_in_chunks};
+use super::parser::{ELEMENT_COST, Limits};
 use super::reply::Reply;
 use proptest::prelude::*;
 
@@ -78,7 +79,70 @@ fn corrupting_a_stream_never_panics() {
     }
 }
 
+/// What `reply` counts towards `Limits::max_reply_bytes`: its bytes on the wire, less the
+/// payload of a top-level bulk string, plus `ELEMENT_COST` per element of every array.
+fn counted(reply: &Reply) -> u64 {
+    fn elements(reply: &Reply) -> u64 {
+        match reply {
+            Reply::Array(items) => items.iter().map(|item| 1 + elements(item)).sum(),
+            _ => 0,
+        }
+    }
+    let wire = reply.to_bytes().len() as u64;
+    let payload = match reply {
+        Reply::Bulk(data) => data.len() as u64,
+        _ => 0,
+    };
+    wire - payload + ELEMENT_COST * elements(reply)
+}
+
+/// The reply cap holds at every split point: a reply counting exactly the cap is decoded, one
+/// byte more is refused, wherever the stream was cut.
+#[test]
+fn the_reply_cap_holds_at_every_split_point() {
+    let reply = Reply::Array(vec![
+        Reply::Bulk(b"shard".to_vec()),
+        Reply::Array(vec![Reply::Integer(7), Reply::Nil, Reply::Bulk(vec![b'x'; 90])]),
+        Reply::Simple(b"OK".to_vec()),
+    ]);
+    let bytes = reply.to_bytes();
+    let size = counted(&reply);
+    for (cap, fits) in [(size, true), (size - 1, false)] {
+        let limits = Limits { max_reply_bytes: cap, ..Limits::default() };
+        for split in 0..=bytes.len() {
+            let mut sizes = [split, usize::MAX].into_iter();
+            let decoded = decode_chunked_with(limits, &bytes, || sizes.next().unwrap_or(usize::MAX));
+            let expected = match fits {
+                true => Decoded { replies: vec![reply.clone()], failed: false },
+                false => Decoded { replies: vec![], failed: true },
+            };
+            assert_eq!(decoded, expected, "cap {cap}, split at {split}");
+        }
+        let one_by_one = decode_chunked_with(limits, &bytes, || 1);
+        assert_eq!(one_by_one.failed, !fits, "cap {cap}, one byte at a time");
+    }
+}
+
 proptest! {
+    #[test]
+    fn the_reply_cap_is_exact_whatever_the_split(
+        replies in proptest::collection::vec(reply(), 1..4),
+        slack in 0u64..3,
+        chunk_sizes in proptest::collection::vec(1usize..64, 1..50),
+    ) {
+        // The cap sits at, just below or just above the largest reply: every reply counting
+        // no more than the cap is decoded, and decoding stops at the first that counts more.
+        let largest = replies.iter().map(counted).max().unwrap();
+        let cap = (largest + slack).saturating_sub(1);
+        let limits = Limits { max_reply_bytes: cap, ..Limits::default() };
+        let fitting: Vec<Reply> = replies.iter().take_while(|r| counted(r) <= cap).cloned().collect();
+        let expected = Decoded { failed: fitting.len() < replies.len(), replies: fitting };
+        let bytes = encode_all(&replies);
+        let mut sizes = chunk_sizes.into_iter().cycle();
+        prop_assert_eq!(&decode_chunked_with(limits, &bytes, || sizes.next().unwrap()), &expected);
+        prop_assert_eq!(&decode_chunked_with(limits, &bytes, || usize::MAX), &expected);
+    }
+
     #[test]
     fn arbitrary_replies_survive_arbitrary_splits(
         replies in proptest::collection::vec(reply(), 1..6),
