@@ -235,7 +235,21 @@ class PagedStore:
 
 @final
 class Bridge:
-    def __new__(cls, settings: Settings, socket: str | os.PathLike[str], *, page_size: int, num_pages: int) -> Bridge: ...
+    def __new__(
+        cls,
+        settings: Settings,
+        socket: str | os.PathLike[str],
+        *,
+        page_size: int,
+        num_pages: int,
+        client_pages: int = 0,
+        max_clients: int = 64,
+        client_inflight_bytes: int = ...,
+        allow_uids: list[int] = ...,
+        allow_gids: list[int] = ...,
+        socket_mode: int = 0o660,
+        handshake_timeout: float = 5.0,
+    ) -> Bridge: ...
     def stop(self) -> None: ...
     @property
     def socket(self) -> str: ...
@@ -247,6 +261,8 @@ class Bridge:
     def num_pages(self) -> int: ...
     @property
     def free_pages(self) -> int: ...
+    @property
+    def client_pages(self) -> int: ...
     @property
     def num_workers(self) -> int: ...
     @property

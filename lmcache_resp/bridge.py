@@ -1,12 +1,16 @@
 """The bridge: one process that owns the I/O engine and a page pool in shared memory, for every
 process on the host that attaches to it.
 
-    python -m lmcache_resp.bridge --url redis://10.0.0.5:6379 --socket /run/lmcache-resp.sock \\
-        --page-size 4194304 --num-pages 4096 [--num-workers 8] [--cpu-affinity auto] [--cluster]
+    python -m lmcache_resp.bridge --url redis://10.0.0.5:6379 --socket /run/lmcache-resp/bridge.sock \\
+        --page-size 4194304 --num-pages 4096 [--num-workers 8] [--cpu-affinity auto] [--cluster] \\
+        [--client-pages N] [--max-clients 64] [--allow-uid UID] [--allow-gid GID] [--socket-mode 0660]
 
 It connects to the server(s) (credentials from the URL or ``LMCACHE_RESP_USERNAME`` /
-``LMCACHE_RESP_PASSWORD``: they stay in this process), creates the pool, places its I/O
-threads near the NIC, logs where, and listens on the socket. Clients attach with
+``LMCACHE_RESP_PASSWORD``: they stay in this process), places its I/O threads near the NIC,
+logs where, and listens on the socket. Each client gets a region of its own (its rings and at
+most --client-pages pages, out of the --num-pages the clients share): no client can reach
+another's pages. Only the bridge's own uid may attach, and --allow-uid/--allow-gid users;
+the socket gets --socket-mode whatever the umask. Clients attach with
 ``PagedRespStore.attach(socket)`` or ``RespConnector(bridge=socket)``. SIGTERM or SIGINT stops
 it cleanly: batches in flight complete or fail and reach their clients, the clients are
 dropped, the socket file is removed.
@@ -45,9 +49,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-affinity", help="auto (default), none, a CPU list like 0-3,8, or numa:N")
     parser.add_argument("--cluster", action="store_true", help="the URL names Redis Cluster nodes")
     parser.add_argument("--timeout", type=float, help="seconds every key completes within (default 10)")
+    parser.add_argument("--client-pages", type=int, default=0,
+                        help="the most pages one client may hold (default: all --num-pages)")
+    parser.add_argument("--max-clients", type=int, default=64, help="clients attached at once (default 64)")
+    parser.add_argument("--client-inflight-mb", type=float, default=32.0,
+                        help="MiB of one client's values in flight at once: its share, served round-robin (default 32)")
+    parser.add_argument("--allow-uid", type=int, action="append", default=[],
+                        help="a uid that may attach besides the bridge's own (repeat for more)")
+    parser.add_argument("--allow-gid", type=int, action="append", default=[],
+                        help="a gid whose members may attach (repeat for more)")
+    parser.add_argument("--socket-mode", type=lambda text: int(text, 8), default=0o660,
+                        help="the socket file's mode, octal, whatever the umask (default 0660)")
+    parser.add_argument("--handshake-timeout", type=float, default=5.0,
+                        help="seconds a connection has to finish attaching (default 5)")
     args = parser.parse_args(argv)
     if args.page_size < 1 or args.num_pages < 1:
         parser.error("--page-size and --num-pages must be at least 1")
+    if args.client_pages < 0 or args.max_clients < 1 or args.client_inflight_mb <= 0:
+        parser.error("--client-pages must be >= 0, --max-clients >= 1 and --client-inflight-mb > 0")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         settings = RespSettings.resolve(
@@ -55,14 +74,21 @@ def main(argv: list[str] | None = None) -> int:
             cluster=True if args.cluster else None, timeout=args.timeout,
         )
         logger.info("bridge: settings %s", settings.to_dict())
-        bridge = Bridge(settings, args.socket, page_size=args.page_size, num_pages=args.num_pages)
+        bridge = Bridge(
+            settings, args.socket, page_size=args.page_size, num_pages=args.num_pages,
+            client_pages=args.client_pages, max_clients=args.max_clients,
+            client_inflight_bytes=int(args.client_inflight_mb * (1 << 20)),
+            allow_uids=args.allow_uid, allow_gids=args.allow_gid, socket_mode=args.socket_mode,
+            handshake_timeout=args.handshake_timeout,
+        )
     except RespError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     log_placement("bridge", bridge.placement)
     logger.info(
-        "bridge: %d pages of %d bytes, %d I/O workers to %s; listening on %s",
-        bridge.num_pages, bridge.page_size, bridge.num_workers, bridge.endpoint, bridge.socket,
+        "bridge: %d pages of %d bytes (at most %d per client), %d I/O workers to %s; listening on %s (mode %o)",
+        bridge.num_pages, bridge.page_size, bridge.client_pages, bridge.num_workers, bridge.endpoint, bridge.socket,
+        args.socket_mode,
     )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -688,6 +688,14 @@ def _cluster_ready(ports: list[int], primaries: int, password: str | None) -> bo
         for port in ports[primaries:]:
             if _info(port, "INFO", "replication", password=password).get("master_link_status") != "up":
                 return False
+        # Every node must also know every replica as one (gossip lags the replication link), or
+        # a client's first CLUSTER SHARDS on the seed may list a shard without its replica.
+        replica_count = len(ports) - primaries
+        for port in ports:
+            nodes = command(port, "CLUSTER", "NODES", password=password)
+            lines = nodes.decode().splitlines() if isinstance(nodes, bytes) else []
+            if sum(1 for line in lines if "slave" in line.split()[2].split(",")) != replica_count:
+                return False
     except (OSError, ValueError, ReplyError):
         return False
     return True

@@ -12,13 +12,22 @@ import os
 import signal
 import socket
 import struct
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from conftest import PAGE, PAGES, BridgeProcess, RedisServer, pattern
 
-from lmcache_resp import BatchError, InvalidInputError, PagedRespStore, PageError, RespConnectionError, RespError
+from lmcache_resp import (
+    BatchError,
+    InvalidInputError,
+    PagedRespStore,
+    PageError,
+    RespConnectionError,
+    RespError,
+    RespTimeoutError,
+)
 
 def client_round_trip(socket_path: str, name: str, rounds: int, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     """One client process: its own keys, every byte checked, several rounds."""
@@ -171,8 +180,8 @@ def test_sigterm_stops_the_bridge_cleanly(bridge: BridgeProcess) -> None:
 MAGIC = b"LMCRBRDG"
 
 
-def hello(version: int = 2) -> bytes:
-    body = bytes([1]) + MAGIC + struct.pack("<II", version, os.getpid())
+def hello(version: int = 3, submission_ring_bytes: int = 0) -> bytes:
+    body = bytes([1]) + MAGIC + struct.pack("<III", version, os.getpid(), submission_ring_bytes)
     return struct.pack("<I", len(body)) + body
 
 
@@ -193,7 +202,7 @@ def test_a_client_of_another_protocol_version_is_refused_saying_why(bridge: Brid
         sock.sendall(hello(version=999))
         body, fds = read_frame(sock)
     assert body[0] == 3 and body[1:9] == MAGIC, body[:9]
-    assert b"protocol version 999 is not this bridge's (2)" in body
+    assert b"protocol version 999 is not this bridge's (3)" in body
     assert fds == []
 
 
@@ -204,12 +213,12 @@ def test_a_hostile_client_scribbling_over_its_rings_alone_gets_an_error(bridge: 
             sock.connect(str(bridge.socket))
             sock.sendall(hello())
             body, fds = read_frame(sock)
-            assert body[0] == 2 and len(fds) == 4
-            _pages_fd, rings_fd, doorbell_fd, _notifier_fd = fds
-            size = os.fstat(rings_fd).st_size
-            with mmap.mmap(rings_fd, size) as rings:
-                rings[4096:size] = b"\xff" * (size - 4096)  # over both rings, past the arena header
-            os.write(doorbell_fd, struct.pack("<Q", 1))
+            assert body[0] == 2 and len(fds) == 2
+            region_fd, signal_fd = fds
+            size = os.fstat(region_fd).st_size
+            with mmap.mmap(region_fd, size) as region:
+                region[4096:size] = b"\xff" * (size - 4096)  # its rings and pages, past the arena header
+            os.write(signal_fd, b"!")
             sock.settimeout(10)
             notice, _ = read_frame(sock)
             assert notice[0] == 10, notice[:1]  # Failed
@@ -223,22 +232,35 @@ def test_a_hostile_client_scribbling_over_its_rings_alone_gets_an_error(bridge: 
         assert honest.get(["honest:0", "honest:1"], pages) == [True, True]
 
 
-@pytest.mark.parametrize("what", ["redis", "nothing", "silent"])
+@pytest.mark.parametrize("what", ["redis", "garbage", "nothing", "silent"])
 def test_a_path_that_is_not_a_bridge_is_a_clear_error(unix_server: RedisServer, tmp_path: Path, what: str) -> None:
+    """The error names what happened: nothing listens, the peer answered something else, or
+    the peer never answered (a redis-server waits for a line our handshake never ends)."""
+    if what == "nothing":
+        with pytest.raises(RespConnectionError, match="cannot attach to the bridge at"):
+            PagedRespStore.attach(str(tmp_path / "absent.sock"), timeout=1)
+        return
     if what == "redis":
-        path = str(unix_server.unix_path)
-        message = "is not an lmcache-resp bridge"
-    elif what == "nothing":
-        path = str(tmp_path / "absent.sock")
-        message = "cannot attach to the bridge at"
-    else:
-        listener = socket.socket(socket.AF_UNIX)
-        path = str(tmp_path / "silent.sock")
-        listener.bind(path)
-        listener.listen()
-        message = "is not an lmcache-resp bridge"
-    with pytest.raises(RespConnectionError, match=message):
-        PagedRespStore.attach(path, timeout=1)
+        with pytest.raises(RespTimeoutError, match="did not answer the attach within 1.0 s"):
+            PagedRespStore.attach(str(unix_server.unix_path), timeout=1)
+        return
+    listener = socket.socket(socket.AF_UNIX)
+    path = str(tmp_path / f"{what}.sock")
+    listener.bind(path)
+    listener.listen()
+    if what == "silent":
+        with pytest.raises(RespTimeoutError, match="did not answer the attach within 1.0 s"):
+            PagedRespStore.attach(path, timeout=1)
+        return
+
+    def answer_garbage() -> None:
+        conn, _ = listener.accept()
+        conn.sendall(struct.pack("<I", 9) + b"\x02NOTMAGIC")
+        conn.close()
+
+    threading.Thread(target=answer_garbage, daemon=True).start()
+    with pytest.raises(RespConnectionError, match="is not an lmcache-resp bridge"):
+        PagedRespStore.attach(path, timeout=2)
 
 
 def test_credentials_stay_in_the_bridge(secure_server: RedisServer, tmp_path: Path) -> None:

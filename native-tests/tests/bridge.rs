@@ -3,11 +3,12 @@
 
 use lmcache_resp_core::ErrorKind;
 use lmcache_resp_core::arena::Arena;
-use lmcache_resp_core::bridge::wire::{Control, KeyEntry, PROTOCOL_VERSION, Submission, decode_batch_completion};
-use lmcache_resp_core::bridge::{BridgeServer, channel};
+use lmcache_resp_core::bridge::signal::SignalEnd;
+use lmcache_resp_core::bridge::wire::{Control, KeyEntry, PROTOCOL_VERSION, Submission, decode_completion_record};
+use lmcache_resp_core::bridge::{BridgeLimits, BridgeServer, channel};
 use lmcache_resp_core::conn::Outcome;
 use lmcache_resp_core::engine::EngineConfig;
-use lmcache_resp_core::front::BridgedPageStore as BridgeClient;
+use lmcache_resp_core::front::BridgedPageStore;
 use lmcache_resp_core::front::PageStore;
 use lmcache_resp_core::op::Op;
 use lmcache_resp_core::ring::{Consumer, Producer};
@@ -20,25 +21,26 @@ struct RawClient {
     _control: UnixStream,
     submit: Producer,
     collect: Consumer,
-    doorbell: std::os::fd::OwnedFd,
-    _rings: Arc<Arena>,
+    signal: SignalEnd,
+    _region: Arc<Arena>,
 }
 
 impl RawClient {
     fn attach(path: &std::path::Path) -> RawClient {
         let control = UnixStream::connect(path).unwrap();
-        channel::send(&control, &Control::Hello { version: PROTOCOL_VERSION, pid: 1 }, &[]).unwrap();
+        let hello = Control::Hello { version: PROTOCOL_VERSION, pid: 1, submission_ring_bytes: 0 };
+        channel::send(&control, &hello, &[]).unwrap();
         let (Control::Welcome(_), fds) = channel::receive(&control).unwrap().unwrap() else { panic!("no welcome") };
-        let [_pages, rings, doorbell, _notifier]: [std::os::fd::OwnedFd; 4] = fds.try_into().unwrap();
-        let rings = Arc::new(Arena::attach(rings).unwrap());
-        let (sub, sub_len, comp, comp_len) = rings.ring_region(0);
-        let owner: Arc<dyn std::any::Any + Send + Sync> = rings.clone();
+        let [region, signal]: [std::os::fd::OwnedFd; 2] = fds.try_into().unwrap();
+        let region = Arc::new(Arena::attach(region).unwrap());
+        let (sub, sub_len, comp, comp_len) = region.ring_region(0);
+        let owner: Arc<dyn std::any::Any + Send + Sync> = region.clone();
         // SAFETY: the bridge initialized both rings before its welcome; this raw client is the
         // producer of the first and the consumer of the second, as a client is.
         let (submit, collect) = unsafe {
             (Producer::attach(sub, sub_len, owner.clone()).unwrap(), Consumer::attach(comp, comp_len, owner).unwrap())
         };
-        RawClient { _control: control, submit, collect, doorbell, _rings: rings }
+        RawClient { _control: control, submit, collect, signal: SignalEnd::from_owned(signal), _region: region }
     }
 
     fn run(&mut self, submission: &Submission<'_>) -> Vec<Outcome> {
@@ -46,14 +48,14 @@ impl RawClient {
         submission.encode(&mut record);
         self.submit.try_push(&[&record]).unwrap();
         self.submit.publish();
-        rustix::io::write(&self.doorbell, &1u64.to_ne_bytes()).unwrap();
+        self.signal.signal();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if self.collect.try_pop_into(&mut record).unwrap() {
                 self.collect.release();
-                let (batch, _, outcomes) = decode_batch_completion(&record).unwrap();
-                assert_eq!(batch, submission.batch);
-                return outcomes;
+                let completion = decode_completion_record(&record).unwrap();
+                assert_eq!(completion.batch, submission.batch);
+                return completion.outcomes;
             }
             assert!(Instant::now() < deadline, "no completion");
             std::thread::sleep(Duration::from_millis(2));
@@ -70,8 +72,8 @@ fn a_batch_naming_pages_the_client_was_not_given_fails_without_reaching_the_serv
     config.settings.num_workers = 1;
     config.page_size = 4096;
     config.num_pages = 8;
-    let bridge = BridgeServer::start(config, &path).unwrap();
-    let honest = BridgeClient::attach(&path, Duration::from_secs(5)).unwrap();
+    let bridge = BridgeServer::start(config, &path, BridgeLimits::default()).unwrap();
+    let honest = BridgedPageStore::attach(&path, Duration::from_secs(5)).unwrap();
     let theirs = honest.allocate_many(1).unwrap()[0];
     let mut raw = RawClient::attach(&path);
 

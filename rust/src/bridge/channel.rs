@@ -1,7 +1,7 @@
 //! The control socket between a bridge and a client: length-prefixed frames, and file
 //! descriptors passed alongside a frame (SCM_RIGHTS).
 
-use super::wire::{Control, MAX_FRAME};
+use super::wire::{Control, MAX_CLIENT_FRAME, MAX_FRAME};
 use crate::error::{Error, ErrorKind, Result};
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
@@ -12,7 +12,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
-/// The most descriptors one frame carries (the handshake's four).
+/// The most descriptors one frame carries (the handshake's two, with room to spare).
 const MAX_FDS: usize = 4;
 
 /// Sends `message`, with `fds` attached to its first byte.
@@ -74,9 +74,11 @@ pub fn call(stream: &UnixStream, request: &Control) -> Result<Control> {
 fn broken(err: impl Into<std::io::Error>) -> Error {
     let err = err.into();
     match err.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-            lost("no answer within the socket's timeout: the other side is stopped or overloaded".into())
-        }
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::new(
+            ErrorKind::Timeout,
+            "the bridge connection timed out: no answer within the socket's timeout: the other side is stopped or \
+             overloaded",
+        ),
         _ => lost(err.to_string()),
     }
 }
@@ -88,6 +90,57 @@ pub fn lost(why: String) -> Error {
 
 fn protocol(why: String) -> Error {
     Error::new(ErrorKind::Protocol, format!("bridge protocol: {why}"))
+}
+
+/// A client's frames as the bridge reads them, without blocking: bytes are read as they
+/// arrive (a slow or trickling peer costs only itself), and a frame longer than
+/// [`MAX_CLIENT_FRAME`] is refused before it is buffered.
+#[derive(Default)]
+pub struct Inbox {
+    buf: Vec<u8>,
+}
+
+/// What reading a client's socket gave.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Received {
+    /// Complete frames, in order (possibly none yet).
+    Frames(Vec<Control>),
+    /// The peer closed its end.
+    Closed,
+}
+
+impl Inbox {
+    /// Reads what the socket holds now (at most 64 KiB per call) and returns the frames it
+    /// completes. Descriptors a client attaches are discarded (read(2) closes them).
+    pub fn read_from(&mut self, stream: &UnixStream) -> Result<Received> {
+        let mut chunk = [0u8; 64 * 1024];
+        match (&*stream).read(&mut chunk) {
+            Ok(0) => return Ok(Received::Closed),
+            Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(broken(err)),
+        }
+        let mut frames = Vec::new();
+        while let Some(prefix) = self.buf.get(..4) {
+            let len = u32::from_le_bytes(prefix.try_into().expect("4 bytes")) as usize;
+            if len == 0 || len > MAX_CLIENT_FRAME {
+                return Err(protocol(format!("a control frame of {len} bytes (at most {MAX_CLIENT_FRAME})")));
+            }
+            if self.buf.len() < 4 + len {
+                break;
+            }
+            let message = Control::decode(&self.buf[4..4 + len]).map_err(protocol)?;
+            self.buf.drain(..4 + len);
+            frames.push(message);
+        }
+        Ok(Received::Frames(frames))
+    }
+
+    /// Bytes of an unfinished frame held now.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
 }
 
 #[cfg(test)]
@@ -113,5 +166,25 @@ mod tests {
         assert!(fds.is_empty());
         drop(a);
         assert!(receive(&b).unwrap().is_none(), "a closed peer reads as None");
+    }
+
+    #[test]
+    fn the_inbox_assembles_trickled_frames_and_refuses_oversized_ones() {
+        let (a, b) = UnixStream::pair().unwrap();
+        b.set_nonblocking(true).unwrap();
+        let mut inbox = Inbox::default();
+        let frame = Control::Allocate { count: 9 }.encode();
+        for byte in &frame {
+            assert_eq!(inbox.read_from(&b).unwrap(), Received::Frames(vec![]));
+            (&a).write_all(std::slice::from_ref(byte)).unwrap();
+        }
+        assert_eq!(inbox.read_from(&b).unwrap(), Received::Frames(vec![Control::Allocate { count: 9 }]));
+        (&a).write_all(&(MAX_CLIENT_FRAME as u32 + 1).to_le_bytes()).unwrap();
+        let err = inbox.read_from(&b).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Protocol);
+        assert!(err.message().contains("a control frame of 65537 bytes"), "{err}");
+        drop(a);
+        let mut fresh = Inbox::default();
+        assert_eq!(fresh.read_from(&b).unwrap(), Received::Closed);
     }
 }

@@ -2,8 +2,10 @@
 //!
 //! The control socket carries frames of `u32 length (LE) + kind + fields`: the handshake
 //! (with file descriptors passed alongside, SCM_RIGHTS), page allocation and freeing, and the
-//! bridge's reasons when it drops a client. The data path is the client's own ring pair in
-//! shared memory: one submission record per batch, one completion record per batch.
+//! bridge's reasons when it drops a client. The data path is the client's own region in
+//! shared memory (its ring pair and its pages): one submission record per batch, and one or
+//! more completion records per batch (a batch's outcomes are split into records that fit the
+//! ring, each naming the outcomes it carries).
 //!
 //! Everything a client sends is untrusted: every decoder checks every length and count, and
 //! the bridge checks every page a batch names against the pages it gave that client.
@@ -16,9 +18,13 @@ use crate::op::Op;
 /// `b"LMCRBRDG"`: the first bytes of every handshake.
 pub const MAGIC: [u8; 8] = *b"LMCRBRDG";
 /// Bump on any incompatible change; a mismatch is refused with both numbers named.
-pub const PROTOCOL_VERSION: u32 = 2;
-/// The largest control frame accepted (a page list of a whole pool stays far below).
+pub const PROTOCOL_VERSION: u32 = 3;
+/// The largest control frame a client reads (a bridge's page list of a whole pool stays far
+/// below).
 pub const MAX_FRAME: usize = 64 << 20;
+/// The largest control frame a bridge accepts from a client: every request is a few bytes; a
+/// larger one is a broken or hostile client, dropped before its frame is buffered.
+pub const MAX_CLIENT_FRAME: usize = 64 << 10;
 /// No page: EXISTS and DEL name only keys.
 pub const NO_PAGE: u32 = u32::MAX;
 
@@ -29,11 +35,15 @@ pub enum Control {
     Hello {
         /// The client's [`PROTOCOL_VERSION`]; the bridge refuses any other.
         version: u32,
-        /// The client's process id, for the bridge's log.
+        /// The client's process id as it says (the bridge logs the kernel's word for it).
         pid: u32,
+        /// The submission ring the client wants, in bytes (0: the bridge's default); the
+        /// bridge keeps it within its bounds.
+        submission_ring_bytes: u32,
     },
-    /// Sent with four fds: the page arena, the client's ring arena, the doorbell (the client
-    /// rings it after submitting), the notifier (the bridge rings it after completing).
+    /// Sent with two fds: the client's region (a memfd holding its ring pair and its pages,
+    /// and nothing of any other client) and the client's end of its signal socketpair (it
+    /// writes there after submitting; it is readable after the bridge completed something).
     Welcome(Welcome),
     /// The bridge's answer to a `Hello` it does not accept (a protocol version mismatch).
     Refused {
@@ -95,9 +105,9 @@ pub struct Welcome {
     pub version: u32,
     /// The bridge's number for this client, unique while the bridge runs.
     pub client_id: u32,
-    /// Bytes per page of the shared page arena.
+    /// Bytes per page.
     pub page_size: u64,
-    /// Pages in the shared page arena.
+    /// Pages in the client's region: the most it may hold at once.
     pub num_pages: u64,
     /// I/O worker threads of the bridge's engine.
     pub num_workers: u32,
@@ -126,11 +136,12 @@ impl Control {
     pub fn encode(&self) -> Vec<u8> {
         let mut body = Vec::new();
         match self {
-            Control::Hello { version, pid } => {
+            Control::Hello { version, pid, submission_ring_bytes } => {
                 body.push(HELLO);
                 body.extend_from_slice(&MAGIC);
                 put_u32(&mut body, *version);
                 put_u32(&mut body, *pid);
+                put_u32(&mut body, *submission_ring_bytes);
             }
             Control::Welcome(w) => {
                 body.push(WELCOME);
@@ -199,7 +210,18 @@ impl Control {
                     return Err("not an lmcache-resp bridge handshake (bad magic)".into());
                 }
                 match kind {
-                    HELLO => Control::Hello { version: r.u32()?, pid: r.u32()? },
+                    // A client of another version may not send the ring size: its Hello still
+                    // decodes, so that the refusal can name both versions.
+                    HELLO => {
+                        let version = r.u32()?;
+                        let pid = r.u32()?;
+                        let ring_bytes_sent = version == PROTOCOL_VERSION || r.remaining() > 0;
+                        Control::Hello {
+                            version,
+                            pid,
+                            submission_ring_bytes: if ring_bytes_sent { r.u32()? } else { 0 },
+                        }
+                    }
                     WELCOME => Control::Welcome(Welcome {
                         version: r.u32()?,
                         client_id: r.u32()?,
@@ -315,30 +337,75 @@ impl<'a> Submission<'a> {
     }
 }
 
-/// A finished batch as it crosses the completion ring: its id, op, and one outcome per key.
-pub fn encode_batch_completion(batch: u64, op: Op, outcomes: &[Outcome], out: &mut Vec<u8>) {
-    out.clear();
-    put_u64(out, batch);
-    out.push(op as u8);
-    out.extend_from_slice(&[0, 0, 0]);
-    put_u32(out, outcomes.len() as u32);
-    for (i, outcome) in outcomes.iter().enumerate() {
-        let (header, message) = encode_completion(i as u64, outcome);
-        out.extend_from_slice(&header);
-        out.extend_from_slice(message.unwrap_or("").as_bytes());
-    }
+/// One completion record: outcomes `start..start + outcomes.len()` of a batch of `total`
+/// keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompletionRecord {
+    /// The client's id for the batch.
+    pub batch: u64,
+    /// The batch's operation.
+    pub op: Op,
+    /// Index of the first outcome this record carries.
+    pub start: u32,
+    /// Keys in the whole batch.
+    pub total: u32,
+    /// The outcomes, in key order.
+    pub outcomes: Vec<Outcome>,
 }
 
-/// Decodes a record [`encode_batch_completion`] wrote: the batch id, its op, and one outcome
-/// per key; any malformation is an error naming it.
-pub fn decode_batch_completion(record: &[u8]) -> Result<(u64, Op, Vec<Outcome>), String> {
+const COMPLETION_RECORD_HEADER: usize = 24;
+
+/// A batch's outcomes as completion records of at most `max_record` bytes each (one outcome,
+/// whose message is bounded, always fits a record of a few KiB).
+pub fn encode_completion_records(batch: u64, op: Op, outcomes: &[Outcome], max_record: usize) -> Vec<Vec<u8>> {
+    let total = outcomes.len() as u32;
+    let mut records = Vec::new();
+    let mut record = Vec::new();
+    let mut count = 0u32;
+    let begin = |record: &mut Vec<u8>, start: usize| {
+        record.clear();
+        put_u64(record, batch);
+        record.push(op as u8);
+        record.extend_from_slice(&[0, 0, 0]);
+        put_u32(record, start as u32);
+        put_u32(record, total);
+        put_u32(record, 0);
+    };
+    begin(&mut record, 0);
+    for (i, outcome) in outcomes.iter().enumerate() {
+        let (header, message) = encode_completion(i as u64, outcome);
+        let size = header.len() + message.map_or(0, str::len);
+        if count > 0 && record.len() + size > max_record {
+            record[20..24].copy_from_slice(&count.to_le_bytes());
+            records.push(std::mem::take(&mut record));
+            count = 0;
+            begin(&mut record, i);
+        }
+        record.extend_from_slice(&header);
+        record.extend_from_slice(message.unwrap_or("").as_bytes());
+        count += 1;
+    }
+    record[20..24].copy_from_slice(&count.to_le_bytes());
+    records.push(record);
+    records
+}
+
+/// Decodes a record [`encode_completion_records`] wrote; any malformation is an error naming
+/// it.
+pub fn decode_completion_record(record: &[u8]) -> Result<CompletionRecord, String> {
     let mut r = Reader::new(record);
     let batch = r.u64()?;
     let op = Op::from_code(r.u8()?).ok_or("unknown operation")?;
     r.bytes(3)?;
+    let start = r.u32()?;
+    let total = r.u32()?;
     let count = r.u32()? as usize;
+    debug_assert_eq!(r.at, COMPLETION_RECORD_HEADER);
     if count > r.remaining() / COMPLETION_HEADER_LEN {
         return Err(format!("{count} outcomes cannot fit a {}-byte record", record.len()));
+    }
+    if start as u64 + count as u64 > u64::from(total) {
+        return Err(format!("outcomes {start}..{} of a {total}-key batch", start as usize + count));
     }
     let mut outcomes = Vec::with_capacity(count);
     for i in 0..count {
@@ -346,13 +413,13 @@ pub fn decode_batch_completion(record: &[u8]) -> Result<(u64, Op, Vec<Outcome>),
         let message_len = rest.get(12..16).map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize).unwrap_or(0);
         let size = COMPLETION_HEADER_LEN.checked_add(message_len).ok_or("overflow")?;
         let (tag, outcome) = decode_completion(r.bytes(size)?)?;
-        if tag != i as u64 {
-            return Err(format!("outcome {i} is tagged {tag}"));
+        if tag != start as u64 + i as u64 {
+            return Err(format!("outcome {} is tagged {tag}", start as usize + i));
         }
         outcomes.push(outcome);
     }
     r.finish()?;
-    Ok((batch, op, outcomes))
+    Ok(CompletionRecord { batch, op, start, total, outcomes })
 }
 
 /// A control frame's error as the core error it carries.
@@ -426,7 +493,7 @@ mod tests {
     #[test]
     fn control_messages_round_trip() {
         let messages = [
-            Control::Hello { version: 1, pid: 42 },
+            Control::Hello { version: PROTOCOL_VERSION, pid: 42, submission_ring_bytes: 1 << 20 },
             Control::Welcome(Welcome {
                 version: 1,
                 client_id: 3,
@@ -475,8 +542,42 @@ mod tests {
         assert_eq!(Submission::decode(&record, 1024).unwrap(), submission);
         assert!(Submission::decode(&record, 4).unwrap_err().contains("longer than 4"));
         let outcomes = vec![Outcome::Hit(4096), Outcome::Failed(Error::invalid("page 5 is not yours"))];
-        encode_batch_completion(77, Op::Get, &outcomes, &mut record);
-        assert_eq!(decode_batch_completion(&record).unwrap(), (77, Op::Get, outcomes));
+        let records = encode_completion_records(77, Op::Get, &outcomes, 1 << 20);
+        assert_eq!(records.len(), 1);
+        let record = decode_completion_record(&records[0]).unwrap();
+        assert_eq!(record, CompletionRecord { batch: 77, op: Op::Get, start: 0, total: 2, outcomes });
+    }
+
+    #[test]
+    fn a_large_batch_s_outcomes_split_into_records_that_fit_and_add_up() {
+        let outcomes: Vec<Outcome> = (0..10_000)
+            .map(|i| match i % 3 {
+                0 => Outcome::Bool(true),
+                1 => Outcome::Failed(Error::new(ErrorKind::Connection, format!("connection to h:{i} lost: reset"))),
+                _ => Outcome::Miss,
+            })
+            .collect();
+        let records = encode_completion_records(5, Op::Exists, &outcomes, 16 << 10);
+        assert!(records.len() > 10);
+        let mut seen = Vec::new();
+        for record in &records {
+            assert!(record.len() <= 16 << 10);
+            let decoded = decode_completion_record(record).unwrap();
+            assert_eq!((decoded.batch, decoded.total, decoded.start as usize), (5, 10_000, seen.len()));
+            seen.extend(decoded.outcomes);
+        }
+        assert_eq!(seen, outcomes);
+        let empty = encode_completion_records(6, Op::Del, &[], 16 << 10);
+        assert_eq!(decode_completion_record(&empty[0]).unwrap().outcomes, vec![]);
+    }
+
+    #[test]
+    fn a_hello_of_another_version_without_the_ring_size_still_decodes() {
+        let mut body = vec![HELLO];
+        body.extend_from_slice(&MAGIC);
+        body.extend_from_slice(&2u32.to_le_bytes());
+        body.extend_from_slice(&7u32.to_le_bytes());
+        assert_eq!(Control::decode(&body).unwrap(), Control::Hello { version: 2, pid: 7, submission_ring_bytes: 0 });
     }
 
     proptest! {
@@ -484,7 +585,7 @@ mod tests {
         fn garbage_never_panics_the_decoders(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
             let _ = Control::decode(&bytes);
             let _ = Submission::decode(&bytes, 1 << 18);
-            let _ = decode_batch_completion(&bytes);
+            let _ = decode_completion_record(&bytes);
         }
     }
 }

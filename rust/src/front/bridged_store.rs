@@ -1,13 +1,17 @@
-//! The paged store with its engine in a bridge process: the bridge's page pool mapped here, this
-//! client's own ring pair, and the same operations as a [`super::LocalPageStore`].
+//! The paged store with its engine in a bridge process: this client's own region mapped here
+//! (its ring pair and its pages, nothing of any other client), and the same operations as a
+//! [`super::LocalPageStore`].
 //!
-//! No credentials pass through here: the bridge holds them. If the bridge goes away, every
-//! waiting and every later call fails at once with a connection error; attaching again works
-//! once a bridge listens again.
+//! No credentials pass through here: the bridge holds them. The bridge signals completions on
+//! this client's end of a socketpair; a watcher thread turns them (and the bridge going away)
+//! into this process's own event fd, which asyncio and waiting threads poll, and which no other
+//! process holds. If the bridge goes away, every waiting and every later call fails at once
+//! with a connection error; attaching again works once a bridge listens again.
 
 use super::{EngineFacts, EngineFront, PageStore};
 use crate::arena::{Arena, Claim, PageHandle, PageLedger};
 use crate::bridge::channel::{self, lost};
+use crate::bridge::signal::{Drained, SignalEnd};
 use crate::bridge::wire::{self, Control, KeyEntry, NO_PAGE, PROTOCOL_VERSION, Submission, Welcome};
 use crate::engine::BatchResult;
 use crate::error::{Error, ErrorKind, Result};
@@ -33,11 +37,14 @@ pub struct BridgedPageStore {
     /// A second handle on the socket, to poll it for the bridge's end without the lock.
     watch: UnixStream,
     welcome: Welcome,
+    /// This client's region: its ring pair and its pages.
     pages: Arc<Arena>,
-    _rings: Arc<Arena>,
     submit: Mutex<Producer>,
     collect: Mutex<Collect>,
-    doorbell: EventFd,
+    /// This client's end of its signal socketpair: written to ring the bridge's doorbell.
+    signal: SignalEnd,
+    /// This process's own event fd: signalled by the watcher when the bridge completes
+    /// something or goes away, and by this client for its other waiters.
     notifier: EventFd,
     /// Pages this client holds: index -> generation.
     owned: Mutex<HashMap<u32, u32>>,
@@ -54,7 +61,7 @@ pub struct BridgedPageStore {
 struct Collect {
     consumer: Consumer,
     record: Vec<u8>,
-    /// Batches sent and not yet handed out.
+    /// Batches sent and not yet handed out, with the outcomes of their records so far.
     pending: HashMap<u64, Pending>,
     /// Finished batches for `drain`.
     ready: VecDeque<BatchResult>,
@@ -77,6 +84,9 @@ struct Pending {
     op: Op,
     keys: usize,
     claim: Claim,
+    /// Outcomes received so far (a batch's outcomes may come in several records).
+    outcomes: Vec<Option<crate::conn::Outcome>>,
+    filled: usize,
 }
 
 impl BridgedPageStore {
@@ -89,35 +99,55 @@ impl BridgedPageStore {
             Error::new(ErrorKind::Connection, format!("cannot attach to the bridge at {}: {e}", path.display()))
         })?;
         stream.set_read_timeout(Some(timeout)).map_err(|e| Error::os("socket timeout", e))?;
-        channel::send(&stream, &Control::Hello { version: PROTOCOL_VERSION, pid: std::process::id() }, &[])?;
+        let hello = Control::Hello { version: PROTOCOL_VERSION, pid: std::process::id(), submission_ring_bytes: 0 };
+        channel::send(&stream, &hello, &[])?;
         let (welcome, fds) = match channel::receive(&stream) {
-            Ok(Some((Control::Welcome(welcome), fds))) if fds.len() == 4 => (welcome, fds),
+            Ok(Some((Control::Welcome(welcome), fds))) if fds.len() == 2 => (welcome, fds),
             Ok(Some((Control::Refused { reason }, _))) => {
                 return Err(Error::invalid(format!("the bridge at {} refused: {reason}", path.display())));
             }
             Ok(Some((other, _))) => return Err(not_a_bridge(format!("it answered {other:?}"))),
-            Ok(None) => return Err(not_a_bridge("it closed the connection without a word".into())),
-            Err(err) => return Err(not_a_bridge(err.message().to_owned())),
+            Ok(None) => {
+                return Err(Error::new(
+                    ErrorKind::Connection,
+                    format!(
+                        "the bridge at {} closed the connection during the attach (it may be stopping, or not be a \
+                         bridge)",
+                        path.display()
+                    ),
+                ));
+            }
+            Err(err) if err.kind() == ErrorKind::Timeout => {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "the bridge at {} did not answer the attach within {:.1} s: it is stopped or overloaded",
+                        path.display(),
+                        timeout.as_secs_f64()
+                    ),
+                ));
+            }
+            Err(err) if err.kind() == ErrorKind::Protocol => return Err(not_a_bridge(err.message().to_owned())),
+            Err(err) => return Err(err.context(format!("attaching to the bridge at {}", path.display()))),
         };
         // A bridge that stops answering (stopped, wedged) fails a control call after this
         // long, and the client with it, rather than hanging it.
         let answer_within = Some(Duration::from_millis(welcome.timeout_ms) + GRACE);
         stream.set_read_timeout(answer_within).map_err(|e| Error::os("socket timeout", e))?;
         stream.set_write_timeout(answer_within).map_err(|e| Error::os("socket timeout", e))?;
-        let [pages, rings, doorbell, notifier]: [OwnedFd; 4] = fds.try_into().expect("four descriptors");
-        let (doorbell, notifier) = (EventFd::from_owned(doorbell), EventFd::from_owned(notifier));
-        let attach = |fd: OwnedFd, what: &str| {
-            Arena::attach(fd).map(Arc::new).map_err(|e| not_a_bridge(format!("its {what} is not an arena: {e}")))
-        };
-        let pages = attach(pages, "page pool")?;
-        let rings = attach(rings, "ring memory")?;
+        let [region, signal]: [OwnedFd; 2] = fds.try_into().expect("two descriptors");
+        let signal = SignalEnd::from_owned(signal);
+        let notifier = EventFd::new().map_err(|e| Error::os("eventfd", e))?;
+        let pages = Arena::attach(region)
+            .map(Arc::new)
+            .map_err(|e| not_a_bridge(format!("its region is not an arena: {e}")))?;
         if pages.page_size() as u64 != welcome.page_size || pages.num_pages() as u64 != welcome.num_pages {
-            return Err(not_a_bridge("its page pool does not match its welcome".into()));
+            return Err(not_a_bridge("its region does not match its welcome".into()));
         }
-        let (sub_base, sub_len, comp_base, comp_len) = rings.ring_region(0);
-        let owner: Arc<dyn std::any::Any + Send + Sync> = rings.clone();
+        let (sub_base, sub_len, comp_base, comp_len) = pages.ring_region(0);
+        let owner: Arc<dyn std::any::Any + Send + Sync> = pages.clone();
         let ring_err = |e: crate::ring::RingError| not_a_bridge(format!("its rings: {e}"));
-        // SAFETY: the regions lie inside the mapped ring arena (its header was validated by
+        // SAFETY: the ring regions lie inside the mapped region (its header was validated by
         // `attach`), initialized by the bridge before it sent the welcome. This client is the
         // producer of the submission ring and the consumer of the completion ring, the
         // bridge the other end of each.
@@ -129,7 +159,7 @@ impl BridgedPageStore {
         };
         let watch = stream.try_clone().map_err(|e| Error::os("dup", e))?;
         let hung_up = Arc::new(AtomicBool::new(false));
-        watch_for_hang_up(&stream, &notifier, hung_up.clone())?;
+        spawn_watcher(&stream, &signal, &notifier, hung_up.clone())?;
         let num_pages = pages.num_pages();
         Ok(BridgedPageStore {
             path: path.to_path_buf(),
@@ -137,7 +167,6 @@ impl BridgedPageStore {
             watch,
             welcome,
             pages,
-            _rings: rings,
             submit: Mutex::new(submit),
             collect: Mutex::new(Collect {
                 consumer,
@@ -146,7 +175,7 @@ impl BridgedPageStore {
                 ready: VecDeque::new(),
                 waited: HashMap::new(),
             }),
-            doorbell,
+            signal,
             notifier,
             owned: Mutex::new(HashMap::new()),
             ledger: PageLedger::new(num_pages),
@@ -197,7 +226,11 @@ impl BridgedPageStore {
 
     fn call(&self, request: &Control) -> Result<Control> {
         let control = self.control.lock().unwrap_or_else(|p| p.into_inner());
-        channel::call(&control, request).map_err(|e| if e.kind() == ErrorKind::Connection { self.fail(e) } else { e })
+        channel::call(&control, request).map_err(|e| match e.kind() {
+            // The bridge went away, or stopped answering: this client is done either way.
+            ErrorKind::Connection | ErrorKind::Timeout => self.fail(e),
+            _ => e,
+        })
     }
 
     /// Pages from the bridge's pool (`Allocate` or `AllocateOne`), now this client's.
@@ -269,7 +302,8 @@ impl BridgedPageStore {
                 .enumerate()
                 .try_for_each(|(i, page)| self.check(page).map_err(|e| e.context(format!("key {i}"))))
         })?;
-        self.lock_collect().pending.insert(batch, Pending { waited, op, keys: keys.len(), claim });
+        let pending = Pending { waited, op, keys: keys.len(), claim, outcomes: vec![None; keys.len()], filled: 0 };
+        self.lock_collect().pending.insert(batch, pending);
         let deadline = Instant::now() + self.timeout();
         loop {
             match producer.try_push(&[&record]) {
@@ -309,7 +343,7 @@ impl BridgedPageStore {
     }
 
     fn ring_doorbell(&self) {
-        self.doorbell.signal();
+        self.signal.signal();
     }
 
     /// The batch's records: each key with its page and length (EXISTS and DEL: no page).
@@ -339,17 +373,32 @@ impl BridgedPageStore {
                 Ok(false) => break,
                 Err(err) => return Err(self.fail(Error::new(ErrorKind::Protocol, format!("completion ring: {err}")))),
             }
-            let (id, op, outcomes) = wire::decode_batch_completion(&collect.record)
+            let record = wire::decode_completion_record(&collect.record)
                 .map_err(|why| self.fail(Error::new(ErrorKind::Protocol, format!("bad completion: {why}"))))?;
-            let Some(pending) = collect.pending.remove(&id) else { continue };
+            filed += 1;
+            let id = record.batch;
+            let Some(pending) = collect.pending.get_mut(&id) else { continue };
+            if record.total as usize != pending.keys || record.op != pending.op {
+                let why = format!("a completion for batch {id} names {} keys of {:?}", record.total, record.op);
+                return Err(self.fail(Error::new(ErrorKind::Protocol, why)));
+            }
+            for (i, outcome) in record.outcomes.into_iter().enumerate() {
+                if pending.outcomes[record.start as usize + i].replace(outcome).is_none() {
+                    pending.filled += 1;
+                }
+            }
+            if pending.filled < pending.keys {
+                continue;
+            }
+            let pending = collect.pending.remove(&id).expect("found above");
             self.ledger.release(pending.claim);
-            let result = BatchResult { id, op, outcomes };
+            let outcomes = pending.outcomes.into_iter().map(|o| o.expect("every outcome filled")).collect();
+            let result = BatchResult { id, op: pending.op, outcomes };
             if pending.waited {
                 collect.waited.insert(id, result);
             } else {
                 collect.ready.push_back(result);
             }
-            filed += 1;
         }
         if filed > 0 {
             collect.consumer.release();
@@ -451,20 +500,28 @@ impl BridgedPageStore {
     }
 }
 
-/// A thread that waits for the bridge's end of the socket to close (the bridge died or dropped
-/// this client) and then wakes the notifier: a client that only waits for its event fd (asyncio)
-/// learns of it at once, in its next `drain`. It ends when the socket closes on either side.
-fn watch_for_hang_up(stream: &UnixStream, notifier: &EventFd, hung_up: Arc<AtomicBool>) -> Result<()> {
+/// The watcher thread: turns the bridge's signals on this client's socketpair end into this
+/// process's event fd, and the bridge going away (its end closed, or the control socket hung
+/// up) into a last signal, so that a client that only waits for its event fd (asyncio) learns
+/// of it at once, in its next `drain`. It ends when the bridge's side closes.
+fn spawn_watcher(stream: &UnixStream, signal: &SignalEnd, notifier: &EventFd, hung_up: Arc<AtomicBool>) -> Result<()> {
     let socket = stream.try_clone().map_err(|e| Error::os("dup", e))?;
+    let signal = signal.try_clone().map_err(|e| Error::os("dup", e))?;
     let notifier = notifier.try_clone().map_err(|e| Error::os("dup", e))?;
     let watch = move || {
-        let mut fds = [PollFd::new(&socket, PollFlags::RDHUP)];
         loop {
+            let mut fds = [PollFd::new(&signal, PollFlags::IN), PollFd::new(&socket, PollFlags::RDHUP)];
             match poll(&mut fds, None) {
-                Ok(_) if !fds[0].revents().is_empty() => break,
-                Ok(_) | Err(rustix::io::Errno::INTR) => continue,
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
                 Err(_) => break,
             }
+            let socket_gone = !fds[1].revents().is_empty();
+            let signalled = !fds[0].revents().is_empty();
+            if signalled && signal.drain() == Drained::Closed || socket_gone {
+                break;
+            }
+            notifier.signal();
         }
         hung_up.store(true, Ordering::Release);
         notifier.signal();

@@ -4,7 +4,7 @@
 use super::errors::{invalid_input, to_py_err};
 use super::facts::{capacity_dict, placement_dict};
 use super::settings::settings_of;
-use crate::bridge::BridgeServer;
+use crate::bridge::{BridgeLimits, BridgeServer};
 use crate::engine::EngineConfig;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -19,21 +19,44 @@ pub struct Bridge {
 
 #[pymethods]
 impl Bridge {
-    /// Starts the engine (connecting to the servers of `settings`), creates the page pool
-    /// and listens on `socket`.
+    /// Starts the engine (connecting to the servers of `settings`) and listens on `socket`.
+    /// `num_pages` pages of `page_size` bytes are shared by the clients, each holding at most
+    /// `client_pages` (0: all of them); the other keywords bound what one client may use and
+    /// who may attach (see `docs/bridge.md`).
     #[new]
-    #[pyo3(signature = (settings, socket, *, page_size, num_pages))]
+    #[pyo3(signature = (
+        settings, socket, *, page_size, num_pages, client_pages=0, max_clients=64, client_inflight_bytes=32 << 20,
+        allow_uids=Vec::new(), allow_gids=Vec::new(), socket_mode=0o660, handshake_timeout=5.0
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         settings: &Bound<'_, PyAny>,
         socket: PathBuf,
         page_size: usize,
         num_pages: usize,
+        client_pages: usize,
+        max_clients: usize,
+        client_inflight_bytes: usize,
+        allow_uids: Vec<u32>,
+        allow_gids: Vec<u32>,
+        socket_mode: u32,
+        handshake_timeout: f64,
     ) -> PyResult<Self> {
         let mut config = EngineConfig::new(settings_of(settings)?);
         config.page_size = page_size;
         config.num_pages = num_pages;
-        let server = py.detach(|| BridgeServer::start(config, &socket)).map_err(|e| to_py_err(&e))?;
+        let limits = BridgeLimits {
+            client_pages,
+            max_clients,
+            client_inflight_bytes,
+            allow_uids,
+            allow_gids,
+            socket_mode,
+            handshake_timeout: attach_timeout(handshake_timeout)?,
+            ..BridgeLimits::default()
+        };
+        let server = py.detach(|| BridgeServer::start(config, &socket, limits)).map_err(|e| to_py_err(&e))?;
         Ok(Bridge { server, socket })
     }
 
@@ -54,17 +77,23 @@ impl Bridge {
 
     #[getter]
     fn page_size(&self) -> usize {
-        self.server.pool().page_size()
+        self.server.page_size()
     }
 
     #[getter]
     fn num_pages(&self) -> usize {
-        self.server.pool().capacity()
+        self.server.num_pages()
     }
 
     #[getter]
     fn free_pages(&self) -> usize {
-        self.server.pool().free_count()
+        self.server.free_pages()
+    }
+
+    /// The most pages one client may hold.
+    #[getter]
+    fn client_pages(&self) -> usize {
+        self.server.limits().client_pages
     }
 
     #[getter]

@@ -1,0 +1,564 @@
+//! The bridge's control thread: the listening socket, every handshake in progress, and every
+//! attached client's control socket, in one poll loop. Sockets are non-blocking and read as
+//! bytes arrive, so a silent or trickling connection costs only itself: it is closed when its
+//! handshake deadline passes, and the others attach meanwhile.
+//!
+//! An attach is allowed by the kernel's word on the peer (SO_PEERCRED), checked against the
+//! allowed uids and gids; the bridge creates the client's region and signal socketpair and
+//! answers `Welcome` with the two descriptors. Attached clients allocate and free pages of
+//! their region here.
+
+use super::channel::{self, Inbox, Received};
+use super::server::{BridgeState, Client, ClientData, log};
+use super::signal::SignalEnd;
+use super::wire::{Control, PROTOCOL_VERSION, Welcome};
+use crate::arena::{Arena, ArenaSpec, PageHandle, PageLedger, PagePool, RingRegionSpec};
+use crate::error::{Error, ErrorKind, Result};
+use crate::ring::{self, Consumer, Producer};
+use rustix::event::{PollFd, PollFlags, poll};
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Bounds on what a client's submission ring may be.
+const MIN_SUBMISSION_RING: usize = 64 << 10;
+const MAX_SUBMISSION_RING: usize = 16 << 20;
+/// Control replies waiting for a client that does not read them; past this it is dropped.
+const MAX_REPLY_BACKLOG: usize = 64 << 20;
+/// After accept() fails for lack of descriptors or memory: the first pause, and the longest.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// A listening socket at `path`, with `mode` whatever the umask. A socket left by a bridge
+/// that died is replaced; a live one, or anything that is not a socket, is refused.
+pub(super) fn bind(path: &Path, mode: u32) -> Result<UnixListener> {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(Error::invalid(format!(
+                "{} exists and is not a socket: refusing to replace it (remove it, or choose another --socket)",
+                path.display()
+            )));
+        }
+        if UnixStream::connect(path).is_ok() {
+            return Err(Error::invalid(format!(
+                "{} is in use: another bridge (or server) listens there",
+                path.display()
+            )));
+        }
+        std::fs::remove_file(path).map_err(|e| Error::os(format!("cannot replace {}", path.display()), e))?;
+    }
+    let listener =
+        UnixListener::bind(path).map_err(|e| Error::os(format!("cannot listen on {}", path.display()), e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::os(format!("cannot set the mode of {}", path.display()), e))?;
+    listener.set_nonblocking(true).map_err(|e| Error::os("socket mode", e))?;
+    Ok(listener)
+}
+
+/// A connection the control thread serves.
+struct Conn {
+    stream: UnixStream,
+    inbox: Inbox,
+    /// Replies not yet written.
+    replies: VecDeque<u8>,
+    stage: Stage,
+}
+
+enum Stage {
+    /// Before its `Hello`: closed at `deadline`.
+    Handshaking {
+        deadline: Instant,
+    },
+    Attached(Arc<Client>),
+}
+
+/// The control thread's body: returns once the bridge stops, leaving the attached clients'
+/// sockets open in `shared` for the stop to close once their last results are out.
+pub(super) fn run(shared: &Arc<BridgeState>, listener: UnixListener) {
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut accept_paused_until: Option<(Instant, Duration)> = None;
+    while !shared.stopping() {
+        let now = Instant::now();
+        let listening = accept_paused_until.is_none_or(|(until, _)| until <= now);
+        let mut fds = vec![
+            PollFd::from_borrowed_fd(shared.stopped.as_fd(), PollFlags::IN),
+            PollFd::from_borrowed_fd(shared.control_wake.as_fd(), PollFlags::IN),
+            PollFd::new(&listener, if listening { PollFlags::IN } else { PollFlags::empty() }),
+        ];
+        for conn in &conns {
+            let out = if conn.replies.is_empty() { PollFlags::empty() } else { PollFlags::OUT };
+            fds.push(PollFd::new(&conn.stream, PollFlags::IN | out));
+        }
+        let wake = conns
+            .iter()
+            .filter_map(|c| match c.stage {
+                Stage::Handshaking { deadline } => Some(deadline),
+                Stage::Attached(_) => None,
+            })
+            .chain(accept_paused_until.map(|(until, _)| until))
+            .min();
+        let timeout = wake.map_or(Duration::from_millis(200), |at| at.saturating_duration_since(now));
+        let timeout = rustix::event::Timespec { tv_sec: timeout.as_secs() as _, tv_nsec: timeout.subsec_nanos() as _ };
+        let _ = poll(&mut fds, Some(&timeout));
+        let ready: Vec<PollFlags> = fds[3..].iter().map(PollFd::revents).collect();
+        let listener_ready = !fds[2].revents().is_empty();
+        drop(fds);
+        shared.control_wake.reset();
+
+        let mut keep = Vec::with_capacity(conns.len());
+        for (conn, revents) in conns.drain(..).zip(ready) {
+            if let Some(conn) = serve(shared, conn, revents) {
+                keep.push(conn);
+            }
+        }
+        conns = keep;
+        if listener_ready && listening {
+            accept_paused_until = accept(shared, &listener, &mut conns, accept_paused_until.map(|(_, d)| d));
+        }
+    }
+    park_sockets(shared, conns);
+}
+
+/// Accepts every waiting connection. Returns when to look at the listener again, if accept()
+/// failed for lack of descriptors or memory: it backs off rather than spin on a listener that
+/// stays readable.
+fn accept(
+    shared: &BridgeState,
+    listener: &UnixListener,
+    conns: &mut Vec<Conn>,
+    last_backoff: Option<Duration>,
+) -> Option<(Instant, Duration)> {
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let handshaking = conns.iter().filter(|c| matches!(c.stage, Stage::Handshaking { .. })).count();
+                if handshaking >= shared.limits.max_handshakes || stream.set_nonblocking(true).is_err() {
+                    let reason =
+                        format!("the bridge has {handshaking} attaches in progress, its limit: try again in a moment");
+                    let _ = channel::send(&stream, &Control::Refused { reason }, &[]);
+                    continue;
+                }
+                let deadline = Instant::now() + shared.limits.handshake_timeout;
+                conns.push(Conn {
+                    stream,
+                    inbox: Inbox::default(),
+                    replies: VecDeque::new(),
+                    stage: Stage::Handshaking { deadline },
+                });
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => return None,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err)
+                if matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) =>
+            {
+                let pause = last_backoff.map_or(ACCEPT_BACKOFF, |d| (d * 2).min(MAX_ACCEPT_BACKOFF));
+                if last_backoff.is_none() {
+                    log::warn(&format!("bridge: cannot accept connections ({err}); pausing attaches, retrying"));
+                }
+                return Some((Instant::now() + pause, pause));
+            }
+            Err(err) => {
+                log::warn(&format!("bridge: accept failed: {err}"));
+                return None;
+            }
+        }
+    }
+}
+
+/// Reads, answers and writes what one connection is ready for; None once it is done with.
+fn serve(shared: &BridgeState, mut conn: Conn, revents: PollFlags) -> Option<Conn> {
+    if let Stage::Attached(client) = &conn.stage {
+        let dropped = client.dropped.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(why) = dropped {
+            let notice = Control::Failed {
+                kind: ErrorKind::Protocol as u8,
+                message: format!("the bridge dropped this client: {why}"),
+            };
+            conn.replies.extend(notice.encode());
+            flush(&mut conn);
+            return finish(shared, conn);
+        }
+    }
+    if let Stage::Handshaking { deadline } = conn.stage {
+        if Instant::now() >= deadline {
+            let pid = peer(&conn.stream).map_or(0, |p| p.pid.as_raw_nonzero().get());
+            log::warn(&format!(
+                "bridge: closed a connection (pid {pid}) that did not finish its handshake within {:.1} s",
+                shared.limits.handshake_timeout.as_secs_f64()
+            ));
+            return None;
+        }
+    }
+    if revents.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
+        match conn.inbox.read_from(&conn.stream) {
+            Ok(Received::Closed) => return finish(shared, conn),
+            Ok(Received::Frames(frames)) => {
+                for frame in frames {
+                    conn = answer(shared, conn, frame)?;
+                }
+            }
+            Err(err) => {
+                if let Stage::Attached(client) = &conn.stage {
+                    log::warn(&format!("bridge: dropping client {} (pid {}): {err}", client.id, client.pid));
+                    let notice = Control::Failed {
+                        kind: err.kind() as u8,
+                        message: format!("the bridge dropped this client: {err}"),
+                    };
+                    conn.replies.extend(notice.encode());
+                    flush(&mut conn);
+                }
+                return finish(shared, conn);
+            }
+        }
+    }
+    if !flush(&mut conn) {
+        return finish(shared, conn);
+    }
+    Some(conn)
+}
+
+/// Writes what the socket takes; false if the client must be let go (it broke, or stopped
+/// reading a backlog too large to hold).
+fn flush(conn: &mut Conn) -> bool {
+    while !conn.replies.is_empty() {
+        let (front, _) = conn.replies.as_slices();
+        match (&conn.stream).write(front) {
+            Ok(0) => return false,
+            Ok(n) => {
+                conn.replies.drain(..n);
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+    conn.replies.len() <= MAX_REPLY_BACKLOG
+}
+
+/// A connection is done with: an attached client is gone (the relay returns its pages once its
+/// batches finish).
+fn finish(shared: &BridgeState, conn: Conn) -> Option<Conn> {
+    if let Stage::Attached(client) = &conn.stage {
+        client.gone.store(true, Ordering::Release);
+        shared.relay_wake.signal();
+    }
+    let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+    None
+}
+
+/// The attached clients' sockets, for the stop to close after the last results are out.
+fn park_sockets(shared: &BridgeState, conns: Vec<Conn>) {
+    let mut parked = shared.parked.lock().unwrap_or_else(|p| p.into_inner());
+    parked.extend(conns.into_iter().filter(|c| matches!(c.stage, Stage::Attached(_))).map(|c| c.stream));
+}
+
+fn answer(shared: &BridgeState, mut conn: Conn, frame: Control) -> Option<Conn> {
+    match &conn.stage {
+        Stage::Handshaking { .. } => match frame {
+            Control::Hello { version, submission_ring_bytes, .. } => {
+                handshake(shared, conn, version, submission_ring_bytes)
+            }
+            other => {
+                let reason = format!("the first message must be Hello, not {other:?}");
+                let _ = channel::send(&conn.stream, &Control::Refused { reason }, &[]);
+                None
+            }
+        },
+        Stage::Attached(client) => {
+            let reply = match frame {
+                Control::Allocate { count } => allocate(shared, client, count as usize),
+                Control::AllocateOne => allocate_one(shared, client),
+                Control::Free { index, generation } => free(shared, client, index, generation).map(|()| Control::Freed),
+                Control::Stats => Ok(Control::StatsReply { free_pages: free_pages(shared, client) as u64 }),
+                Control::Detach => Ok(Control::Detached { pages: return_idle_pages(shared, client) }),
+                other => Err(Error::new(ErrorKind::Protocol, format!("unexpected control message {other:?}"))),
+            };
+            let reply =
+                reply.unwrap_or_else(|err| Control::Failed { kind: err.kind() as u8, message: err.to_string() });
+            conn.replies.extend(reply.encode());
+            Some(conn)
+        }
+    }
+}
+
+/// The kernel's word on who is at the other end.
+fn peer(stream: &UnixStream) -> Option<rustix::net::UCred> {
+    rustix::net::sockopt::socket_peercred(stream).ok()
+}
+
+/// The peer's supplementary groups (SO_PEERGROUPS), where the kernel says.
+fn peer_groups(stream: &UnixStream) -> Vec<u32> {
+    use std::os::fd::AsRawFd;
+    let mut groups = vec![0u32; 256];
+    let mut len = (groups.len() * 4) as libc::socklen_t;
+    // SAFETY: the buffer holds `len` bytes; the kernel writes at most that many and sets
+    // `len` to what it wrote.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERGROUPS,
+            groups.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Vec::new();
+    }
+    groups.truncate(len as usize / 4);
+    groups
+}
+
+/// Whether the peer may attach: its uid is the bridge's own or allowed, or one of its groups
+/// is allowed.
+fn allowed(shared: &BridgeState, stream: &UnixStream, cred: &rustix::net::UCred) -> bool {
+    let uid = cred.uid.as_raw();
+    if uid == rustix::process::geteuid().as_raw() || shared.limits.allow_uids.contains(&uid) {
+        return true;
+    }
+    let gids = &shared.limits.allow_gids;
+    !gids.is_empty() && (gids.contains(&cred.gid.as_raw()) || peer_groups(stream).iter().any(|g| gids.contains(g)))
+}
+
+fn refuse(conn: Conn, reason: String) -> Option<Conn> {
+    log::warn(&format!("bridge: refused an attach: {reason}"));
+    let _ = channel::send(&conn.stream, &Control::Refused { reason }, &[]);
+    None
+}
+
+/// A `Hello`: the peer allowed, its version ours, room for one more client; then its region,
+/// its signal socketpair and the `Welcome`.
+fn handshake(shared: &BridgeState, conn: Conn, version: u32, ring_bytes: u32) -> Option<Conn> {
+    let Some(cred) = peer(&conn.stream) else {
+        return refuse(conn, "the kernel does not say who the peer is (SO_PEERCRED failed)".into());
+    };
+    let (pid, uid) = (cred.pid.as_raw_nonzero().get(), cred.uid.as_raw());
+    if !allowed(shared, &conn.stream, &cred) {
+        let reason = format!(
+            "uid {uid} (pid {pid}) may not attach to this bridge: it serves uid {}{}{} (see --allow-uid, --allow-gid)",
+            rustix::process::geteuid().as_raw(),
+            list(" and uids ", &shared.limits.allow_uids),
+            list(" and members of gids ", &shared.limits.allow_gids),
+        );
+        return refuse(conn, reason);
+    }
+    if version != PROTOCOL_VERSION {
+        let reason = format!(
+            "protocol version {version} is not this bridge's ({PROTOCOL_VERSION}): use the same lmcache-resp version \
+             for the bridge and its clients"
+        );
+        return refuse(conn, reason);
+    }
+    let attached = shared.lock_clients().len();
+    if attached >= shared.limits.max_clients {
+        return refuse(
+            conn,
+            format!(
+                "the bridge serves at most {} clients and has {attached} (see --max-clients)",
+                shared.limits.max_clients
+            ),
+        );
+    }
+    match new_client(shared, pid, uid, ring_bytes as usize) {
+        Ok((client, theirs)) => {
+            let welcome = Welcome {
+                version: PROTOCOL_VERSION,
+                client_id: client.id,
+                page_size: shared.page_size as u64,
+                num_pages: client.region.num_pages() as u64,
+                num_workers: shared.engine.num_workers() as u32,
+                timeout_ms: shared.engine.timeout().as_millis() as u64,
+                endpoint: shared.engine.endpoint().to_owned(),
+            };
+            let fds = [client.region.fd(), theirs.as_fd()];
+            if let Err(err) = channel::send(&conn.stream, &Control::Welcome(welcome), &fds) {
+                log::warn(&format!("bridge: client {} (pid {pid}) left during its handshake: {err}", client.id));
+                return None;
+            }
+            shared.lock_clients().insert(client.id, client.clone());
+            shared.relay_wake.signal();
+            log::info(&format!(
+                "bridge: client {} (pid {pid}, uid {uid}) attached: up to {} pages, a {} KiB submission ring",
+                client.id,
+                client.region.num_pages(),
+                client.lock_data().submissions.capacity() >> 10
+            ));
+            Some(Conn { stage: Stage::Attached(client), ..conn })
+        }
+        Err(err) => refuse(conn, format!("the bridge cannot set up a client: {err}")),
+    }
+}
+
+fn list(prefix: &str, ids: &[u32]) -> String {
+    if ids.is_empty() {
+        return String::new();
+    }
+    format!("{prefix}{}", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))
+}
+
+/// A client's region (its rings and up to its quota of pages, nothing else: memory is taken
+/// only as pages are used) and its signal socketpair; returns the peer's end.
+fn new_client(shared: &BridgeState, pid: i32, uid: u32, ring_bytes: usize) -> Result<(Arc<Client>, SignalEnd)> {
+    let id = shared.next_client.fetch_add(1, Ordering::Relaxed);
+    let submission = match ring_bytes {
+        0 => shared.limits.submission_ring_bytes,
+        asked => asked.clamp(MIN_SUBMISSION_RING, MAX_SUBMISSION_RING),
+    }
+    .next_power_of_two();
+    let completion = shared.limits.completion_ring_bytes.next_power_of_two();
+    let spec = ArenaSpec {
+        page_size: shared.page_size,
+        num_pages: shared.limits.client_pages,
+        rings: vec![RingRegionSpec {
+            submission_bytes: ring::ring_size(submission),
+            completion_bytes: ring::ring_size(completion),
+        }],
+        batch_slots: 0,
+        name_hint: format!("client-{id}"),
+    };
+    let region = Arc::new(Arena::create(&spec).map_err(|e| Error::invalid(e.to_string()))?);
+    let (sub_base, sub_len, comp_base, comp_len) = region.ring_region(0);
+    let owner: Arc<dyn std::any::Any + Send + Sync> = region.clone();
+    let ring_err = |e: ring::RingError| Error::invalid(format!("ring setup: {e}"));
+    // SAFETY: both regions lie inside the fresh arena, 4096-aligned and `ring_size` long as
+    // specified; the client maps them only after the welcome. The bridge attaches the consumer
+    // of the submission ring and the producer of the completion ring: the client, the other
+    // end of each.
+    let (submissions, completions) = unsafe {
+        ring::init_ring(sub_base, submission);
+        ring::init_ring(comp_base, completion);
+        (
+            Consumer::attach(sub_base, sub_len, owner.clone()).map_err(ring_err)?,
+            Producer::attach(comp_base, comp_len, owner).map_err(ring_err)?,
+        )
+    };
+    let pool = PagePool::new(region.clone()).map_err(|e| Error::invalid(e.to_string()))?;
+    let (ours, theirs) = SignalEnd::pair().map_err(|e| Error::os("socketpair", e))?;
+    let client = Arc::new(Client {
+        id,
+        pid,
+        uid,
+        ledger: PageLedger::new(region.num_pages()),
+        region,
+        pool,
+        held: Mutex::new(HashMap::new()),
+        signal: ours,
+        data: Mutex::new(ClientData {
+            submissions,
+            completions,
+            record: Vec::new(),
+            queued: VecDeque::new(),
+            outbox: VecDeque::new(),
+            outbox_bytes: 0,
+            inflight_bytes: 0,
+            inflight_keys: 0,
+            inflight_slices: 0,
+            release: Vec::new(),
+        }),
+        gone: AtomicBool::new(false),
+        dropped: Mutex::new(None),
+    });
+    Ok((client, theirs))
+}
+
+/// Pages a client may still take: what its region has left and the shared budget allows.
+fn free_pages(shared: &BridgeState, client: &Client) -> usize {
+    client.pool.free_count().min(shared.num_pages - shared.pages_held.load(Ordering::Acquire))
+}
+
+fn allocate(shared: &BridgeState, client: &Client, count: usize) -> Result<Control> {
+    let exhausted = |available: usize| {
+        Error::new(
+            ErrorKind::Page,
+            format!(
+                "out of pages: {count} page(s) requested but only {available} free for this client (it holds {} of \
+                 at most {}; the bridge's {} pages are shared by its clients)",
+                client.region.num_pages() - client.pool.free_count(),
+                client.region.num_pages(),
+                shared.num_pages
+            ),
+        )
+    };
+    if count > client.pool.free_count() {
+        return Err(exhausted(free_pages(shared, client)));
+    }
+    shared.take_budget(count).map_err(|left| exhausted(left.min(client.pool.free_count())))?;
+    match client.pool.allocate_many(count) {
+        Ok(handles) => Ok(hand_over(client, handles)),
+        Err(err) => {
+            shared.return_budget(count);
+            Err(Error::new(ErrorKind::Page, err.to_string()))
+        }
+    }
+}
+
+/// One page, or none when none is free (which is not an error here).
+fn allocate_one(shared: &BridgeState, client: &Client) -> Result<Control> {
+    if shared.take_budget(1).is_err() {
+        return Ok(Control::Pages { pages: Vec::new() });
+    }
+    match client.pool.allocate() {
+        Some(handle) => Ok(hand_over(client, vec![handle])),
+        None => {
+            shared.return_budget(1);
+            Ok(Control::Pages { pages: Vec::new() })
+        }
+    }
+}
+
+/// `handles` are the client's now.
+fn hand_over(client: &Client, handles: Vec<PageHandle>) -> Control {
+    let mut held = client.held.lock().unwrap_or_else(|p| p.into_inner());
+    let listed = handles.iter().map(|h| (h.index, h.generation)).collect();
+    for handle in handles {
+        held.insert(handle.index, handle);
+    }
+    Control::Pages { pages: listed }
+}
+
+fn free(shared: &BridgeState, client: &Client, index: u32, generation: u32) -> Result<()> {
+    let handle = PageHandle { pool_id: client.pool.id(), index, generation };
+    client.pool.check(&handle).map_err(|_| {
+        Error::new(ErrorKind::Page, format!("page {index} (generation {generation}) is not one of this client's"))
+    })?;
+    client.ledger.free_if_idle(index, || release_pages(shared, client, &[handle]))
+}
+
+/// Frees pages of a client: back in its region's pool, their memory given back to the system
+/// (a hole punched in its memfd), their budget back to the bridge.
+pub(super) fn release_pages(shared: &BridgeState, client: &Client, handles: &[PageHandle]) -> Result<()> {
+    client.pool.free_many(handles).map_err(|e| Error::new(ErrorKind::Page, e.to_string()))?;
+    let mut held = client.held.lock().unwrap_or_else(|p| p.into_inner());
+    for handle in handles {
+        held.remove(&handle.index);
+        let offset = client.region.page_offset(handle.index as usize);
+        let _ = rustix::fs::fallocate(
+            client.region.fd(),
+            rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+            offset,
+            client.region.page_size() as u64,
+        );
+    }
+    shared.return_budget(handles.len());
+    Ok(())
+}
+
+/// A leaving client's pages that no batch uses go back now; the others when their batches
+/// finish (the relay retires the client).
+fn return_idle_pages(shared: &BridgeState, client: &Client) -> u32 {
+    let held: Vec<u32> = client.held.lock().unwrap_or_else(|p| p.into_inner()).keys().copied().collect();
+    client.ledger.with_idle(held, |idle| {
+        let handles: Vec<PageHandle> = {
+            let held = client.held.lock().unwrap_or_else(|p| p.into_inner());
+            idle.iter().filter_map(|index| held.get(index).copied()).collect()
+        };
+        let _ = release_pages(shared, client, &handles);
+        handles.len() as u32
+    })
+}
