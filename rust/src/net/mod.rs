@@ -4,11 +4,13 @@ pub mod endpoint;
 mod eventfd;
 pub mod handshake;
 pub mod options;
+pub mod resolve;
 pub mod socket;
 mod sys;
 
 pub use endpoint::{Address, Endpoint};
 pub use eventfd::EventFd;
 pub use options::ConnectOptions;
+pub use resolve::{Lookup, Resolver, Waker};
 pub use socket::{Interest, Readiness, Stream, wait_for};
 pub use sys::IoVecs;
