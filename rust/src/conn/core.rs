@@ -162,14 +162,15 @@ pub struct ConnCore {
 
 impl ConnCore {
     /// A disconnected connection to `options.endpoint`, which resolved to `address_count`
-    /// addresses (tried in order).
+    /// addresses (tried in order). With none, the connection awaits them: requests queue and
+    /// wait (up to their deadlines) until [`ConnCore::set_address_count`] says how many there
+    /// are (its host name was being looked up elsewhere).
     pub fn new(
         options: Arc<ConnectOptions>,
         address_count: usize,
         policy: ReconnectPolicy,
         limits: PipelineLimits,
     ) -> ConnCore {
-        assert!(address_count > 0, "a connection needs at least one address");
         ConnCore {
             options,
             address_count,
@@ -200,6 +201,25 @@ impl ConnCore {
     pub fn handing_off(mut self) -> ConnCore {
         self.hands_off = true;
         self
+    }
+
+    /// The endpoint's addresses are known now: `count` of them (at least one), tried in order.
+    /// Requests that waited for them go out once the driver connects.
+    pub fn set_address_count(&mut self, count: usize) {
+        assert!(count > 0, "a connection needs at least one address");
+        self.address_count = count;
+        self.next_address = 0;
+    }
+
+    /// Whether the connection still awaits its endpoint's addresses.
+    pub fn awaits_addresses(&self) -> bool {
+        self.address_count == 0
+    }
+
+    /// The connection can never work (its host name cannot be looked up): every request
+    /// queued fails with `err` now, and every later one at once.
+    pub fn fail_for_good(&mut self, now: Instant, err: Error, out: &mut Vec<Completion>) {
+        self.fail_permanently(now, err, out);
     }
 
     /// Requests handed back since the last call, with why.
@@ -263,6 +283,9 @@ impl ConnCore {
     /// Whether a connect should start now: work is waiting and no socket exists (after a
     /// backoff, only once it has passed).
     pub fn wants_connect(&self, now: Instant) -> bool {
+        if self.awaits_addresses() {
+            return false;
+        }
         match self.state {
             ConnState::Disconnected => self.has_user_work(),
             ConnState::Backoff { retry_at } => retry_at <= now && self.has_user_work(),
@@ -296,7 +319,7 @@ impl ConnCore {
                 wake = earliest(wake, Some(retry_at));
                 Interest::default()
             }
-            ConnState::Disconnected if self.has_user_work() => {
+            ConnState::Disconnected if self.has_user_work() && !self.awaits_addresses() => {
                 // A connection dropped outside a drive (a stall found by handle_timeout):
                 // reconnect at once rather than at the next deadline.
                 wake = Some(now);
@@ -545,8 +568,15 @@ impl ConnCore {
                 Some(last) => format!(" (last connection error: {last})"),
                 None => String::new(),
             };
-            let what = request.op().map_or("the handshake", Op::name);
-            let message = format!("timed out before {what} could be sent to {}{why}", self.options.endpoint);
+            let what = request.describe();
+            let message = match (&self.options.endpoint, self.awaits_addresses()) {
+                (Endpoint::Tcp { host, .. }, true) => format!(
+                    "timed out before {what} could be sent to {}: the lookup of its host name {host} has not \
+                     finished",
+                    self.options.endpoint
+                ),
+                _ => format!("timed out before {what} could be sent to {}{why}", self.options.endpoint),
+            };
             self.finish(request, Outcome::Failed(Error::new(ErrorKind::Timeout, message)), out);
         }
     }

@@ -48,6 +48,29 @@ impl Conn {
         Conn { core: ConnCore::new(options, addresses.len(), policy, limits), addresses, stream: None }
     }
 
+    /// A disconnected connection to `options.endpoint`, whose host name is being looked up
+    /// elsewhere: requests queue until [`Conn::set_addresses`] (see [`ConnCore::new`]).
+    pub fn awaiting_addresses(options: Arc<ConnectOptions>, policy: ReconnectPolicy, limits: PipelineLimits) -> Conn {
+        Conn { core: ConnCore::new(options, 0, policy, limits), addresses: Arc::new([]), stream: None }
+    }
+
+    /// The endpoint's addresses, once its host name was looked up (at least one).
+    pub fn set_addresses(&mut self, addresses: Arc<[Address]>) {
+        self.core.set_address_count(addresses.len());
+        self.addresses = addresses;
+    }
+
+    /// Whether the connection still awaits its endpoint's addresses.
+    pub fn awaits_addresses(&self) -> bool {
+        self.core.awaits_addresses()
+    }
+
+    /// Fails every request now and every later one at once (see [`ConnCore::fail_for_good`]).
+    pub fn fail_for_good(&mut self, now: Instant, err: crate::error::Error, out: &mut Vec<Completion>) {
+        self.core.fail_for_good(now, err, out);
+        self.sync_socket();
+    }
+
     /// In Redis Cluster: see [`ConnCore::handing_off`].
     pub fn handing_off(mut self) -> Conn {
         self.core = self.core.handing_off();

@@ -656,3 +656,57 @@ fn ready_to_disconnected_when_a_reply_outgrows_the_cap_naming_command_and_server
     );
     assert!(delivered >= 40 << 20, "refused after only {delivered} bytes");
 }
+
+fn named_options() -> ConnectOptions {
+    let mut options = options(None, 0);
+    options.endpoint = Endpoint::Tcp { host: "redis-0.example".into(), port: 7001 };
+    options
+}
+
+#[test]
+fn awaiting_addresses_requests_wait_without_a_connect_or_a_spin_until_they_arrive() {
+    let mut rig = Rig::with(named_options(), 0, PipelineLimits::default());
+    assert!(rig.core.awaits_addresses());
+    let exists = rig.keys_only(Op::Exists, b"k");
+    assert_eq!(rig.core.poll_connect(rig.now), None, "nowhere to connect to yet");
+    let (interest, wake) = rig.core.interest(rig.now);
+    assert_eq!((interest.read, interest.write), (false, false));
+    assert_eq!(wake, Some(rig.now + TIMEOUT), "woken only by the deadline, not at once over and over");
+    rig.advance(TIMEOUT / 2);
+    assert!(rig.out.is_empty(), "still waiting");
+    rig.core.set_address_count(2);
+    assert!(!rig.core.awaits_addresses());
+    assert_eq!(rig.core.interest(rig.now).1, Some(rig.now), "work waiting and addresses known: connect now");
+    assert_eq!(rig.connect(), 0);
+    rig.take_sent(usize::MAX);
+    rig.deliver(b"+PONG\r\n", usize::MAX);
+    assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$6\r\nEXISTS\r\n$1\r\nk\r\n");
+    rig.deliver(b":0\r\n", usize::MAX);
+    assert_eq!(rig.outcome(exists), Outcome::Bool(false));
+}
+
+#[test]
+fn a_request_awaiting_addresses_past_its_deadline_fails_naming_the_host_and_the_lookup() {
+    let mut rig = Rig::with(named_options(), 0, PipelineLimits::default());
+    let exists = rig.keys_only(Op::Exists, b"k");
+    rig.advance(TIMEOUT);
+    let err = rig.failure(exists);
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert_eq!(
+        err.message(),
+        "timed out before EXISTS could be sent to redis-0.example:7001: the lookup of its host name redis-0.example \
+         has not finished"
+    );
+}
+
+#[test]
+fn failed_for_good_fails_what_waits_and_everything_later_at_once() {
+    let mut rig = Rig::with(named_options(), 0, PipelineLimits::default());
+    let first = rig.keys_only(Op::Exists, b"a");
+    let lookup = crate::error::Error::new(ErrorKind::Connection, "cannot connect to redis-0.example:7001: no name");
+    rig.core.fail_for_good(rig.now, lookup.clone(), &mut rig.out);
+    assert_eq!(rig.failure(first), lookup);
+    let later = rig.keys_only(Op::Del, b"b");
+    assert_eq!(rig.failure(later), lookup, "later requests fail at once");
+    assert!(rig.core.is_empty());
+}
