@@ -197,7 +197,9 @@ impl SlotMap {
     }
 
     /// Follows a `MOVED`: `slot` is now served by the primary at `node`. A primary the map does
-    /// not know yet becomes a shard of its own, without replicas, until the next refresh.
+    /// not know yet becomes a shard of its own, without replicas, until the next refresh; it
+    /// takes the place of a shard left without slots if there is one, so that `MOVED`s to ever
+    /// new addresses do not grow the map (it holds at most one shard per slot, plus one).
     /// Returns whether the map changed.
     pub fn apply_moved(&mut self, slot: u16, node: &NodeAddr) -> bool {
         let Some(current) = self.owners.get(usize::from(slot)).copied() else { return false };
@@ -206,9 +208,19 @@ impl SlotMap {
             Some(index) => index,
             None => {
                 let primary = Node { addr: node.clone(), id: None, health: Health::Unknown };
-                self.shards.push(Shard { primary, replicas: Vec::new() });
-                self.slot_counts.push(0);
-                self.shards.len() - 1
+                let shard = Shard { primary, replicas: Vec::new() };
+                let unused = (0..self.shards.len()).find(|&i| self.slot_counts[i] == 0 && i != usize::from(current));
+                match unused {
+                    Some(index) => {
+                        self.shards[index] = shard;
+                        index
+                    }
+                    None => {
+                        self.shards.push(shard);
+                        self.slot_counts.push(0);
+                        self.shards.len() - 1
+                    }
+                }
             }
         };
         if current != NO_OWNER {
@@ -668,6 +680,20 @@ mod tests {
         map.update_from(fresh);
         assert_eq!(map.version(), 4);
         assert_eq!(map.primary(foo), Some(&old));
+    }
+
+    #[test]
+    fn moved_to_ever_new_addresses_keeps_the_map_bounded() {
+        let mut map = SlotMap::from_shards(&decode(include_bytes!("testdata/cluster_shards.resp")), &seed()).unwrap();
+        let before = map.shards.len();
+        for i in 0..20_000u32 {
+            let node = NodeAddr::new(format!("10.9.{}.{}", i / 250, i % 250), 7000);
+            assert!(map.apply_moved((i % 3) as u16, &node));
+            assert_eq!(map.primary((i % 3) as u16), Some(&node));
+        }
+        assert!(map.shards.len() <= before + 3 + 1, "{} shards after 20000 MOVEDs", map.shards.len());
+        assert_eq!(map.primaries().count(), 3 + 3, "the three moved slots and the original primaries");
+        assert!(map.is_fully_covered());
     }
 
     #[test]
