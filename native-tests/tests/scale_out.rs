@@ -2,10 +2,10 @@
 //! a primary killed and its replica promoted) and independent servers (static sharding), with
 //! every byte verified; and the clear errors for bad cluster input.
 
-use lmcache_resp_core::cluster::{Rendezvous, key_slot};
+use lmcache_resp_core::cluster::{Rendezvous, SLOT_COUNT, key_slot};
 use lmcache_resp_core::conn::Outcome;
 use lmcache_resp_core::engine::{Batch, BatchResult, Engine, EngineConfig, Item, Memory};
-use lmcache_resp_core::net::Endpoint;
+use lmcache_resp_core::net::{Endpoint, Resolver};
 use lmcache_resp_core::op::Op;
 use lmcache_resp_core::settings::Settings;
 use lmcache_resp_core::{ErrorKind, RawBuf};
@@ -260,4 +260,130 @@ fn bad_cluster_input_gets_clear_errors() {
     let err = Engine::start(EngineConfig::new(cluster_settings(&cluster))).err().unwrap();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
     assert!(err.message().contains("leaves slots 0-99 without an owner"), "{err}");
+}
+
+/// How long the test's lookup of the host name `slow-b.test` takes.
+const SLOW_LOOKUP: Duration = Duration::from_secs(2);
+
+/// A resolver that knows two names: `slow-b.test` (127.0.0.1, after [`SLOW_LOOKUP`]) and
+/// nothing else (every other name fails at once). No real DNS is asked.
+fn scripted_resolver() -> Arc<Resolver> {
+    Arc::new(Resolver::with_lookup(|host, port| match host {
+        "slow-b.test" => {
+            std::thread::sleep(SLOW_LOOKUP);
+            Ok(vec![std::net::SocketAddr::from(([127, 0, 0, 1], port))])
+        }
+        _ => Err(std::io::Error::new(std::io::ErrorKind::NotFound, "not a name this test knows")),
+    }))
+}
+
+fn node_id(cluster: &RedisCluster, node: &ClusterNode) -> String {
+    String::from_utf8(cluster.raw_command(node, &[b"CLUSTER", b"MYID"])).unwrap()[5..45].to_string()
+}
+
+/// `node` announces `hostname`, and every node names the others by host name (in MOVED and in
+/// the slot map); returns once `asked` says so.
+fn announce_hostname(cluster: &RedisCluster, node: &ClusterNode, hostname: &str, asked: &ClusterNode) {
+    assert_eq!(
+        cluster.raw_command(node, &[b"CONFIG", b"SET", b"cluster-announce-hostname", hostname.as_bytes()]),
+        b"+OK\r\n"
+    );
+    for each in cluster.nodes() {
+        cluster.raw_command(each, &[b"CONFIG", b"SET", b"cluster-preferred-endpoint-type", b"hostname"]);
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !String::from_utf8_lossy(&cluster.raw_command(asked, &[b"CLUSTER", b"SLOTS"])).contains(hostname) {
+        assert!(Instant::now() < deadline, "{hostname} did not reach {} by gossip", asked.port);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Moves the empty `slot` from `from` to `to`, as `redis-cli --cluster reshard` does.
+fn move_empty_slot(cluster: &RedisCluster, slot: u16, from: &ClusterNode, to: &ClusterNode) {
+    let slot = slot.to_string();
+    let (from_id, to_id) = (node_id(cluster, from), node_id(cluster, to));
+    let ok = |node: &ClusterNode, args: &[&[u8]]| assert_eq!(cluster.raw_command(node, args), b"+OK\r\n", "{args:?}");
+    ok(to, &[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"IMPORTING", from_id.as_bytes()]);
+    ok(from, &[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"MIGRATING", to_id.as_bytes()]);
+    for node in [to, from] {
+        ok(node, &[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"NODE", to_id.as_bytes()]);
+    }
+    for node in cluster.nodes().iter().filter(|n| *n != to && *n != from) {
+        ok(node, &[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"NODE", to_id.as_bytes()]);
+    }
+}
+
+/// A key of `slot`.
+fn key_in(slot: u16, prefix: &str) -> Vec<u8> {
+    (0..).map(|i| format!("{prefix}:{i}").into_bytes()).find(|k| key_slot(k) == slot).unwrap()
+}
+
+/// MOVED to a node named by a host name: its lookup runs off the I/O worker. While it runs,
+/// only the keys bound for that node wait; every other key flows (one worker carries them
+/// all). A host name that cannot be looked up fails only its keys, naming it (#18, finding 9).
+#[test]
+fn a_moved_to_a_host_name_holds_only_its_keys_while_the_name_is_looked_up() {
+    let cluster = RedisCluster::start(3, 0);
+    let nodes = cluster.nodes().to_vec();
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let mut settings = cluster_settings(&cluster);
+    settings.num_workers = 1;
+    settings.timeout = Duration::from_secs(10);
+    let mut config = EngineConfig::new(settings);
+    config.resolver = Some(scripted_resolver());
+    let engine = Arc::new(Engine::start(config).unwrap());
+    // Slots of A (the engine's map knows it as their owner) and of C, away from slot 0.
+    let owner = |slot: u16| engine.cluster().unwrap().map().primary(slot).unwrap().clone();
+    let mut a_slots = (1..SLOT_COUNT).filter(|&s| owner(s) == a.addr());
+    let (moved, moved_later) = (a_slots.next().unwrap(), a_slots.next().unwrap());
+    let others: Vec<Vec<u8>> = keys("elsewhere", 400)
+        .into_iter()
+        .filter(|k| ![moved, moved_later].contains(&key_slot(k)) && owner(key_slot(k)) != b.addr())
+        .collect();
+    assert!(others.len() > 200, "{} keys on A and C", others.len());
+    round_trip(&engine, &others, 11, 1000);
+
+    announce_hostname(&cluster, b, "slow-b.test", a);
+    move_empty_slot(&cluster, moved, a, b);
+    let key = key_in(moved, "moved");
+    let value = pattern(5000, 77);
+    let writer = {
+        let (engine, key, mut value) = (engine.clone(), key.clone(), value.clone());
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let stored = run(&engine, Op::Set, &[key], std::slice::from_mut(&mut value));
+            (stored, started.elapsed())
+        })
+    };
+    // The SET met A's MOVED naming slow-b.test, and waits for the lookup; meanwhile:
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    round_trip(&engine, &others, 12, 1000);
+    let took = started.elapsed();
+    assert!(took < SLOW_LOOKUP / 2, "keys on healthy nodes waited {took:?} for a lookup that was not theirs");
+    let (stored, waited) = writer.join().unwrap();
+    assert!(stored.all_succeeded(), "{:?}", stored.outcomes);
+    assert!(waited >= SLOW_LOOKUP, "the SET went out after {waited:?}, before the lookup ended");
+    assert_eq!(cluster.raw_command(b, &[b"STRLEN", &key]), b":5000\r\n", "stored on B, found by its host name");
+    let mut got = vec![vec![0u8; 5000]];
+    assert_eq!(run(&engine, Op::Get, &[key], &mut got).outcomes, [Outcome::Hit(5000)]);
+    assert!(got[0] == value);
+
+    // A name that cannot be looked up: its keys fail, naming it; the others are untouched.
+    announce_hostname(&cluster, b, "gone-b.test", a);
+    move_empty_slot(&cluster, moved_later, a, b);
+    let key = key_in(moved_later, "gone");
+    let mut value = vec![pattern(100, 5)];
+    let stored = run(&engine, Op::Set, std::slice::from_ref(&key), &mut value);
+    let Outcome::Failed(err) = &stored.outcomes[0] else { panic!("{:?}", stored.outcomes) };
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert_eq!(
+        err.message(),
+        format!(
+            "cannot connect to gone-b.test:{}: looking up the host name gone-b.test failed: not a name this test \
+             knows",
+            b.port
+        )
+    );
+    round_trip(&engine, &others, 13, 1000);
 }

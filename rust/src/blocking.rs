@@ -4,7 +4,7 @@
 use crate::conn::{Completion, Conn, Outcome, PipelineLimits, ReconnectPolicy, Request};
 use crate::error::{Error, ErrorKind, Result};
 use crate::memory::RawBuf;
-use crate::net::{ConnectOptions, Endpoint, Readiness, wait_for};
+use crate::net::{Address, ConnectOptions, Endpoint, Readiness, wait_for};
 use crate::op::{Op, check_key_len};
 use crate::ranged::{self, RangedReads};
 use crate::resp::{Command, Reply};
@@ -25,10 +25,16 @@ impl BlockingClient {
     /// Connects, authenticates and pings, so that a wrong address or password fails here.
     pub fn connect(options: ConnectOptions, timeout: Duration) -> Result<BlockingClient> {
         let addresses = options.endpoint.resolve()?;
+        BlockingClient::connect_to(options, addresses.into(), timeout)
+    }
+
+    /// As [`BlockingClient::connect`], to the endpoint's `addresses` as already looked up (by a
+    /// [`crate::net::Resolver`]).
+    pub fn connect_to(options: ConnectOptions, addresses: Arc<[Address]>, timeout: Duration) -> Result<BlockingClient> {
         let endpoint = options.endpoint.clone();
         // One attempt per call: a blocking caller wants the error, not a wait in backoff.
         let policy = ReconnectPolicy { fail_after_attempts: 1, ..ReconnectPolicy::default() };
-        let conn = Conn::new(Arc::new(options), addresses.into(), policy, PipelineLimits::default());
+        let conn = Conn::new(Arc::new(options), addresses, policy, PipelineLimits::default());
         let mut client =
             BlockingClient { conn, endpoint, timeout, completions: Vec::new(), ranged: RangedReads::new(0) };
         client.ping()?;

@@ -176,6 +176,15 @@ impl RangedReads {
             && request.destination().is_some_and(|dest| dest.len() > self.piece_bytes)
     }
 
+    /// Whether a read in progress is bound to server `node`: it reads from it, waits for a
+    /// home connection to it, or will start over there (an `ASK` named it). Such a node must
+    /// keep its index.
+    pub fn uses_node(&self, node: usize) -> bool {
+        self.sessions.iter().flatten().any(|session| {
+            session.node == node || matches!(session.problem, Some(Problem::Asked(asked)) if asked == node)
+        })
+    }
+
     /// No ranged read in progress.
     pub fn is_empty(&self) -> bool {
         self.sessions.len() == self.free.len()

@@ -5,7 +5,7 @@
 use crate::blocking::BlockingClient;
 use crate::cluster::{NodeAddr, SlotMap};
 use crate::error::{Error, ErrorKind, Result};
-use crate::net::Endpoint;
+use crate::net::{Endpoint, Resolver};
 use crate::settings::Settings;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
@@ -20,6 +20,8 @@ const MIN_REFRESH_INTERVAL: Duration = Duration::from_millis(100);
 pub struct ClusterView {
     map: RwLock<SlotMap>,
     settings: Settings,
+    /// Looks up the host names of the nodes it asks (the engine's, shared with its workers).
+    resolver: Arc<Resolver>,
     refresh: Mutex<Refresh>,
     wake: Condvar,
     refreshes: AtomicU64,
@@ -34,14 +36,15 @@ struct Refresh {
 
 impl ClusterView {
     /// Reads the slot map from the first seed that answers. A seed that is not a cluster node,
-    /// no seed answering, and slots no node serves are clear errors here, at start.
-    pub fn discover(settings: &Settings) -> Result<ClusterView> {
+    /// no seed answering, and slots no node serves are clear errors here, at start. Host names
+    /// are looked up through `resolver`, here and in every refresh.
+    pub fn discover(settings: &Settings, resolver: Arc<Resolver>) -> Result<ClusterView> {
         if settings.db != 0 {
             return Err(Error::invalid("Redis Cluster has only database 0: drop db (or SELECT) with cluster=true"));
         }
         let mut failures = Vec::new();
         for seed in &settings.endpoints {
-            match fetch_map(settings, seed) {
+            match fetch_map(settings, &resolver, seed) {
                 Ok(map) => {
                     let uncovered = map.uncovered_slots();
                     if !uncovered.is_empty() {
@@ -54,6 +57,7 @@ impl ClusterView {
                     return Ok(ClusterView {
                         map: RwLock::new(map),
                         settings: settings.clone(),
+                        resolver,
                         refresh: Mutex::new(Refresh::default()),
                         wake: Condvar::new(),
                         refreshes: AtomicU64::new(0),
@@ -144,7 +148,7 @@ impl ClusterView {
         candidates.extend(self.settings.endpoints.iter().cloned());
         let mut last = None;
         for node in candidates {
-            match fetch_map(&self.settings, &node) {
+            match fetch_map(&self.settings, &self.resolver, &node) {
                 Ok(fresh) if fresh.is_fully_covered() => {
                     self.map.write().unwrap_or_else(|p| p.into_inner()).update_from(fresh);
                     self.refreshes.fetch_add(1, Ordering::AcqRel);
@@ -164,7 +168,7 @@ impl ClusterView {
 }
 
 /// `CLUSTER SHARDS` (Redis 7), or `CLUSTER SLOTS` where the node predates it.
-fn fetch_map(settings: &Settings, node: &Endpoint) -> Result<SlotMap> {
+fn fetch_map(settings: &Settings, resolver: &Resolver, node: &Endpoint) -> Result<SlotMap> {
     let asked = match node {
         Endpoint::Tcp { host, port } => NodeAddr::new(host.clone(), *port),
         Endpoint::Unix { path } => {
@@ -175,7 +179,8 @@ fn fetch_map(settings: &Settings, node: &Endpoint) -> Result<SlotMap> {
         }
     };
     let timeout = settings.connect_timeout.min(settings.timeout);
-    let mut client = BlockingClient::connect(settings.connect_options(node), timeout)?;
+    let addresses = resolver.resolve_now(node, timeout)?;
+    let mut client = BlockingClient::connect_to(settings.connect_options(node), addresses, timeout)?;
     let reply = match client.cluster(b"SHARDS") {
         Ok(reply) => return SlotMap::from_shards(&reply, &asked).map_err(|e| Error::new(ErrorKind::Protocol, e)),
         Err(err) if err.kind() == ErrorKind::Server && is_unknown_subcommand(err.message()) => client.cluster(b"SLOTS"),

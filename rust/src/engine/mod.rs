@@ -44,8 +44,8 @@ use crate::blocking::BlockingClient;
 use crate::conn::{Outcome, ReconnectPolicy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::memory::RawBuf;
-use crate::net::Address;
 use crate::net::EventFd;
+use crate::net::{Address, Resolver};
 use crate::op::Op;
 use crate::placement::{self, PlanSource};
 use crate::ring::{Consumer, Producer};
@@ -85,6 +85,9 @@ pub struct EngineConfig {
     pub page_size: usize,
     /// Number of pages in the arena (with `page_size` > 0).
     pub num_pages: usize,
+    /// Looks up host names (cluster nodes named by name), off the I/O workers; `None`: the
+    /// system's lookup. Tests give one with a lookup function of their own.
+    pub resolver: Option<Arc<Resolver>>,
 }
 
 impl EngineConfig {
@@ -99,6 +102,7 @@ impl EngineConfig {
             batch_slots: 4096,
             page_size: 0,
             num_pages: 0,
+            resolver: None,
         }
     }
 }
@@ -267,14 +271,15 @@ impl Engine {
     /// open their connections at once.
     pub fn start(config: EngineConfig) -> Result<Engine> {
         let settings = &config.settings;
+        let resolver = config.resolver.clone().unwrap_or_else(|| Arc::new(Resolver::system()));
         let view = match settings.cluster {
-            true => Some(Arc::new(ClusterView::discover(settings)?)),
+            true => Some(Arc::new(ClusterView::discover(settings, resolver.clone())?)),
             false => None,
         };
         let (route, servers) = Route::new(settings, view)?;
         let route = Arc::new(route);
         let first = &servers[0];
-        let addresses: Vec<Address> = first.resolve()?;
+        let addresses: Vec<Address> = resolver.resolve_now(first, settings.connect_timeout)?.to_vec();
         let mut placement =
             placement::plan(first, &addresses, &settings.cpu_affinity, settings.num_workers, PlanSource::default())?;
         if route.cluster().is_none() {
@@ -331,10 +336,13 @@ impl Engine {
         for (index, (pair, doorbell)) in pairs.into_iter().zip(doorbells).enumerate() {
             lanes.push(Mutex::new(Lane { producer: pair.submit, doorbell: doorbell.clone() }));
             consumers.push(pair.collect);
+            let wake = doorbell.clone();
             let factory = ConnFactory {
                 settings: Arc::new(settings.clone()),
                 reconnect: config.reconnect,
                 pipeline: settings.pipeline,
+                resolver: resolver.clone(),
+                waker: Arc::new(move || wake.signal()),
             };
             let nodes = Nodes::new(factory, &servers)?;
             let ranged = crate::ranged::RangedReads::new(settings.get_piece_bytes);

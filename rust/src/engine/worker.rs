@@ -6,7 +6,7 @@ use super::buffers::Access;
 use super::clock;
 use super::records::{Descriptor, FLAG_EXACT_LENGTH, Region, Tag, encode_completion};
 use super::route::{Nodes, Route};
-use crate::cluster::RedirectKind;
+use crate::cluster::{NodeAddr, RedirectKind};
 use crate::conn::{Completion, Conn, Handoff, Outcome, PipelineLimits, Request};
 use crate::error::{Error, ErrorKind};
 use crate::memory::RawBuf;
@@ -17,6 +17,7 @@ use crate::op::Op;
 use crate::ranged::{self, RangedReads};
 use crate::ring::{Consumer, Producer, PushError};
 use rustix::event::{PollFd, PollFlags, poll};
+use std::collections::HashSet;
 use std::os::fd::AsFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -126,6 +127,7 @@ impl Worker {
                 self.take_submissions(now, sealed)?;
             }
             self.unpark(now);
+            self.nodes.poll_lookups(now, &mut self.finished);
             self.rerouted = false;
             let mut c = 0;
             while c < self.nodes.conns.len() {
@@ -141,6 +143,7 @@ impl Worker {
                 self.settle_ranged(now);
                 c += 1;
             }
+            self.trim_nodes();
             self.post_completions()?;
             if sealed
                 && self.finished.is_empty()
@@ -153,6 +156,18 @@ impl Worker {
             }
             self.wait();
         }
+    }
+
+    /// Cluster: forgets nodes nothing needs once the table has grown past its bound (see
+    /// [`Nodes::trim`]); a primary of the map, or a node a ranged read is bound to, stays.
+    fn trim_nodes(&mut self) {
+        if !self.nodes.wants_trim() {
+            return;
+        }
+        let Route::Cluster(view) = &*self.route else { return };
+        let primaries: HashSet<NodeAddr> = view.map().primaries().cloned().collect();
+        let ranged = &self.ranged;
+        self.nodes.trim(&primaries, |node| ranged.uses_node(node));
     }
 
     /// Sends `request` to server `node`, behind an `ASKING` if it follows an `-ASK`.
@@ -195,9 +210,17 @@ impl Worker {
         let Route::Cluster(view) = &*self.route else { unreachable!("only cluster connections hand requests back") };
         let view = view.clone();
         if request.tag & ranged::INTERNAL_TAG != 0 {
+            let mut why = why;
             let asked = match &why {
                 Handoff::Redirect(redirect) if redirect.kind == RedirectKind::Ask => {
-                    self.nodes.node_at(&redirect.node).ok()
+                    match self.nodes.node_at(&redirect.node) {
+                        Ok(node) => Some(node),
+                        // The asked node's host name cannot be looked up: the part failed.
+                        Err(err) => {
+                            why = Handoff::Retry(err);
+                            None
+                        }
+                    }
                 }
                 Handoff::Redirect(redirect) => {
                     view.moved(redirect.slot, &redirect.node);
@@ -317,7 +340,7 @@ impl Worker {
             }
             let routed = if descriptor.op == Op::Ping {
                 // PINGs open and check every connection: spread over the servers.
-                Ok((descriptor.tag.index as usize % self.nodes.count(), 0))
+                Ok((self.nodes.ping_target(descriptor.tag.index as usize), 0))
             } else {
                 self.nodes.route(&self.route, descriptor.key)
             };
