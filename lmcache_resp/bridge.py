@@ -3,14 +3,15 @@ process on the host that attaches to it.
 
     python -m lmcache_resp.bridge --url redis://10.0.0.5:6379 --socket /run/lmcache-resp/bridge.sock \\
         --page-size 4194304 --num-pages 4096 [--num-workers 8] [--cpu-affinity auto] [--cluster] \\
-        [--client-pages N] [--max-clients 64] [--allow-uid UID] [--allow-gid GID] [--socket-mode 0660]
+        [--client-pages N] [--max-clients 64] [--allow-uid USER] [--allow-gid GROUP] [--socket-mode 0660]
 
 It connects to the server(s) (credentials from the URL or ``LMCACHE_RESP_USERNAME`` /
 ``LMCACHE_RESP_PASSWORD``: they stay in this process), places its I/O threads near the NIC,
 logs where, and listens on the socket. Each client gets a region of its own (its rings and at
 most --client-pages pages, out of the --num-pages the clients share): no client can reach
-another's pages. Only the bridge's own uid may attach, and --allow-uid/--allow-gid users;
-the socket gets --socket-mode whatever the umask. Clients attach with
+another's pages. Only the bridge's own uid may attach, and the --allow-uid users and members of
+the --allow-gid groups (a name or a number; the kernel says who the peer is: SO_PEERCRED, its
+groups included); the socket gets --socket-mode whatever the umask. Clients attach with
 ``PagedRespStore.attach(socket)`` or ``RespConnector(bridge=socket)``. SIGTERM or SIGINT stops
 it cleanly: batches in flight complete or fail and reach their clients, the clients are
 dropped, the socket file is removed.
@@ -19,10 +20,13 @@ dropped, the socket file is removed.
 from __future__ import annotations
 
 import argparse
+import grp
 import logging
+import pwd
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from lmcache_resp import _native
@@ -35,6 +39,29 @@ __all__ = ["Bridge", "main"]
 logger = logging.getLogger("lmcache_resp")
 
 Bridge = _native.Bridge
+
+_MAX_ID = (1 << 32) - 2  # (uid_t)-1 means "no id"
+
+
+def _id(kind: str, lookup: Callable[[str], int]) -> Callable[[str], int]:
+    """An argparse type: a number, or a name resolved with ``lookup``."""
+
+    def parse(text: str) -> int:
+        if text.isdigit():
+            value = int(text)
+            if value > _MAX_ID:
+                raise argparse.ArgumentTypeError(f"{kind} {text} is out of range")
+            return value
+        try:
+            return lookup(text)
+        except KeyError:
+            raise argparse.ArgumentTypeError(f"no {kind} named {text!r} on this host") from None
+
+    return parse
+
+
+_uid = _id("user", lambda name: pwd.getpwnam(name).pw_uid)
+_gid = _id("group", lambda name: grp.getgrnam(name).gr_gid)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,10 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-clients", type=int, default=64, help="clients attached at once (default 64)")
     parser.add_argument("--client-inflight-mb", type=float, default=32.0,
                         help="MiB of one client's values in flight at once: its share, served round-robin (default 32)")
-    parser.add_argument("--allow-uid", type=int, action="append", default=[],
-                        help="a uid that may attach besides the bridge's own (repeat for more)")
-    parser.add_argument("--allow-gid", type=int, action="append", default=[],
-                        help="a gid whose members may attach (repeat for more)")
+    parser.add_argument("--allow-uid", type=_uid, action="append", default=[], metavar="USER",
+                        help="a user (name or uid) that may attach besides the bridge's own (repeat for more)")
+    parser.add_argument("--allow-gid", type=_gid, action="append", default=[], metavar="GROUP",
+                        help="a group (name or gid) whose members may attach: the peer's primary or "
+                             "supplementary group (repeat for more)")
     parser.add_argument("--socket-mode", type=lambda text: int(text, 8), default=0o660,
                         help="the socket file's mode, octal, whatever the umask (default 0660)")
     parser.add_argument("--handshake-timeout", type=float, default=5.0,

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,20 +134,41 @@ PAGES = 64
 
 
 class BridgeProcess:
-    """`python -m lmcache_resp.bridge` in a process of its own, to start, kill and restart."""
+    """`python -m lmcache_resp.bridge` in a process of its own, to start, kill and restart.
 
-    def __init__(self, url: str, socket_path: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+    ``group`` (its gid) and ``umask`` are the process's, as systemd's Group= and UMask= set
+    them; ``preexec_fn`` runs in the child before the exec (resource limits). ``start=False``
+    only builds ``args``."""
+
+    def __init__(
+        self,
+        url: str,
+        socket_path: Path,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        group: int | None = None,
+        umask: int = -1,
+        preexec_fn: Callable[[], None] | None = None,
+        start: bool = True,
+    ) -> None:
         self.socket = socket_path
         self.log = socket_path.with_suffix(".log")
         self.args = [sys.executable, "-m", "lmcache_resp.bridge", "--url", url, "--socket", str(socket_path),
                      "--page-size", str(PAGE), "--num-pages", str(PAGES), "--num-workers", "2", *extra]
         self.env = env
+        self.group = group
+        self.umask = umask
+        self.preexec_fn = preexec_fn
         self.process: subprocess.Popen[bytes] | None = None
-        self.start()
+        if start:
+            self.start()
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+            self.process = subprocess.Popen(
+                self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env, group=self.group, umask=self.umask,
+                preexec_fn=self.preexec_fn,
+            )
         deadline = time.monotonic() + 20
         while not self._listening():
             assert self.process.poll() is None, self.log.read_text()
