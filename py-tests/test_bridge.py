@@ -203,6 +203,9 @@ def test_a_client_of_another_protocol_version_is_refused_saying_why(bridge: Brid
         body, fds = read_frame(sock)
     assert body[0] == 3 and body[1:9] == MAGIC, body[:9]
     assert b"protocol version 999 is not this bridge's (3)" in body
+    # In the form every version reads: the reason, and nothing after it.
+    (length,) = struct.unpack_from("<I", body, 9)
+    assert len(body) == 13 + length, (len(body), length)
     assert fds == []
 
 

@@ -118,7 +118,7 @@ def assert_round_trip(out: dict[str, Any], redis_server: RedisServer, key: str, 
 def assert_refused_by_peercred(out: dict[str, Any], socket_path: Path, served: str) -> None:
     """Refused after connecting, by the uid the kernel gave: the message says who and why."""
     assert out["outcome"] == "error", out
-    assert "RespError" in out["bases"], out
+    assert out["error"] == "AuthenticationError" and "RespError" in out["bases"], out
     assert out["message"] == (
         f"the bridge at {socket_path} refused: uid {NOBODY} (pid {out['pid']}) may not attach to this bridge: "
         f"it serves {served} (see --allow-uid, --allow-gid)"
@@ -128,8 +128,13 @@ def assert_refused_by_peercred(out: dict[str, Any], socket_path: Path, served: s
 def assert_permission_denied(out: dict[str, Any], socket_path: Path) -> None:
     """Refused by the file system at connect(): the socket's mode or its directory's."""
     assert out["outcome"] == "error", out
-    assert out["error"] == "RespConnectionError", out
-    assert out["message"] == f"cannot attach to the bridge at {socket_path}: Permission denied (os error 13)", out
+    # Permanent: an AuthenticationError (never worth retrying) saying what decides it.
+    assert out["error"] == "AuthenticationError", out
+    assert out["message"].startswith(
+        f"cannot attach to the bridge at {socket_path}: Permission denied (os error 13): this user (uid {NOBODY}) "
+        "may not open it: "
+    ), out
+    assert "--socket-mode" in out["message"], out
 
 
 def log_line(process: BridgeProcess, needle: str, timeout: float = 5.0) -> str:

@@ -116,7 +116,7 @@ def run_threads(workers: Sequence[Worker], stop: threading.Event) -> list[thread
         while not stop.is_set():
             worker.step()
 
-    threads = [threading.Thread(target=loop, args=(w,), name=w.name) for w in workers]
+    threads = [threading.Thread(target=loop, args=(w,), name=w.name, daemon=True) for w in workers]
     for thread in threads:
         thread.start()
     return threads
@@ -149,7 +149,8 @@ def run_asyncio(store: PagedRespStore, pages: Sequence[Page], stop: threading.Ev
                     if problem and "version" in problem:
                         problems.append(f"async wrong bytes: {problem}")
 
-    thread = threading.Thread(target=lambda: asyncio.run(main()), name="asyncio")
+    # A daemon: if it hangs, the test fails saying so and the run still ends.
+    thread = threading.Thread(target=lambda: asyncio.run(main()), name="asyncio", daemon=True)
     thread.start()
     return thread
 

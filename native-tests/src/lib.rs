@@ -4,6 +4,7 @@
 //! Both are started by `lmcache_resp/servers.py`, the launcher every suite uses, run by path
 //! (see [`launcher`]); `REDIS_TEST_SERVER=valkey` (or a path) picks another server binary.
 
+pub mod bridge_raw;
 pub mod proxy;
 
 use lmcache_resp_core::Secret;

@@ -2,66 +2,16 @@
 //! key by key without reaching the server; one naming its own page works.
 
 use lmcache_resp_core::ErrorKind;
-use lmcache_resp_core::arena::Arena;
-use lmcache_resp_core::bridge::signal::SignalEnd;
-use lmcache_resp_core::bridge::wire::{Control, KeyEntry, PROTOCOL_VERSION, Submission, decode_completion_record};
-use lmcache_resp_core::bridge::{BridgeLimits, BridgeServer, channel};
+use lmcache_resp_core::bridge::wire::{KeyEntry, Submission};
+use lmcache_resp_core::bridge::{BridgeLimits, BridgeServer};
 use lmcache_resp_core::conn::Outcome;
 use lmcache_resp_core::engine::EngineConfig;
 use lmcache_resp_core::front::BridgedPageStore;
 use lmcache_resp_core::front::PageStore;
 use lmcache_resp_core::op::Op;
-use lmcache_resp_core::ring::{Consumer, Producer};
 use redis_harness::RedisServer;
-use std::os::unix::net::UnixStream;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-struct RawClient {
-    _control: UnixStream,
-    submit: Producer,
-    collect: Consumer,
-    signal: SignalEnd,
-    _region: Arc<Arena>,
-}
-
-impl RawClient {
-    fn attach(path: &std::path::Path) -> RawClient {
-        let control = UnixStream::connect(path).unwrap();
-        let hello = Control::Hello { version: PROTOCOL_VERSION, pid: 1, submission_ring_bytes: 0 };
-        channel::send(&control, &hello, &[]).unwrap();
-        let (Control::Welcome(_), fds) = channel::receive(&control).unwrap().unwrap() else { panic!("no welcome") };
-        let [region, signal]: [std::os::fd::OwnedFd; 2] = fds.try_into().unwrap();
-        let region = Arc::new(Arena::attach(region).unwrap());
-        let (sub, sub_len, comp, comp_len) = region.ring_region(0);
-        let owner: Arc<dyn std::any::Any + Send + Sync> = region.clone();
-        // SAFETY: the bridge initialized both rings before its welcome; this raw client is the
-        // producer of the first and the consumer of the second, as a client is.
-        let (submit, collect) = unsafe {
-            (Producer::attach(sub, sub_len, owner.clone()).unwrap(), Consumer::attach(comp, comp_len, owner).unwrap())
-        };
-        RawClient { _control: control, submit, collect, signal: SignalEnd::from_owned(signal), _region: region }
-    }
-
-    fn run(&mut self, submission: &Submission<'_>) -> Vec<Outcome> {
-        let mut record = Vec::new();
-        submission.encode(&mut record);
-        self.submit.try_push(&[&record]).unwrap();
-        self.submit.publish();
-        self.signal.signal();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if self.collect.try_pop_into(&mut record).unwrap() {
-                self.collect.release();
-                let completion = decode_completion_record(&record).unwrap();
-                assert_eq!(completion.batch, submission.batch);
-                return completion.outcomes;
-            }
-            assert!(Instant::now() < deadline, "no completion");
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-}
+use redis_harness::bridge_raw::RawClient;
+use std::time::Duration;
 
 #[test]
 fn a_batch_naming_pages_the_client_was_not_given_fails_without_reaching_the_server() {
@@ -75,7 +25,7 @@ fn a_batch_naming_pages_the_client_was_not_given_fails_without_reaching_the_serv
     let bridge = BridgeServer::start(config, &path, BridgeLimits::default()).unwrap();
     let honest = BridgedPageStore::attach(&path, Duration::from_secs(5)).unwrap();
     let theirs = honest.allocate_many(1).unwrap()[0];
-    let mut raw = RawClient::attach(&path);
+    let mut raw = RawClient::attach(&path).unwrap();
 
     let stolen = Submission {
         batch: 1,

@@ -141,7 +141,8 @@ fn accept(
                 if handshaking >= shared.limits.max_handshakes || stream.set_nonblocking(true).is_err() {
                     let reason =
                         format!("the bridge has {handshaking} attaches in progress, its limit: try again in a moment");
-                    let _ = channel::send(&stream, &Control::Refused { reason }, &[]);
+                    let refused = Control::Refused { reason, kind: Some(ErrorKind::Connection as u8) };
+                    let _ = channel::send(&stream, &refused, &[]);
                     continue;
                 }
                 let deadline = Instant::now() + shared.limits.handshake_timeout;
@@ -266,7 +267,8 @@ fn answer(shared: &BridgeState, mut conn: Conn, frame: Control) -> Option<Conn> 
             }
             other => {
                 let reason = format!("the first message must be Hello, not {other:?}");
-                let _ = channel::send(&conn.stream, &Control::Refused { reason }, &[]);
+                let refused = Control::Refused { reason, kind: Some(ErrorKind::Protocol as u8) };
+                let _ = channel::send(&conn.stream, &refused, &[]);
                 None
             }
         },
@@ -326,9 +328,11 @@ fn allowed(shared: &BridgeState, stream: &UnixStream, cred: &rustix::net::UCred)
     !gids.is_empty() && (gids.contains(&cred.gid.as_raw()) || peer_groups(stream).iter().any(|g| gids.contains(g)))
 }
 
-fn refuse(conn: Conn, reason: String) -> Option<Conn> {
+/// Refuses an attach, saying why; `kind` is what the client raises (None: a version
+/// mismatch, in the form every version reads).
+fn refuse(conn: Conn, reason: String, kind: Option<ErrorKind>) -> Option<Conn> {
     log::warn(&format!("bridge: refused an attach: {reason}"));
-    let _ = channel::send(&conn.stream, &Control::Refused { reason }, &[]);
+    let _ = channel::send(&conn.stream, &Control::Refused { reason, kind: kind.map(|k| k as u8) }, &[]);
     None
 }
 
@@ -336,7 +340,8 @@ fn refuse(conn: Conn, reason: String) -> Option<Conn> {
 /// its signal socketpair and the `Welcome`.
 fn handshake(shared: &BridgeState, conn: Conn, version: u32, ring_bytes: u32) -> Option<Conn> {
     let Some(cred) = peer(&conn.stream) else {
-        return refuse(conn, "the kernel does not say who the peer is (SO_PEERCRED failed)".into());
+        let reason = "the kernel does not say who the peer is (SO_PEERCRED failed)".into();
+        return refuse(conn, reason, Some(ErrorKind::Authentication));
     };
     let (pid, uid) = (cred.pid.as_raw_nonzero().get(), cred.uid.as_raw());
     if !allowed(shared, &conn.stream, &cred) {
@@ -346,14 +351,14 @@ fn handshake(shared: &BridgeState, conn: Conn, version: u32, ring_bytes: u32) ->
             list(" and uids ", &shared.limits.allow_uids),
             list(" and members of gids ", &shared.limits.allow_gids),
         );
-        return refuse(conn, reason);
+        return refuse(conn, reason, Some(ErrorKind::Authentication));
     }
     if version != PROTOCOL_VERSION {
         let reason = format!(
             "protocol version {version} is not this bridge's ({PROTOCOL_VERSION}): use the same lmcache-resp version \
              for the bridge and its clients"
         );
-        return refuse(conn, reason);
+        return refuse(conn, reason, None);
     }
     let attached = shared.lock_clients().len();
     if attached >= shared.limits.max_clients {
@@ -363,6 +368,7 @@ fn handshake(shared: &BridgeState, conn: Conn, version: u32, ring_bytes: u32) ->
                 "the bridge serves at most {} clients and has {attached} (see --max-clients)",
                 shared.limits.max_clients
             ),
+            Some(ErrorKind::Connection),
         );
     }
     match new_client(shared, pid, uid, ring_bytes as usize) {
@@ -391,7 +397,7 @@ fn handshake(shared: &BridgeState, conn: Conn, version: u32, ring_bytes: u32) ->
             ));
             Some(Conn { stage: Stage::Attached(client), ..conn })
         }
-        Err(err) => refuse(conn, format!("the bridge cannot set up a client: {err}")),
+        Err(err) => refuse(conn, format!("the bridge cannot set up a client: {err}"), Some(ErrorKind::Os)),
     }
 }
 
@@ -533,20 +539,31 @@ fn free(shared: &BridgeState, client: &Client, index: u32, generation: u32) -> R
 /// Frees pages of a client: back in its region's pool, their memory given back to the system
 /// (a hole punched in its memfd), their budget back to the bridge.
 pub(super) fn release_pages(shared: &BridgeState, client: &Client, handles: &[PageHandle]) -> Result<()> {
+    for handle in handles {
+        client.pool.check(handle).map_err(|e| Error::new(ErrorKind::Page, e.to_string()))?;
+    }
+    // The holes first: once in the pool a page may be handed out again at once, and its new
+    // bytes must not be punched away; while still held, its memory counts as the client's.
+    for handle in handles {
+        punch(&client.region, client.region.page_offset(handle.index as usize), client.region.page_size() as u64);
+    }
     client.pool.free_many(handles).map_err(|e| Error::new(ErrorKind::Page, e.to_string()))?;
     let mut held = client.held.lock().unwrap_or_else(|p| p.into_inner());
     for handle in handles {
         held.remove(&handle.index);
-        let offset = client.region.page_offset(handle.index as usize);
-        let _ = rustix::fs::fallocate(
-            client.region.fd(),
-            rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
-            offset,
-            client.region.page_size() as u64,
-        );
     }
     shared.return_budget(handles.len());
     Ok(())
+}
+
+/// Gives `len` bytes of the region at `offset` back to the system: they read as zeros after.
+pub(super) fn punch(region: &Arena, offset: u64, len: u64) {
+    let _ = rustix::fs::fallocate(
+        region.fd(),
+        rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+        offset,
+        len,
+    );
 }
 
 /// A leaving client's pages that no batch uses go back now; the others when their batches

@@ -26,9 +26,13 @@ use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 /// Batches taken from one client's ring ahead of the one being fed to the engine.
 const MAX_QUEUED_BATCHES: usize = 8;
+/// How often the clients' regions are checked for memory beyond their pages.
+const AUDIT_INTERVAL: Duration = Duration::from_millis(100);
+const HUGE_PAGE: u64 = 2 << 20;
 
 /// A client's batch, checked and taken from its ring.
 pub(super) struct ClientBatch {
@@ -71,6 +75,7 @@ struct Relay {
 pub(super) fn run(shared: &BridgeState) {
     let ring_budget = shared.engine_ring_bytes / 2;
     let mut relay = Relay { slices: HashMap::new(), next_seq: 1, turn: 0, ring_bytes: 0, ring_budget };
+    let mut last_audit = Instant::now();
     while !shared.stopping() {
         let clients = shared.clients();
         let backlog = clients.iter().any(|c| !c.lock_data().outbox.is_empty());
@@ -98,7 +103,37 @@ pub(super) fn run(shared: &BridgeState) {
         for client in &clients {
             flush(client);
         }
+        if last_audit.elapsed() >= AUDIT_INTERVAL {
+            audit_regions(shared, &clients);
+            last_audit = Instant::now();
+        }
         retire_gone(shared, &clients);
+    }
+}
+
+/// Clients whose region holds more memory than their pages can: a client can write anywhere
+/// in its region, pages it was never given included, and the bridge's memory is bounded only
+/// if that is caught. Such a client is dropped (and its region emptied when it is retired).
+fn audit_regions(shared: &BridgeState, clients: &[Arc<Client>]) {
+    for client in clients.iter().filter(|c| !c.gone.load(Ordering::Acquire)) {
+        let Ok(stat) = rustix::fs::fstat(client.region.fd()) else { continue };
+        let used = stat.st_blocks as u64 * 512;
+        let held = client.held.lock().unwrap_or_else(|p| p.into_inner()).len() as u64;
+        // Shared memory may come in huge pages (transparent huge pages for shmem): allow each
+        // held page and the rings a whole one.
+        let page = (client.region.page_size() as u64).next_multiple_of(HUGE_PAGE);
+        let allowed = client.region.page_offset(0).next_multiple_of(HUGE_PAGE) + held * page;
+        if used > allowed {
+            client.drop_for(
+                shared,
+                format!(
+                    "it wrote to {} KiB of its region, more than its rings and the {held} page(s) it holds allow \
+                     ({} KiB): pages must be allocated before they are written",
+                    used >> 10,
+                    allowed >> 10
+                ),
+            );
+        }
     }
 }
 
@@ -396,6 +431,9 @@ fn retire_gone(shared: &BridgeState, clients: &[Arc<Client>]) {
             client.held.lock().unwrap_or_else(|p| p.into_inner()).values().copied().collect();
         let returned = handles.len();
         let _ = super::control::release_pages(shared, client, &handles);
+        // All of it, pages it wrote without holding them included: the memory is freed even
+        // if the process keeps its mapping.
+        super::control::punch(&client.region, 0, client.region.size() as u64);
         shared.lock_clients().remove(&client.id);
         log::info(&format!(
             "bridge: client {} (pid {}, uid {}) detached; {returned} pages back",

@@ -45,10 +45,15 @@ pub enum Control {
     /// and nothing of any other client) and the client's end of its signal socketpair (it
     /// writes there after submitting; it is readable after the bridge completed something).
     Welcome(Welcome),
-    /// The bridge's answer to a `Hello` it does not accept (a protocol version mismatch).
+    /// The bridge's answer to a `Hello` it does not accept, or to a connection it cannot take.
     Refused {
         /// Why, for the client's user.
         reason: String,
+        /// What kind of error the client should raise ([`ErrorKind`] as a code): permanent
+        /// (not allowed: `Authentication`) or transient (full: `Connection`). None for a
+        /// protocol version mismatch, which is sent without it so that clients of any version
+        /// can read it.
+        kind: Option<u8>,
     },
     /// `count` pages, or none if fewer are free: answered with `Pages` or `Failed`.
     Allocate {
@@ -154,10 +159,11 @@ impl Control {
                 put_u64(&mut body, w.timeout_ms);
                 put_str(&mut body, &w.endpoint);
             }
-            Control::Refused { reason } => {
+            Control::Refused { reason, kind } => {
                 body.push(REFUSED);
                 body.extend_from_slice(&MAGIC);
                 put_str(&mut body, reason);
+                body.extend(kind);
             }
             Control::Allocate { count } => {
                 body.push(ALLOCATE);
@@ -231,7 +237,10 @@ impl Control {
                         timeout_ms: r.u64()?,
                         endpoint: r.string()?,
                     }),
-                    _ => Control::Refused { reason: r.string()? },
+                    _ => Control::Refused {
+                        reason: r.string()?,
+                        kind: if r.remaining() > 0 { Some(r.u8()?) } else { None },
+                    },
                 }
             }
             ALLOCATE => Control::Allocate { count: r.u32()? },
@@ -284,7 +293,10 @@ pub struct Submission<'a> {
     pub keys: Vec<KeyEntry<'a>>,
 }
 
-const ENTRY_HEADER: usize = 20;
+/// Bytes of a submission record before its keys.
+pub const SUBMISSION_HEADER: usize = 16;
+/// Bytes a key takes in a submission record besides the key itself.
+pub const ENTRY_HEADER: usize = 20;
 
 impl Submission<'_> {
     /// The record for the submission ring, written into `out` (cleared first).
@@ -503,7 +515,8 @@ mod tests {
                 timeout_ms: 10_000,
                 endpoint: "10.0.0.5:6379".into(),
             }),
-            Control::Refused { reason: "protocol version 2, this bridge speaks 1".into() },
+            Control::Refused { reason: "protocol version 2, this bridge speaks 1".into(), kind: None },
+            Control::Refused { reason: "uid 7 may not attach".into(), kind: Some(ErrorKind::Authentication as u8) },
             Control::Allocate { count: 7 },
             Control::AllocateOne,
             Control::Pages { pages: vec![(1, 2), (3, 4)] },
@@ -520,7 +533,14 @@ mod tests {
             assert_eq!(u32::from_le_bytes(frame[..4].try_into().unwrap()) as usize, frame.len() - 4);
             assert_eq!(Control::decode(&frame[4..]).unwrap(), message);
             for cut in 0..frame.len() - 4 {
-                assert!(Control::decode(&frame[4..4 + cut]).is_err(), "{message:?} cut at {cut}");
+                match (Control::decode(&frame[4..4 + cut]), &message) {
+                    // The kind is optional (a version refusal goes without, for every version):
+                    // without its last byte, a refusal is one without a kind.
+                    (Ok(Control::Refused { reason, kind: None }), Control::Refused { reason: sent, kind: Some(_) }) => {
+                        assert_eq!((&reason, cut), (sent, frame.len() - 5));
+                    }
+                    (decoded, _) => assert!(decoded.is_err(), "{message:?} cut at {cut}"),
+                }
             }
         }
         assert!(Control::decode(b"\x01NOTMAGIC\x01\0\0\0\0\0\0\0").unwrap_err().contains("bad magic"));

@@ -63,6 +63,9 @@ struct Collect {
     record: Vec<u8>,
     /// Batches sent and not yet handed out, with the outcomes of their records so far.
     pending: HashMap<u64, Pending>,
+    /// The pieces of batches too large for one ring record, each sent as a batch of its own:
+    /// the piece's id -> its batch and where its keys start there.
+    pieces: HashMap<u64, Piece>,
     /// Finished batches for `drain`.
     ready: VecDeque<BatchResult>,
     /// Finished batches that a thread waits for.
@@ -78,12 +81,21 @@ struct SendMode {
     waited: bool,
 }
 
+/// A piece of a batch, sent as a batch of its own.
+struct Piece {
+    batch: u64,
+    start: usize,
+    keys: usize,
+}
+
 struct Pending {
     /// A thread waits for it (it is kept from `drain`).
     waited: bool,
     op: Op,
     keys: usize,
     claim: Claim,
+    /// The ids its pieces were sent as, if it was split.
+    pieces: Vec<u64>,
     /// Outcomes received so far (a batch's outcomes may come in several records).
     outcomes: Vec<Option<crate::conn::Outcome>>,
     filled: usize,
@@ -95,16 +107,21 @@ impl BridgedPageStore {
         let not_a_bridge = |why: String| {
             Error::new(ErrorKind::Connection, format!("{} is not an lmcache-resp bridge: {why}", path.display()))
         };
-        let stream = UnixStream::connect(path).map_err(|e| {
-            Error::new(ErrorKind::Connection, format!("cannot attach to the bridge at {}: {e}", path.display()))
-        })?;
+        let stream = UnixStream::connect(path).map_err(|e| connect_error(path, &e))?;
         stream.set_read_timeout(Some(timeout)).map_err(|e| Error::os("socket timeout", e))?;
         let hello = Control::Hello { version: PROTOCOL_VERSION, pid: std::process::id(), submission_ring_bytes: 0 };
-        channel::send(&stream, &hello, &[])?;
-        let (welcome, fds) = match channel::receive(&stream) {
+        // A bridge that refuses at once may close before the hello is written: its refusal
+        // is still there to read, and says more than the broken pipe.
+        let sent = channel::send(&stream, &hello, &[]);
+        let answer = channel::receive(&stream);
+        if let (Err(err), Err(_) | Ok(None)) = (&sent, &answer) {
+            return Err(err.clone().context(format!("attaching to the bridge at {}", path.display())));
+        }
+        let (welcome, fds) = match answer {
             Ok(Some((Control::Welcome(welcome), fds))) if fds.len() == 2 => (welcome, fds),
-            Ok(Some((Control::Refused { reason }, _))) => {
-                return Err(Error::invalid(format!("the bridge at {} refused: {reason}", path.display())));
+            Ok(Some((Control::Refused { reason, kind }, _))) => {
+                let kind = kind.and_then(ErrorKind::from_code).unwrap_or(ErrorKind::InvalidInput);
+                return Err(Error::new(kind, format!("the bridge at {} refused: {reason}", path.display())));
             }
             Ok(Some((other, _))) => return Err(not_a_bridge(format!("it answered {other:?}"))),
             Ok(None) => {
@@ -172,6 +189,7 @@ impl BridgedPageStore {
                 consumer,
                 record: Vec::new(),
                 pending: HashMap::new(),
+                pieces: HashMap::new(),
                 ready: VecDeque::new(),
                 waited: HashMap::new(),
             }),
@@ -283,18 +301,26 @@ impl BridgedPageStore {
         let memory = MemoryKind::Pages { page_size: self.welcome.page_size };
         BatchShape { op, keys, memory, memories: pages.len(), lengths, exact_length }.check()?;
         let entries = self.entries(keys, pages, lengths);
-        let batch = self.next_batch.fetch_add(1, Ordering::Relaxed);
-        let submission = Submission { batch, op, exact_length, keys: entries };
-        let mut record = Vec::new();
-        submission.encode(&mut record);
         let mut producer = self.submit.lock().unwrap_or_else(|p| p.into_inner());
-        if !producer.record_fits(record.len()) {
+        let pieces = split_for_ring(&entries, producer.capacity() / 4);
+        let first = self.next_batch.fetch_add(pieces.len() as u64, Ordering::Relaxed);
+        let records: Vec<Vec<u8>> = pieces
+            .iter()
+            .zip(first..)
+            .map(|(range, batch)| {
+                let mut record = Vec::new();
+                Submission { batch, op, exact_length, keys: entries[range.clone()].to_vec() }.encode(&mut record);
+                record
+            })
+            .collect();
+        if let Some(record) = records.iter().find(|record| !producer.record_fits(record.len())) {
             return Err(Error::invalid(format!(
-                "a batch of {} keys ({} bytes described) does not fit the bridge's ring: split it",
-                keys.len(),
-                record.len()
+                "a key's description ({} bytes) does not fit the bridge's {}-byte submission ring",
+                record.len(),
+                producer.capacity()
             )));
         }
+        let batch = first;
         let indices: Vec<u32> = pages.iter().map(|page| page.index).collect();
         let claim = self.ledger.claim(op, &indices, || {
             pages
@@ -302,31 +328,37 @@ impl BridgedPageStore {
                 .enumerate()
                 .try_for_each(|(i, page)| self.check(page).map_err(|e| e.context(format!("key {i}"))))
         })?;
-        let pending = Pending { waited, op, keys: keys.len(), claim, outcomes: vec![None; keys.len()], filled: 0 };
-        self.lock_collect().pending.insert(batch, pending);
+        let piece_ids: Vec<u64> =
+            if pieces.len() > 1 { (first..first + pieces.len() as u64).collect() } else { vec![] };
+        let pending = Pending {
+            waited,
+            op,
+            keys: keys.len(),
+            claim,
+            pieces: piece_ids.clone(),
+            outcomes: vec![None; keys.len()],
+            filled: 0,
+        };
+        {
+            let mut collect = self.lock_collect();
+            for (&id, range) in piece_ids.iter().zip(&pieces) {
+                collect.pieces.insert(id, Piece { batch, start: range.start, keys: range.len() });
+            }
+            collect.pending.insert(batch, pending);
+        }
         let deadline = Instant::now() + self.timeout();
-        loop {
-            match producer.try_push(&[&record]) {
-                Ok(()) => break,
-                Err(PushError::Full) => {
-                    producer.publish();
-                    self.ring_doorbell();
-                    if let Err(err) = self.bridge_alive().and_then(|()| {
-                        if Instant::now() < deadline {
-                            Ok(())
-                        } else {
-                            Err(Error::new(ErrorKind::Timeout, "the bridge does not take batches"))
-                        }
-                    }) {
-                        self.unsend(batch);
-                        return Err(err);
-                    }
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-                Err(err) => {
+        for (sent, record) in records.iter().enumerate() {
+            if let Err(err) = self.push(&mut producer, record, deadline) {
+                if sent == 0 {
                     self.unsend(batch);
-                    return Err(self.fail(Error::new(ErrorKind::Protocol, format!("submission ring: {err:?}"))));
+                    return Err(err);
                 }
+                // Pieces are in the bridge already: the batch completes when they do, the
+                // keys of the pieces not sent failed with why.
+                drop(producer);
+                self.fail_unsent(batch, pieces[sent].start, &err);
+                self.ring_doorbell();
+                return Ok(batch);
             }
         }
         producer.publish();
@@ -335,9 +367,46 @@ impl BridgedPageStore {
         Ok(batch)
     }
 
+    /// Pushes one record, waiting for room until `deadline` (the bridge must be alive).
+    fn push(&self, producer: &mut Producer, record: &[u8], deadline: Instant) -> Result<()> {
+        loop {
+            match producer.try_push(&[record]) {
+                Ok(()) => return Ok(()),
+                Err(PushError::Full) => {
+                    producer.publish();
+                    self.ring_doorbell();
+                    self.bridge_alive()?;
+                    if Instant::now() >= deadline {
+                        return Err(Error::new(ErrorKind::Timeout, "the bridge does not take batches"));
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Err(err) => {
+                    return Err(self.fail(Error::new(ErrorKind::Protocol, format!("submission ring: {err:?}"))));
+                }
+            }
+        }
+    }
+
+    /// Keys `from..` of a split batch, never sent: failed with `err`.
+    fn fail_unsent(&self, batch: u64, from: usize, err: &Error) {
+        let mut collect = self.lock_collect();
+        if let Some(pending) = collect.pending.get_mut(&batch) {
+            for slot in &mut pending.outcomes[from..] {
+                if slot.replace(crate::conn::Outcome::Failed(err.clone())).is_none() {
+                    pending.filled += 1;
+                }
+            }
+        }
+    }
+
     fn unsend(&self, batch: u64) {
-        let pending = self.lock_collect().pending.remove(&batch);
-        if let Some(pending) = pending {
+        let mut collect = self.lock_collect();
+        if let Some(pending) = collect.pending.remove(&batch) {
+            for id in &pending.pieces {
+                collect.pieces.remove(id);
+            }
+            drop(collect);
             self.ledger.release(pending.claim);
         }
     }
@@ -376,14 +445,25 @@ impl BridgedPageStore {
             let record = wire::decode_completion_record(&collect.record)
                 .map_err(|why| self.fail(Error::new(ErrorKind::Protocol, format!("bad completion: {why}"))))?;
             filed += 1;
-            let id = record.batch;
+            let (id, offset, piece_keys) = match collect.pieces.get(&record.batch) {
+                Some(piece) => (piece.batch, piece.start, Some(piece.keys)),
+                None => (record.batch, 0, None),
+            };
             let Some(pending) = collect.pending.get_mut(&id) else { continue };
-            if record.total as usize != pending.keys || record.op != pending.op {
-                let why = format!("a completion for batch {id} names {} keys of {:?}", record.total, record.op);
+            let keys = piece_keys.unwrap_or(pending.keys);
+            let (start, total) = (record.start as usize, record.total as usize);
+            if total != keys || record.op != pending.op || start + record.outcomes.len() > keys {
+                let why = format!(
+                    "a completion for batch {} names keys {start}..{} of {total} ({:?}), not of {keys} ({:?})",
+                    record.batch,
+                    start + record.outcomes.len(),
+                    record.op,
+                    pending.op
+                );
                 return Err(self.fail(Error::new(ErrorKind::Protocol, why)));
             }
             for (i, outcome) in record.outcomes.into_iter().enumerate() {
-                if pending.outcomes[record.start as usize + i].replace(outcome).is_none() {
+                if pending.outcomes[offset + start + i].replace(outcome).is_none() {
                     pending.filled += 1;
                 }
             }
@@ -391,6 +471,9 @@ impl BridgedPageStore {
                 continue;
             }
             let pending = collect.pending.remove(&id).expect("found above");
+            for piece in &pending.pieces {
+                collect.pieces.remove(piece);
+            }
             self.ledger.release(pending.claim);
             let outcomes = pending.outcomes.into_iter().map(|o| o.expect("every outcome filled")).collect();
             let result = BatchResult { id, op: pending.op, outcomes };
@@ -484,6 +567,7 @@ impl BridgedPageStore {
     /// The bridge is gone: every batch still pending completes with `err`, key by key.
     fn abandon_all(&self, err: &Error) {
         let mut collect = self.lock_collect();
+        collect.pieces.clear();
         let pending: Vec<(u64, Pending)> = collect.pending.drain().collect();
         for (id, pending) in pending {
             self.ledger.release(pending.claim);
@@ -686,5 +770,81 @@ impl EngineFront for BridgedPageStore {
 impl Drop for BridgedPageStore {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// Why the bridge's socket could not be connected to. Not being allowed to open it is
+/// permanent (an `Authentication` error, never worth retrying) and says what decides it.
+fn connect_error(path: &Path, err: &std::io::Error) -> Error {
+    let at = format!("cannot attach to the bridge at {}: {err}", path.display());
+    if err.kind() != std::io::ErrorKind::PermissionDenied {
+        return Error::new(ErrorKind::Connection, at);
+    }
+    use std::os::unix::fs::MetadataExt;
+    let socket = match std::fs::metadata(path) {
+        Ok(meta) => {
+            format!("the socket is mode {:04o}, owner uid {} gid {}", meta.mode() & 0o7777, meta.uid(), meta.gid())
+        }
+        Err(_) => "its directory may not be searched".into(),
+    };
+    Error::new(
+        ErrorKind::Authentication,
+        format!(
+            "{at}: this user (uid {}) may not open it: {socket} (the bridge's --socket-mode and group, and the \
+             directory's mode, decide who may)",
+            rustix::process::geteuid().as_raw()
+        ),
+    )
+}
+
+/// The key ranges a batch is sent in: one, unless its description passes `budget` bytes (a
+/// quarter of the ring, so that a piece never waits for the whole ring to drain); then pieces
+/// of at most that, each at least one key.
+fn split_for_ring(entries: &[KeyEntry<'_>], budget: usize) -> Vec<std::ops::Range<usize>> {
+    let mut pieces = Vec::new();
+    let (mut start, mut bytes) = (0, wire::SUBMISSION_HEADER);
+    for (i, entry) in entries.iter().enumerate() {
+        let cost = wire::ENTRY_HEADER + entry.key.len();
+        if i > start && bytes + cost > budget {
+            pieces.push(start..i);
+            (start, bytes) = (i, wire::SUBMISSION_HEADER);
+        }
+        bytes += cost;
+    }
+    pieces.push(start..entries.len());
+    pieces
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(key: &[u8]) -> KeyEntry<'_> {
+        KeyEntry { key, page: NO_PAGE, generation: 0, len: 0 }
+    }
+
+    #[test]
+    fn a_batch_is_split_only_past_the_budget_and_every_piece_fits_it() {
+        let keys: Vec<Vec<u8>> = (0..1000).map(|i| format!("key-{i:04}").into_bytes()).collect();
+        let entries: Vec<KeyEntry<'_>> = keys.iter().map(|k| entry(k)).collect();
+        let cost = wire::ENTRY_HEADER + 8;
+        assert_eq!(split_for_ring(&entries, 1 << 20), vec![0..1000]);
+        assert_eq!(split_for_ring(&[], 64), vec![0..0], "an empty batch is one empty piece");
+        let budget = wire::SUBMISSION_HEADER + 100 * cost;
+        let pieces = split_for_ring(&entries, budget);
+        assert_eq!(pieces.len(), 10);
+        assert!(pieces.windows(2).all(|w| w[0].end == w[1].start) && pieces[9].end == 1000);
+        for piece in &pieces {
+            let mut record = Vec::new();
+            Submission { batch: 1, op: Op::Exists, exact_length: false, keys: entries[piece.clone()].to_vec() }
+                .encode(&mut record);
+            assert!(record.len() <= budget, "{piece:?}: {} bytes", record.len());
+        }
+        let big = vec![b'k'; 500];
+        assert_eq!(
+            split_for_ring(&[entry(&big), entry(b"a")], 64),
+            vec![0..1, 1..2],
+            "a key larger than the budget goes alone"
+        );
     }
 }
