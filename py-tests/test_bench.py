@@ -333,11 +333,66 @@ def test_bridge_fleet_options_are_checked(capsys: pytest.CaptureFixture[str]) ->
         (["--clients", "2"], "--clients needs --bridge"),
         (["--bridge", "--sweep"], "--bridge compares the bridge with independent stores"),
         (["--bridge", "--clients", "0"], "--clients: must be an integer in 1..64"),
+        (["--neighbour-flood"], "--neighbour-flood needs --bridge"),
+        (["--clients", "2", "--neighbour-flood"], "--clients needs --bridge"),
+        (["--bridge", "--neighbour-flood"], "--neighbour-flood needs --clients 2 or more"),
+        (["--bridge", "--clients", "1", "--neighbour-flood"], "--neighbour-flood needs --clients 2 or more"),
+        (["--bridge", "--clients", "2", "--flood-seconds", "2"], "--flood-seconds needs --neighbour-flood"),
+        (["--client-inflight-mb", "8"], "--client-inflight-mb needs --bridge"),
+        (["--bridge", "--client-inflight-mb", "0"], "--client-inflight-mb: must be a number of MiB"),
     ]:
         with pytest.raises(SystemExit) as exited:
             parse_options(argv)
         assert exited.value.code == 2
         assert message in capsys.readouterr().err
+
+
+def test_neighbour_flood_options_are_parsed() -> None:
+    options = parse_options(["--bridge", "--clients", "3", "--neighbour-flood", "--flood-seconds", "2.5", "--num-keys", "8",
+                             "--client-inflight-mb", "8"])
+    assert options.neighbour_flood and options.clients == 3
+    assert (options.flood_seconds, options.client_inflight_mib) == (2.5, 8.0)
+    defaults = parse_options(["--bridge", "--clients", "2", "--neighbour-flood", "--num-keys", "8"])
+    assert (defaults.flood_seconds, defaults.client_inflight_mib) == (8.0, 32.0)
+    assert not parse_options(["--bridge", "--num-keys", "8"]).neighbour_flood
+
+
+def test_neighbour_flood_through_the_bridge_and_independent_stores(capsys: pytest.CaptureFixture[str]) -> None:
+    """Client 0's one-key EXISTS, quiet and while client 1 floods, in both fleets: real numbers
+    (no performance assertion), the share passed to the bridge, every flooded key verified."""
+    flood = ["--bridge", "--clients", "2", "--neighbour-flood", "--num-keys", "4", "--chunk-mb", "0.25",
+             "--num-workers", "2", "--flood-seconds", "1", "--client-inflight-mb", "0.5"]
+    status, out, err = run_main(capsys, *flood, "--json")
+    assert status == 0, out + err
+    doc = json.loads(out)
+    assert doc["verified"] is True and doc["config"]["neighbour_flood"] is True
+    assert doc["config"]["flood_seconds"] == 1.0 and doc["config"]["client_inflight_mib"] == 0.5
+    assert doc["clients"] == [] and doc["results"] == {}  # the flood replaces the rounds
+    assert doc["verified_get_batches"] == 2 * 2 and doc["verified_bytes"] == 4 * 4 * (256 << 10)
+    nf = doc["neighbour_flood"]
+    assert nf["flooders"] == 1 and list(nf["modes"]) == ["bridge", "independent"]
+    for mode, entry in nf["modes"].items():
+        assert entry["name"] == f"{mode} x2"
+        for phase in ("quiet", "flooded"):
+            stats = entry[phase]
+            assert stats["count"] == len(stats["samples_ms"]) > 0
+            assert all(ms > 0 for ms in stats["samples_ms"])
+            assert 0 < stats["p50_ms"] <= stats["p99_ms"] <= stats["max_ms"]
+        assert entry["flood_bytes"] > 0 and entry["flood_batches"] > 0 and entry["flood_seconds"] >= 1.0
+        assert entry["flood_bytes"] == entry["flood_batches"] * 4 * (256 << 10)
+        assert entry["flood_gb_per_s"] > 0 and entry["p99_ratio"] > 0
+    bridge, independent = nf["modes"]["bridge"], nf["modes"]["independent"]
+    assert bridge["share_bytes"] == 512 << 10 and bridge["share_mib"] == 0.5 and bridge["share_ms"] > 0
+    assert isinstance(bridge["added_p99_shares"], float)
+    assert independent["share_bytes"] is None and independent["share_ms"] is None
+
+    status, out, err = run_main(capsys, *flood)
+    assert status == 0, out + err
+    assert "neighbour flood: client 0's one-key EXISTS latency" in out
+    number = r"\s+\|\s+[\d.]+"
+    assert re.search(rf"^\s+bridge x2{number * 4}\s+\|\s+\d+/\d+{number}\s+\|\s+[\d.]+x\s+\|\s+512 KiB\s+\|", out, re.M), out
+    assert re.search(rf"^\s+independent x2{number * 4}\s+\|\s+\d+/\d+{number}\s+\|\s+[\d.]+x\s+\|\s+-\s+\|", out, re.M), out
+    assert "Batch SET" not in out and out.rstrip().splitlines()[-1] == "All tests passed"
 
 
 def test_unreachable_server_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:

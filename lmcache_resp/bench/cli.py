@@ -21,10 +21,14 @@ from lmcache_resp.errors import InvalidInputError
 from lmcache_resp.bench.console import GiB, MiB, mib_to_bytes
 from lmcache_resp.bench.options import (
     ALL_OPS,
+    DEFAULT_CLIENT_INFLIGHT_MIB,
+    DEFAULT_FLOOD_SECONDS,
     DEFAULT_OPS,
     DEFAULT_SWEEP_CHUNKS,
     DEFAULT_SWEEP_WORKERS,
+    FLOOD_SETTLE_S,
     PASSWORD_ENV,
+    PROBE_END_SHARE,
     PEERS,
     Options,
     sweep_keys,
@@ -192,6 +196,17 @@ def build_parser() -> argparse.ArgumentParser:
                             "processes with a store each: throughput, connections, CPU per GB")
     extra.add_argument("--clients", type=_int_in(1, 64), default=None, metavar="K",
                        help="client processes for --bridge (default 1); each moves --num-keys keys per batch")
+    extra.add_argument("--client-inflight-mb", type=_positive_float(65536, "MiB"), metavar="MiB",
+                       help="the bridge's --client-inflight-mb: one client's share of values in flight, "
+                            f"served round-robin (default {DEFAULT_CLIENT_INFLIGHT_MIB:g}, the bridge's own)")
+    extra.add_argument("--neighbour-flood", action="store_true",
+                       help="with --bridge --clients K (K >= 2), instead of the rounds: client 0 times one-key "
+                            "EXISTS calls, quiet and while clients 1..K-1 SET their batches in a loop, through "
+                            "the bridge and with independent stores: p50/p99 quiet and flooded, flood GB/s, the "
+                            "bridge's share and how long one share takes")
+    extra.add_argument("--flood-seconds", type=_positive_float(3600, "seconds"), metavar="S",
+                       help=f"how long each flooder SETs for --neighbour-flood (default {DEFAULT_FLOOD_SECONDS:g}; the flooded probe "
+                            f"runs from {FLOOD_SETTLE_S:g} s in to {PROBE_END_SHARE:.0%} of it)")
     return parser
 
 
@@ -224,6 +239,14 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         parser.error("--clients needs --bridge")
     if args.bridge and (sweep or args.compare or args.ceiling):
         parser.error("--bridge compares the bridge with independent stores: it cannot be combined with --sweep, --compare or --ceiling")
+    if args.client_inflight_mb is not None and not args.bridge:
+        parser.error("--client-inflight-mb needs --bridge")
+    if args.neighbour_flood and not args.bridge:
+        parser.error("--neighbour-flood needs --bridge (and --clients 2 or more)")
+    if args.neighbour_flood and (args.clients or 1) < 2:
+        parser.error("--neighbour-flood needs --clients 2 or more: client 0 probes, the others flood")
+    if args.flood_seconds is not None and not args.neighbour_flood:
+        parser.error("--flood-seconds needs --neighbour-flood")
     if args.plot is not None and not args.plot.parent.is_dir():
         parser.error(f"--plot: the folder {str(args.plot.parent)!r} does not exist")
     # $LMCACHE_RESP_PASSWORD (and $LMCACHE_RESP_USERNAME) are read when the connection is resolved.
@@ -254,6 +277,9 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         unix=args.unix,
         bridge=args.bridge,
         clients=args.clients or 1,
+        client_inflight_mib=DEFAULT_CLIENT_INFLIGHT_MIB if args.client_inflight_mb is None else args.client_inflight_mb,
+        neighbour_flood=args.neighbour_flood,
+        flood_seconds=DEFAULT_FLOOD_SECONDS if args.flood_seconds is None else args.flood_seconds,
         server=args.server,
         get_piece_bytes=None if args.get_piece_mb is None else mib_to_bytes(args.get_piece_mb),
     )

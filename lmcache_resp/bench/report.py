@@ -1,6 +1,7 @@
 """Everything one run measured, and how it is shown: the human-readable report (LMCache's
 ``Batch SET: X GB/s`` lines first, then rounds, latency, CPU cost, peers side by side, the sweep
-tables and the ceiling) and the --json document (every round's samples; never the password)."""
+tables, the ceiling and the neighbour flood) and the --json document (every round's samples;
+never the password)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 from lmcache_resp import __version__
 from lmcache_resp.bench.ceiling import CeilingProbe, reference
 from lmcache_resp.bench.options import Options
-from lmcache_resp.bench.console import GB, UNITS_NOTE, format_size
+from lmcache_resp.bench.console import GB, MiB, UNITS_NOTE, format_size
+from lmcache_resp.bench.flood import PROBE_GAP_S, FloodResult
 from lmcache_resp.bench.measure import PAYLOAD_OPS, ClientResult
 from lmcache_resp.bench.ours import LatencyStats
 from lmcache_resp.bench.sweep import KNEE_SHARE, SweepPoint, SweepResult
@@ -22,6 +24,7 @@ from lmcache_resp.bench.workload import Mismatch
 __all__ = [
     "RunResult",
     "failure_json",
+    "flood_lines",
     "header_lines",
     "result_json",
     "standard_lines",
@@ -48,6 +51,7 @@ class RunResult:
     latency: dict[str, LatencyStats] | None = None
     ceiling: list[CeilingProbe] | None = None
     sweep: SweepResult | None = None
+    neighbour_flood: list[FloodResult] | None = None  # the bridge's fleet first
     # What lmcache_resp read back and had verified byte for byte.
     verified_get_batches: int = 0
     verified_bytes: int = 0
@@ -65,6 +69,12 @@ def header_lines(options: Options) -> list[str]:
         workload = (f"sweep: chunk sizes {', '.join(format_size(c) for c in sorted(set(options.sweep_chunks)))} at "
                     f"{options.num_workers} workers; workers {', '.join(map(str, sorted(set(options.sweep_workers))))} at "
                     f"{format_size(options.chunk_bytes)}; up to {options.num_keys} keys per batch; {_plural(options.rounds, 'round')} per point after an untimed warm-up")
+    elif options.neighbour_flood:
+        workload = (f"workload: neighbour flood, {options.clients} client processes of {options.num_keys} keys x "
+                    f"{format_size(options.chunk_bytes)}: client 0 times one-key EXISTS calls {PROBE_GAP_S * 1e3:g} ms "
+                    f"apart, quiet and while {_flooders(options.clients)} {_flood_verb(options.clients)} in a loop "
+                    f"for {options.flood_seconds:g} s; through one bridge (share {options.client_inflight_mib:g} MiB "
+                    f"in flight per client), then with a store per process; {options.num_workers} I/O workers per engine")
     elif options.bridge:
         workload = (f"workload: {options.clients} client processes, each {options.num_keys} keys x {format_size(options.chunk_bytes)} "
                     f"per batch, all at once; {options.num_workers} I/O workers per engine, {_plural(options.rounds, 'round')} "
@@ -190,7 +200,47 @@ def _sweep_table(points: list[SweepPoint], first: str, label: Callable[[SweepPoi
     return _table(rows, numbers_right=True)
 
 
+def flood_lines(result: RunResult) -> list[str]:
+    floods = result.neighbour_flood
+    if not floods:
+        return []
+    k = floods[0].clients
+    lines = ["", f"neighbour flood: client 0's one-key EXISTS latency (ms), quiet and while {_flooders(k)} "
+                 f"{_flood_verb(k)} in a loop; flood GB/s = the flooders' aggregate"]
+    for f in floods:
+        lines.append(f"  {f.name}: {f.description}")
+    rows = [["mode", "quiet p50", "quiet p99", "flooded p50", "flooded p99", "samples", "flood GB/s", "p99 ratio",
+             "share", "one share, ms", "added p99, shares"]]
+    for f in floods:
+        share_ms, added = f.share_ms, f.added_p99_shares
+        rows.append([f.name, f"{f.quiet.p50_ms:.3f}", f"{f.quiet.p99_ms:.3f}", f"{f.flooded.p50_ms:.3f}",
+                     f"{f.flooded.p99_ms:.3f}", f"{f.quiet.count}/{f.flooded.count}", f"{f.flood_gbps:.3f}",
+                     f"{f.p99_ratio:.2f}x", format_size(f.share_bytes) if f.share_bytes else "-",
+                     "-" if share_ms is None else f"{share_ms:.3f}", "-" if added is None else f"{added:.2f}"])
+    lines += _table(rows, numbers_right=True)
+    lines.append("  p99 ratio = flooded p99 / quiet p99; samples = quiet/flooded; share = the most one client has in "
+                 "flight through the bridge (served round-robin); one share, ms = a share at the measured flood rate; "
+                 "added p99 = (flooded p99 - quiet p99) in shares: about 1 or less is what round-robin promises")
+    batch = result.options.pool_bytes
+    share = next((f.share_bytes for f in floods if f.share_bytes), None)
+    if share is not None and batch <= share:
+        lines.append(f"  note: a flooder's batch ({format_size(batch)}) is no larger than the share ({format_size(share)}): "
+                     f"the bridge's cap never holds a flooder back (a larger --num-keys puts it to work)")
+    return lines
+
+
+def _flooders(clients: int) -> str:
+    return "client 1" if clients == 2 else f"clients 1..{clients - 1}"
+
+
+def _flood_verb(clients: int) -> str:
+    return "SETs its batch" if clients == 2 else "SET their batches"
+
+
 def verified_line(result: RunResult) -> str:
+    if result.neighbour_flood:
+        return (f"verified: every byte lmcache_resp read back ({result.verified_get_batches} GET batches, every "
+                f"client's keys after each flood, {result.verified_bytes / GB:.3f} GB) matched what was written")
     latency = " and the latency pass" if result.latency and "get" in result.latency else ""
     return (f"verified: every byte lmcache_resp read back ({result.verified_get_batches} GET batches including "
             f"warm-ups{latency}, {result.verified_bytes / GB:.3f} GB) matched what was written")
@@ -244,6 +294,7 @@ def result_json(result: RunResult) -> dict[str, Any]:
         latency_ms={op: asdict(s) for op, s in result.latency.items()} if result.latency else None,
         ceiling=[asdict(p) for p in result.ceiling] if result.ceiling else None,
         sweep=None,
+        neighbour_flood=_flood_json(result.neighbour_flood) if result.neighbour_flood else None,
     )
     if result.sweep is not None:
         s = result.sweep
@@ -282,6 +333,9 @@ def _json_base(options: Options) -> dict[str, Any]:
             "seed": options.seed,
             "bridge": options.bridge,
             "clients": options.clients,
+            "client_inflight_mib": options.client_inflight_mib,
+            "neighbour_flood": options.neighbour_flood,
+            "flood_seconds": options.flood_seconds if options.neighbour_flood else None,
         },
     }
 
@@ -301,6 +355,33 @@ def _client_json(client: ClientResult) -> dict[str, Any]:
                 "cpu_per_gb": client.cpu_per_gb(op),
             }
             for op, samples in client.samples.items()
+        },
+    }
+
+
+def _flood_json(floods: list[FloodResult]) -> dict[str, Any]:
+    def latency(stats: LatencyStats, seconds: list[float]) -> dict[str, Any]:
+        return {**asdict(stats), "samples_ms": [s * 1e3 for s in seconds]}
+
+    return {
+        "probe": "one-key EXISTS by client 0", "probe_gap_s": PROBE_GAP_S, "flooders": floods[0].flooders,
+        "modes": {
+            f.mode: {
+                "name": f.name,
+                "description": f.description,
+                "quiet": latency(f.quiet, f.run.quiet),
+                "flooded": latency(f.flooded, f.run.flooded),
+                "p99_ratio": f.p99_ratio,
+                "flood_bytes": f.run.flood_bytes,
+                "flood_seconds": f.run.flood_seconds,
+                "flood_batches": f.run.flood_batches,
+                "flood_gb_per_s": f.flood_gbps,
+                "share_bytes": f.share_bytes,
+                "share_mib": None if f.share_bytes is None else f.share_bytes / MiB,
+                "share_ms": f.share_ms,
+                "added_p99_shares": f.added_p99_shares,
+            }
+            for f in floods
         },
     }
 

@@ -15,6 +15,7 @@ from lmcache_resp.bench.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EX
 from lmcache_resp.bench.options import Options
 from lmcache_resp.bench.console import Console
 from lmcache_resp.bench.fleet import MODES, FleetDriver
+from lmcache_resp.bench.flood import measure_neighbour_flood
 from lmcache_resp.bench.measure import Driver, run_rounds
 from lmcache_resp.bench.ours import OursDriver
 from lmcache_resp.bench.peers import make_peer
@@ -41,6 +42,8 @@ def run(options: Options, *, stdout: TextIO, stderr: TextIO) -> int:
             try:
                 if options.sweep:
                     result = _sweep(options, target, ledger, console)
+                elif options.neighbour_flood:
+                    result = _neighbour_flood(options, target, ledger, console)
                 elif options.bridge:
                     result = _fleets(options, target, ledger, console)
                 else:
@@ -143,6 +146,7 @@ def _fleets(options: Options, target: Target, ledger: KeyLedger, console: Consol
             drivers.append(FleetDriver(
                 mode, k, target, keys, chunk_bytes=options.chunk_bytes, num_workers=options.num_workers,
                 seed=options.seed, timeout=options.timeout, cpu_affinity=options.cpu_affinity,
+                client_inflight_mib=options.client_inflight_mib,
             ))
         console.progress.add_total((options.rounds + 1) * len(drivers))
         result.clients = run_rounds(drivers, options.ops, options.rounds, console)
@@ -152,6 +156,19 @@ def _fleets(options: Options, target: Target, ledger: KeyLedger, console: Consol
     result.verified_get_batches = gets * k * len(drivers)
     result.verified_bytes = result.verified_get_batches * options.num_keys * options.chunk_bytes
     return _reported(result, console)
+
+
+def _neighbour_flood(options: Options, target: Target, ledger: KeyLedger, console: Console) -> report.RunResult:
+    """Client 0's small batches, quiet and beside K-1 flooding clients, through the bridge and
+    with independent stores; every client's keys read back and verified afterwards."""
+    result = report.RunResult(options, target, ledger.prefix)
+    result.neighbour_flood = measure_neighbour_flood(options, target, ledger, console)
+    result.verified_get_batches = options.clients * len(result.neighbour_flood)
+    result.verified_bytes = result.verified_get_batches * options.pool_bytes
+    for line in report.flood_lines(result):
+        console.say(line)
+    console.say(report.verified_line(result))
+    return result
 
 
 def _reported(result: report.RunResult, console: Console) -> report.RunResult:
