@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 
 /// Batches taken from one client's ring ahead of the one being fed to the engine.
 const MAX_QUEUED_BATCHES: usize = 8;
+/// Slices a client's share is cut into at least.
+const SLICES: usize = 4;
 /// How often the clients' regions are checked for memory beyond their pages.
 const AUDIT_INTERVAL: Duration = Duration::from_millis(100);
 const HUGE_PAGE: u64 = 2 << 20;
@@ -284,8 +286,12 @@ impl Relay {
         {
             return false;
         }
-        let (room_bytes, room_keys) =
-            (limits.client_inflight_bytes - data.inflight_bytes, limits.client_inflight_keys - data.inflight_keys);
+        // A slice is at most a quarter of the share: the share stays full while slices
+        // complete one by one, so a client alone keeps the server busy (a slice of the whole
+        // share would leave the pipe empty each time it completed).
+        let room_bytes =
+            (limits.client_inflight_bytes - data.inflight_bytes).min(limits.client_inflight_bytes / SLICES);
+        let room_keys = (limits.client_inflight_keys - data.inflight_keys).min(limits.client_inflight_keys / SLICES);
         let room_ring = self.ring_budget - self.ring_bytes;
         let Some(batch) = data.queued.iter_mut().find(|b| b.next < b.keys.len()) else { return false };
         if batch.seq == 0 {

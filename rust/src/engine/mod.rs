@@ -382,7 +382,7 @@ impl Engine {
                 [one] => one.to_string(),
                 many => format!("{}{}", if settings.cluster { "cluster " } else { "shards " }, list(many)),
             },
-            conns_per_worker: settings.connections_per_worker * servers.len(),
+            conns_per_worker: route::conns_per_node(settings) * servers.len(),
             placement,
             worker_tids,
             owner_pid: current_pid(),

@@ -5,9 +5,12 @@
 //!   (`host:port`), so adding a server moves only about 1/(N+1) of the keys, all to it.
 //! - Redis Cluster: the key's hash slot, looked up in the shared slot map.
 //!
-//! Each worker has `connections_per_worker` connections to every server it talks to; for a
-//! cluster, to each primary, opened when the map first names it, and to each node a redirect
-//! sends it to.
+//! Each worker has `connections_per_worker` connections to every server it talks to, plus
+//! one **express** connection that carries only small requests (at most
+//! [`SMALL_REQUEST_BYTES`] in flight: EXISTS, DEL, small values): a lookup never waits on a
+//! connection behind megabytes of someone else's values, which the server would read first.
+//! For a cluster, to each primary, opened when the map first names it, and to each node a
+//! redirect sends it to. Connections open when they first have work.
 //!
 //! A cluster node named by its host name (in a `MOVED`, an `ASK` or the slot map) is looked up
 //! off the worker ([`Resolver`]): until the lookup ends, its connections hold the requests for
@@ -29,6 +32,15 @@ use std::time::Instant;
 /// Nodes a worker keeps beyond the slot map's primaries (redirect targets, former primaries)
 /// before it forgets idle ones.
 pub const MAX_EXTRA_NODES: usize = 64;
+
+/// A request keeping at most this many bytes in flight (sent and expected back) is small: it
+/// may take a node's express connection, which no larger one does.
+pub const SMALL_REQUEST_BYTES: usize = 64 << 10;
+
+/// Connections a worker opens to each node: the express one and `connections_per_worker`.
+pub fn conns_per_node(settings: &Settings) -> usize {
+    settings.connections_per_worker + 1
+}
 
 /// How keys map to servers; shared by the workers.
 pub enum Route {
@@ -100,7 +112,7 @@ struct Slot {
 /// refreshed each round or pins the node, see [`Nodes::trim`]).
 pub struct Nodes {
     pub conns: Vec<Conn>,
-    /// Indices into `conns`, per node slot.
+    /// Indices into `conns`, per node slot: the express connection first, then the others.
     conns_of: Vec<Vec<usize>>,
     slots: Vec<Slot>,
     /// Cluster: the slot of each node in the table by address (not Dead or Free ones).
@@ -188,7 +200,7 @@ impl Nodes {
             }
             None => {
                 let first = self.conns.len();
-                for _ in 0..settings.connections_per_worker {
+                for _ in 0..conns_per_node(settings) {
                     self.conns.push(make());
                 }
                 self.conns_of.push((first..self.conns.len()).collect());
@@ -357,17 +369,17 @@ impl Nodes {
         }
     }
 
-    /// The connections to server `node`.
-    pub fn conns_of(&self, node: usize) -> &[usize] {
-        &self.conns_of[node]
+    /// The connections to server `node` that carry requests of any size (not its express one).
+    pub fn bulk_conns_of(&self, node: usize) -> &[usize] {
+        &self.conns_of[node][1..]
     }
 
-    /// The least loaded connection to server `node`.
-    pub fn conn_for(&self, node: usize) -> usize {
-        *self.conns_of[node]
-            .iter()
-            .min_by_key(|&&i| self.conns[i].outstanding_cost())
-            .expect("a server has connections")
+    /// The least loaded connection to server `node` for a request keeping `cost` bytes in
+    /// flight: any of them for a small request (in practice the express one, which only small
+    /// ones use), one of the others for a larger one.
+    pub fn conn_for(&self, node: usize, cost: usize) -> usize {
+        let conns = if cost <= SMALL_REQUEST_BYTES { &self.conns_of[node][..] } else { self.bulk_conns_of(node) };
+        *conns.iter().min_by_key(|&&i| self.conns[i].outstanding_cost()).expect("a server has connections")
     }
 }
 
@@ -381,7 +393,7 @@ mod tests {
 
     const SLOW: Duration = Duration::from_millis(1500);
 
-    /// Nodes of a cluster worker (two connections per node) whose resolver takes `SLOW` to look
+    /// Nodes of a cluster worker (two connections per node and the express one) whose resolver takes `SLOW` to look
     /// up names starting with "slow", fails for names starting with "bad" and answers 127.0.0.1
     /// otherwise; and how often the worker was woken.
     fn cluster_nodes() -> (Nodes, Arc<AtomicUsize>) {
@@ -412,8 +424,13 @@ mod tests {
     }
 
     impl Nodes {
+        /// Every connection to server `node`, the express one first.
+        fn conns_of(&self, node: usize) -> &[usize] {
+            &self.conns_of[node]
+        }
+
         fn push_to(&mut self, node: usize, request: Request, out: &mut Vec<Completion>) {
-            let conn = self.conn_for(node);
+            let conn = self.conn_for(node, 0);
             self.conns[conn].push(request, out);
         }
 
@@ -449,7 +466,7 @@ mod tests {
         assert!(nodes.conns_of(slow).iter().all(|&c| nodes.conns[c].awaits_addresses()));
         assert!(nodes.conns_of(healthy).iter().all(|&c| !nodes.conns[c].awaits_addresses()));
         nodes.poll_lookups(Instant::now(), &mut out);
-        assert!(nodes.conns[nodes.conn_for(slow)].awaits_addresses(), "still being looked up");
+        assert!(nodes.conns[nodes.conn_for(slow, 0)].awaits_addresses(), "still being looked up");
         assert!(out.is_empty(), "{out:?}");
         // Once the lookup ends the worker is woken, and the connections learn where to go.
         wait_for_wake(&woken, 1);
@@ -512,7 +529,8 @@ mod tests {
             assert!(nodes.in_use() <= bound, "{} nodes after {i} redirects", nodes.in_use());
         }
         assert!(nodes.slots.len() <= bound, "{} slots", nodes.slots.len());
-        assert!(nodes.conns.len() <= 2 * bound, "{} connections", nodes.conns.len());
+        let per_node = conns_per_node(&nodes.factory.settings);
+        assert!(nodes.conns.len() <= per_node * bound, "{} connections", nodes.conns.len());
         assert!(nodes.by_addr.len() <= bound, "{} addresses", nodes.by_addr.len());
         // What must stay stayed, at its index.
         for (addr, &index) in primaries.iter().zip(&primary_index) {
@@ -536,5 +554,27 @@ mod tests {
         nodes.forget(b);
         let targets: Vec<usize> = (0..4).map(|i| nodes.ping_target(i)).collect();
         assert_eq!(targets, [a, c, a, c]);
+    }
+
+    #[test]
+    fn small_requests_take_the_express_connection_and_large_ones_never_do() {
+        let (mut nodes, _) = cluster_nodes();
+        let node = nodes.node_at(&NodeAddr::new("127.0.0.1", 7000)).unwrap();
+        let conns = nodes.conns_of(node).to_vec();
+        assert_eq!(conns.len(), 3, "the express connection and two others");
+        let express = conns[0];
+        assert_eq!(nodes.bulk_conns_of(node), &conns[1..]);
+        let mut out = Vec::new();
+        // Large requests fill the two bulk connections, never the express one.
+        for _ in 0..6 {
+            let conn = nodes.conn_for(node, 4 << 20);
+            assert_ne!(conn, express);
+            nodes.conns[conn].push(exists(1), &mut out);
+        }
+        assert!(nodes.conns[express].is_empty());
+        // A small one goes where the least is queued: the express connection.
+        assert_eq!(nodes.conn_for(node, 100), express);
+        assert_eq!(nodes.conn_for(node, SMALL_REQUEST_BYTES), express);
+        assert_ne!(nodes.conn_for(node, SMALL_REQUEST_BYTES + 1), express);
     }
 }

@@ -172,7 +172,7 @@ impl Worker {
 
     /// Sends `request` to server `node`, behind an `ASKING` if it follows an `-ASK`.
     fn send(&mut self, node: usize, request: Request, asking: bool) {
-        let conn = self.nodes.conn_for(node);
+        let conn = self.nodes.conn_for(node, request.pipeline_cost());
         if self.readiness.len() < self.nodes.conns.len() {
             self.readiness.resize(self.nodes.conns.len(), Readiness::OPTIMISTIC);
         }
@@ -468,7 +468,8 @@ struct WorkerConns<'a> {
 
 impl ranged::Conns for WorkerConns<'_> {
     fn conns_of(&self, node: usize) -> &[usize] {
-        self.nodes.conns_of(node)
+        // Pieces of large values: never on the express connection.
+        self.nodes.bulk_conns_of(node)
     }
 
     fn load(&self, conn: usize) -> usize {

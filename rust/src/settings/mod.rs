@@ -136,7 +136,8 @@ pub struct Settings {
     pub connect_timeout: Duration,
     /// I/O worker threads of the engine.
     pub num_workers: usize,
-    /// Connections each worker opens to every server it talks to.
+    /// Connections each worker opens to every server it talks to for requests of any size; it
+    /// opens one more, its express connection, for small ones (see `engine::route`).
     pub connections_per_worker: usize,
     /// How much each connection keeps on the wire at once.
     pub pipeline: PipelineLimits,
