@@ -10,6 +10,8 @@ memory and Redis/Valkey.
 """
 
 from lmcache_resp._native import __version__
+from lmcache_resp import _logging
+from lmcache_resp.stats import EndpointStats, Histogram, Stats
 from lmcache_resp.client import RedisClient
 from lmcache_resp.connector import RespConnector
 from lmcache_resp.lmcache import RespConnectorClient
@@ -40,7 +42,9 @@ __all__ = [
     "BatchResult",
     "ClosedError",
     "EngineFailedError",
+    "EndpointStats",
     "EvictionSettings",
+    "Histogram",
     "ForkedError",
     "InvalidInputError",
     "Page",
@@ -58,6 +62,9 @@ __all__ = [
     "RespTimeoutError",
     "Secret",
     "ServerError",
+    "Stats",
     "ValueTooLargeError",
     "__version__",
 ]
+
+_logging.start()

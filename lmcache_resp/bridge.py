@@ -3,7 +3,8 @@ process on the host that attaches to it.
 
     python -m lmcache_resp.bridge --url redis://10.0.0.5:6379 --socket /run/lmcache-resp/bridge.sock \\
         --page-size 4194304 --num-pages 4096 [--num-workers 8] [--cpu-affinity auto] [--cluster] \\
-        [--client-pages N] [--max-clients 64] [--allow-uid USER] [--allow-gid GROUP] [--socket-mode 0660]
+        [--client-pages N] [--max-clients 64] [--allow-uid USER] [--allow-gid GROUP] [--socket-mode 0660] \\
+        [--metrics ADDR:PORT]
 
 It connects to the server(s) (credentials from the URL or ``LMCACHE_RESP_USERNAME`` /
 ``LMCACHE_RESP_PASSWORD``: they stay in this process), places its I/O threads near the NIC,
@@ -29,10 +30,11 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from lmcache_resp import _native
+from lmcache_resp import _logging, _native, metrics
 from lmcache_resp._placement import log_placement
 from lmcache_resp.errors import RespError
 from lmcache_resp.settings import RespSettings
+from lmcache_resp.stats import Stats
 
 __all__ = ["Bridge", "main"]
 
@@ -90,12 +92,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="the socket file's mode, octal, whatever the umask (default 0660)")
     parser.add_argument("--handshake-timeout", type=float, default=5.0,
                         help="seconds a connection has to finish attaching (default 5)")
+    parser.add_argument("--metrics", metavar="ADDR:PORT",
+                        help="serve the engine's counters as Prometheus text at http://ADDR:PORT/metrics "
+                             "(':9464' for every interface; docs/observability.md)")
     args = parser.parse_args(argv)
     if args.page_size < 1 or args.num_pages < 1:
         parser.error("--page-size and --num-pages must be at least 1")
     if args.client_pages < 0 or args.max_clients < 1 or args.client_inflight_mb <= 0:
         parser.error("--client-pages must be >= 0, --max-clients >= 1 and --client-inflight-mb > 0")
+    # Operators read stderr: the core's records (attaches, drops, endpoint health) reach it
+    # through the lmcache_resp.* loggers in the same format as the bridge's own lines.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _logging.refresh_level()
     try:
         settings = RespSettings.resolve(
             args.url, num_workers=args.num_workers, cpu_affinity=args.cpu_affinity,
@@ -113,6 +121,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     log_placement("bridge", bridge.placement)
+    exporter = None
+    if args.metrics:
+        try:
+            exporter = metrics.serve(args.metrics, lambda: metrics.families([Stats(bridge.stats())]))
+        except (OSError, ValueError) as exc:
+            print(f"error: cannot serve metrics on {args.metrics}: {exc}", file=sys.stderr)
+            bridge.stop()
+            return 2
+        host, port = exporter.server_address[:2]
+        logger.info("bridge: metrics at http://%s:%d/metrics", host, port)
     logger.info(
         "bridge: %d pages of %d bytes (at most %d per client), %d I/O workers to %s; listening on %s (mode %o)",
         bridge.num_pages, bridge.page_size, bridge.client_pages, bridge.num_workers, bridge.endpoint, bridge.socket,
@@ -125,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         pass
     logger.info("bridge: stopping (%d clients attached)", bridge.clients)
     bridge.stop()
+    if exporter is not None:
+        exporter.shutdown()
+    _logging.flush()
     logger.info("bridge: stopped; %s removed", bridge.socket)
     return 0
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lmcache_resp import _native
+from lmcache_resp import _native, metrics
+from lmcache_resp.stats import Stats
 from lmcache_resp._lifecycle import Closeable
 from lmcache_resp.settings import RespSettings, Secret
 
@@ -29,7 +30,7 @@ class RedisClient(Closeable):
     that a value replaced mid-read is never returned mixed.
     """
 
-    __slots__ = ("_native", "_settings")
+    __slots__ = ("_native", "_settings", "__weakref__")
 
     def __init__(
         self,
@@ -50,6 +51,7 @@ class RedisClient(Closeable):
             timeout=timeout, connect_timeout=connect_timeout, get_piece_bytes=get_piece_bytes,
         )
         self._native = _native.RedisClient(self._settings)
+        metrics.track(self)
 
     @classmethod
     def from_url(cls, url: str, **overrides: object) -> RedisClient:
@@ -88,6 +90,10 @@ class RedisClient(Closeable):
     @property
     def closed(self) -> bool:
         return self._native.closed
+
+    def stats(self) -> Stats:
+        """The client's counters (each call is a one-key batch): docs/observability.md."""
+        return Stats(self._native.stats())
 
 
     def __repr__(self) -> str:

@@ -18,7 +18,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from lmcache_resp import _native
+from lmcache_resp import _native, metrics
+from lmcache_resp.stats import Stats
 from lmcache_resp._completions import CompletionRouter
 from lmcache_resp._lifecycle import Closeable
 from lmcache_resp._native import BatchResult
@@ -93,6 +94,7 @@ class RespConnector(Closeable):
         self._settings: RespSettings | None = None
         self._native = _native.Connector.attach(bridge, timeout=float(timeout) if timeout else 10.0)
         self._router = CompletionRouter(self._native)
+        metrics.track(self, local=False)
         logger.info("RespConnector: through %s (%d I/O workers there)", self._native.endpoint, self._native.num_workers)
 
     def _start(self, settings: RespSettings) -> None:
@@ -100,6 +102,7 @@ class RespConnector(Closeable):
         logger.info("RespConnector: settings %s", settings.to_dict())
         self._native = _native.Connector(settings)
         self._router = CompletionRouter(self._native)
+        metrics.track(self)
         logger.info(
             "RespConnector: %d I/O workers to %s", self._native.num_workers, settings.endpoint
         )
@@ -151,6 +154,10 @@ class RespConnector(Closeable):
         """Client-side capacity tracking: capacity_bytes, stored_bytes, reserved_bytes, keys,
         evictions, evicted_bytes, eviction_runs, policy. None when ``max_capacity_gb`` is 0."""
         return self._native.capacity_stats
+
+    def stats(self) -> Stats:
+        """The engine's counters (through a bridge, the bridge engine's): docs/observability.md."""
+        return Stats(self._native.stats())
 
     @property
     def placement(self) -> dict[str, Any]:

@@ -29,6 +29,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from lmcache_resp.stats import Stats
 from lmcache_resp._lifecycle import Closeable
 from lmcache_resp._native import BatchResult
 from lmcache_resp.connector import RespConnector
@@ -154,6 +155,10 @@ class RespConnectorClient(Closeable):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def stats(self) -> Stats:
+        """The connector's counters (docs/observability.md)."""
+        return self._connector.stats()
 
     @property
     def connector(self) -> RespConnector:

@@ -8,7 +8,8 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from lmcache_resp import _native
+from lmcache_resp import _native, metrics
+from lmcache_resp.stats import Stats
 from lmcache_resp._completions import CompletionRouter
 from lmcache_resp._lifecycle import Closeable
 from lmcache_resp._native import BatchResult, Page
@@ -72,6 +73,7 @@ class PagedRespStore(Closeable):
         logger.info("PagedRespStore: settings %s", settings.to_dict())
         self._native = _native.PagedStore(settings, page_size=page_size, num_pages=num_pages, pool_size=pool_size)
         self._router = CompletionRouter(self._native)
+        metrics.track(self)
         logger.info(
             "PagedRespStore: %d pages of %d bytes in arena %s, %d I/O workers, server %s",
             self._native.num_pages, page_size, self._native.arena_name, settings.num_workers, settings.endpoint,
@@ -89,6 +91,7 @@ class PagedRespStore(Closeable):
         store._settings = None
         store._native = _native.PagedStore.attach(os.fspath(socket), timeout=timeout)
         store._router = CompletionRouter(store._native)
+        metrics.track(store, local=False)
         logger.info("PagedRespStore: attached to %s", store._native.endpoint)
         return store
 
@@ -227,6 +230,10 @@ class PagedRespStore(Closeable):
         """Client-side capacity tracking: capacity_bytes, stored_bytes, reserved_bytes, keys,
         evictions, evicted_bytes, eviction_runs, policy. None when ``max_capacity_gb`` is 0."""
         return self._native.capacity_stats
+
+    def stats(self) -> Stats:
+        """The engine's counters (through a bridge, the bridge engine's): docs/observability.md."""
+        return Stats(self._native.stats())
 
     @property
     def placement(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lmcache_resp.stats import Stats
 from lmcache_resp import __version__
 from lmcache_resp.bench.ceiling import CeilingProbe, reference
 from lmcache_resp.bench.options import Options
@@ -55,6 +56,8 @@ class RunResult:
     # What lmcache_resp read back and had verified byte for byte.
     verified_get_batches: int = 0
     verified_bytes: int = 0
+    # lmcache_resp's counters over the run (Stats.to_dict(), docs/observability.md).
+    stats: dict[str, Any] | None = None
 
     @property
     def ours(self) -> ClientResult | None:
@@ -113,6 +116,8 @@ def _ours_lines(result: RunResult) -> list[str]:
         whose = ("every client process and the bridge" if result.options.bridge
                  else "this process, Rust I/O threads included")
         lines.append(f"client CPU, seconds per GB (user+sys of {whose}; the server not counted): " + ", ".join(cpu))
+    if result.stats is not None:
+        lines.append("lmcache_resp stats: " + Stats(result.stats).summary())
     return lines
 
 
@@ -295,6 +300,7 @@ def result_json(result: RunResult) -> dict[str, Any]:
         ceiling=[asdict(p) for p in result.ceiling] if result.ceiling else None,
         sweep=None,
         neighbour_flood=_flood_json(result.neighbour_flood) if result.neighbour_flood else None,
+        stats=result.stats,
     )
     if result.sweep is not None:
         s = result.sweep

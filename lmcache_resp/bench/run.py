@@ -121,6 +121,7 @@ def _standard(options: Options, target: Target, ledger: KeyLedger, console: Cons
             console.progress.start("latency pass")
             result.latency = ours.measure_latency(options.ops)
             console.progress.advance()
+            result.stats = ours.store.stats().to_dict()
         finally:
             _close_all(drivers, console)
     latency_gets = result.latency["get"].count if "get" in result.latency else 0

@@ -9,7 +9,7 @@
 //! their region here.
 
 use super::channel::{self, Inbox, Received};
-use super::server::{BridgeState, Client, ClientData, log};
+use super::server::{BridgeState, Client, ClientData};
 use super::signal::SignalEnd;
 use super::wire::{Control, PROTOCOL_VERSION, Welcome};
 use crate::arena::{Arena, ArenaSpec, PageHandle, PageLedger, PagePool, RingRegionSpec};
@@ -160,12 +160,15 @@ fn accept(
             {
                 let pause = last_backoff.map_or(ACCEPT_BACKOFF, |d| (d * 2).min(MAX_ACCEPT_BACKOFF));
                 if last_backoff.is_none() {
-                    log::warn(&format!("bridge: cannot accept connections ({err}); pausing attaches, retrying"));
+                    log::warn!(
+                        target: "lmcache_resp::bridge",
+                        "bridge: cannot accept connections ({err}); pausing attaches, retrying"
+                    );
                 }
                 return Some((Instant::now() + pause, pause));
             }
             Err(err) => {
-                log::warn(&format!("bridge: accept failed: {err}"));
+                log::warn!(target: "lmcache_resp::bridge", "bridge: accept failed: {err}");
                 return None;
             }
         }
@@ -189,10 +192,10 @@ fn serve(shared: &BridgeState, mut conn: Conn, revents: PollFlags) -> Option<Con
     if let Stage::Handshaking { deadline } = conn.stage {
         if Instant::now() >= deadline {
             let pid = peer(&conn.stream).map_or(0, |p| p.pid.as_raw_nonzero().get());
-            log::warn(&format!(
+            log::warn!(target: "lmcache_resp::bridge",
                 "bridge: closed a connection (pid {pid}) that did not finish its handshake within {:.1} s",
                 shared.limits.handshake_timeout.as_secs_f64()
-            ));
+            );
             return None;
         }
     }
@@ -206,7 +209,10 @@ fn serve(shared: &BridgeState, mut conn: Conn, revents: PollFlags) -> Option<Con
             }
             Err(err) => {
                 if let Stage::Attached(client) = &conn.stage {
-                    log::warn(&format!("bridge: dropping client {} (pid {}): {err}", client.id, client.pid));
+                    log::warn!(
+                        target: "lmcache_resp::bridge",
+                        "bridge: dropping client {} (pid {}): {err}", client.id, client.pid
+                    );
                     let notice = Control::Failed {
                         kind: err.kind() as u8,
                         message: format!("the bridge dropped this client: {err}"),
@@ -278,6 +284,7 @@ fn answer(shared: &BridgeState, mut conn: Conn, frame: Control) -> Option<Conn> 
                 Control::AllocateOne => allocate_one(shared, client),
                 Control::Free { index, generation } => free(shared, client, index, generation).map(|()| Control::Freed),
                 Control::Stats => Ok(Control::StatsReply { free_pages: free_pages(shared, client) as u64 }),
+                Control::Metrics => Ok(Control::MetricsReply { snapshot: shared.engine.stats().encode() }),
                 Control::Detach => Ok(Control::Detached { pages: return_idle_pages(shared, client) }),
                 other => Err(Error::new(ErrorKind::Protocol, format!("unexpected control message {other:?}"))),
             };
@@ -331,7 +338,7 @@ fn allowed(shared: &BridgeState, stream: &UnixStream, cred: &rustix::net::UCred)
 /// Refuses an attach, saying why; `kind` is what the client raises (None: a version
 /// mismatch, in the form every version reads).
 fn refuse(conn: Conn, reason: String, kind: Option<ErrorKind>) -> Option<Conn> {
-    log::warn(&format!("bridge: refused an attach: {reason}"));
+    log::warn!(target: "lmcache_resp::bridge", "bridge: refused an attach: {reason}");
     let _ = channel::send(&conn.stream, &Control::Refused { reason, kind: kind.map(|k| k as u8) }, &[]);
     None
 }
@@ -384,17 +391,20 @@ fn handshake(shared: &BridgeState, conn: Conn, version: u32, ring_bytes: u32) ->
             };
             let fds = [client.region.fd(), theirs.as_fd()];
             if let Err(err) = channel::send(&conn.stream, &Control::Welcome(welcome), &fds) {
-                log::warn(&format!("bridge: client {} (pid {pid}) left during its handshake: {err}", client.id));
+                log::warn!(
+                    target: "lmcache_resp::bridge",
+                    "bridge: client {} (pid {pid}) left during its handshake: {err}", client.id
+                );
                 return None;
             }
             shared.lock_clients().insert(client.id, client.clone());
             shared.relay_wake.signal();
-            log::info(&format!(
+            log::info!(target: "lmcache_resp::bridge",
                 "bridge: client {} (pid {pid}, uid {uid}) attached: up to {} pages, a {} KiB submission ring",
                 client.id,
                 client.region.num_pages(),
                 client.lock_data().submissions.capacity() >> 10
-            ));
+            );
             Some(Conn { stage: Stage::Attached(client), ..conn })
         }
         Err(err) => refuse(conn, format!("the bridge cannot set up a client: {err}"), Some(ErrorKind::Os)),

@@ -11,7 +11,7 @@
 //! positions are impossible, drops that client; a batch that breaks the batch contract, or
 //! names a page the client does not hold, fails key by key without reaching the engine.
 
-use super::server::{BridgeState, Client, ClientData, log};
+use super::server::{BridgeState, Client, ClientData};
 use super::signal::Drained;
 use super::wire::{self, KeyEntry, NO_PAGE, Submission};
 use crate::arena::{Claim, PageHandle};
@@ -441,9 +441,9 @@ fn retire_gone(shared: &BridgeState, clients: &[Arc<Client>]) {
         // if the process keeps its mapping.
         super::control::punch(&client.region, 0, client.region.size() as u64);
         shared.lock_clients().remove(&client.id);
-        log::info(&format!(
+        log::info!(target: "lmcache_resp::bridge",
             "bridge: client {} (pid {}, uid {}) detached; {returned} pages back",
             client.id, client.pid, client.uid
-        ));
+        );
     }
 }

@@ -323,14 +323,3 @@ impl Client {
         shared.relay_wake.signal();
     }
 }
-
-/// The bridge's log lines: stderr, one line each (the Python front end logs its own).
-pub(super) mod log {
-    pub fn info(line: &str) {
-        eprintln!("{line}");
-    }
-
-    pub fn warn(line: &str) {
-        eprintln!("{line}");
-    }
-}

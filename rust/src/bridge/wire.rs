@@ -85,6 +85,13 @@ pub enum Control {
         /// Pages free in the shared pool now.
         free_pages: u64,
     },
+    /// The bridge engine's counters (`stats()` of a bridged front).
+    Metrics,
+    /// The answer to `Metrics`: a [`crate::metrics::Snapshot`], encoded.
+    MetricsReply {
+        /// [`crate::metrics::Snapshot::encode`]'s bytes.
+        snapshot: Vec<u8>,
+    },
     /// A request failed, or (unasked) why the bridge drops the client.
     Failed {
         /// The [`ErrorKind`]'s code ([`failed_error`] turns it back into an [`Error`]).
@@ -135,6 +142,8 @@ const FAILED: u8 = 10;
 const DETACH: u8 = 11;
 const DETACHED: u8 = 12;
 const ALLOCATE_ONE: u8 = 13;
+const METRICS: u8 = 14;
+const METRICS_REPLY: u8 = 15;
 
 impl Control {
     /// The whole frame, length prefix included.
@@ -188,6 +197,12 @@ impl Control {
             Control::StatsReply { free_pages } => {
                 body.push(STATS_REPLY);
                 put_u64(&mut body, *free_pages);
+            }
+            Control::Metrics => body.push(METRICS),
+            Control::MetricsReply { snapshot } => {
+                body.push(METRICS_REPLY);
+                put_u32(&mut body, snapshot.len() as u32);
+                body.extend_from_slice(snapshot);
             }
             Control::Failed { kind, message } => {
                 body.push(FAILED);
@@ -256,6 +271,11 @@ impl Control {
             FREED => Control::Freed,
             STATS => Control::Stats,
             STATS_REPLY => Control::StatsReply { free_pages: r.u64()? },
+            METRICS => Control::Metrics,
+            METRICS_REPLY => {
+                let len = r.u32()? as usize;
+                Control::MetricsReply { snapshot: r.bytes(len)?.to_vec() }
+            }
             FAILED => Control::Failed { kind: r.u8()?, message: r.string()? },
             DETACH => Control::Detach,
             DETACHED => Control::Detached { pages: r.u32()? },
@@ -524,6 +544,8 @@ mod tests {
             Control::Freed,
             Control::Stats,
             Control::StatsReply { free_pages: 17 },
+            Control::Metrics,
+            Control::MetricsReply { snapshot: vec![1, 2, 3] },
             Control::Failed { kind: ErrorKind::Page as u8, message: "out of pages".into() },
             Control::Detach,
             Control::Detached { pages: 12 },

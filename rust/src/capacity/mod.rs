@@ -24,6 +24,8 @@ use std::sync::{Mutex, MutexGuard};
 pub struct TrackedEngine {
     engine: Engine,
     tracking: Option<Mutex<Tracking>>,
+    /// Failed keys, summarised per batch (rate-limited) as results come out.
+    failures: crate::logging::FailureLog,
 }
 
 /// The tracker, and the keys of tracked batches until their results are known.
@@ -47,7 +49,7 @@ impl TrackedEngine {
         let engine = Engine::start(config)?;
         let tracking =
             capacity.map(|config| Mutex::new(Tracking { tracker: Tracker::new(config), pending: HashMap::new() }));
-        Ok(TrackedEngine { engine, tracking })
+        Ok(TrackedEngine { engine, tracking, failures: crate::logging::FailureLog::default() })
     }
 
     /// Submits a batch for `drain`.
@@ -66,6 +68,15 @@ impl TrackedEngine {
 
     /// Runs a batch and waits for it.
     pub fn run(&self, batch: Batch<'_>) -> Result<BatchResult> {
+        let result = self.run_tracked(batch);
+        if let Some(result) = result.as_ref().ok().filter(|r| !r.all_succeeded()) {
+            let keys: Vec<&[u8]> = batch.items.iter().map(|item| item.key).collect();
+            self.failures.report(self.engine.endpoint(), result, Some(&keys));
+        }
+        result
+    }
+
+    fn run_tracked(&self, batch: Batch<'_>) -> Result<BatchResult> {
         let Some(mut tracking) = self.tracking_for(&batch) else { return self.engine.run(batch) };
         let reserved = self.reserve(&mut tracking, &batch);
         let ticket = match self.engine.submit_waiting(batch) {
@@ -94,7 +105,15 @@ impl TrackedEngine {
     pub fn drain(&self) -> Result<Vec<BatchResult>> {
         let results = self.engine.drain()?;
         self.observe(&results);
+        for result in &results {
+            self.failures.report(self.engine.endpoint(), result, None);
+        }
         Ok(results)
+    }
+
+    /// The engine's counters (see [`crate::metrics`]).
+    pub fn stats(&self) -> crate::metrics::Snapshot {
+        self.engine.stats()
     }
 
     /// Capacity settings and figures, when tracking is on.

@@ -16,6 +16,7 @@ use super::reader::{ReadEvent, Reader, RecvTarget};
 use super::request::{Completion, Kind, Outcome, Request, Scope};
 use crate::cluster::{NodeAddr, Redirect};
 use crate::error::{Error, ErrorKind};
+use crate::health::EndpointHealth;
 use crate::net::handshake::{self, Verdict};
 use crate::net::{ConnectOptions, Endpoint, Interest, IoVecs};
 use crate::op::Op;
@@ -158,6 +159,12 @@ pub struct ConnCore {
     /// The connection dropped with a scope open: requests meant for it fail until a new one
     /// opens.
     scope_lost: bool,
+    /// The server's health, shared with every connection to it: while it is down, new
+    /// requests fail at once (see [`crate::health`]).
+    health: Option<Arc<EndpointHealth>>,
+    /// The server's recovery count when this connection last backed off: a recovery since
+    /// then ends the backoff.
+    recoveries_at_backoff: u64,
 }
 
 impl ConnCore {
@@ -193,7 +200,16 @@ impl ConnCore {
             handoffs: Vec::new(),
             scope_open: false,
             scope_lost: false,
+            health: None,
+            recoveries_at_backoff: 0,
         }
+    }
+
+    /// Shares `health` with the other connections to the same server: failed attempts mark it
+    /// down, a completed handshake marks it up, and while it is down new requests fail at once.
+    pub fn with_health(mut self, health: Arc<EndpointHealth>) -> ConnCore {
+        self.health = Some(health);
+        self
     }
 
     /// In Redis Cluster: requests redirected by the node, or stranded by its failure, are handed
@@ -227,6 +243,16 @@ impl ConnCore {
         std::mem::take(&mut self.handoffs)
     }
 
+    /// The server this connection goes to.
+    pub fn endpoint(&self) -> &crate::net::Endpoint {
+        &self.options.endpoint
+    }
+
+    /// How the connection reaches and authenticates to its server.
+    pub fn options(&self) -> Arc<ConnectOptions> {
+        self.options.clone()
+    }
+
     /// The connection's state.
     pub fn state(&self) -> ConnState {
         self.state
@@ -253,6 +279,9 @@ impl ConnCore {
             out.push(request.completion(Outcome::Failed(err.clone())));
             return;
         }
+        if let Some(err) = self.refusal(&request) {
+            return self.refuse(request, err, out);
+        }
         match request.scope {
             Scope::Opens => self.scope_lost = false,
             Scope::Within | Scope::Closes if self.scope_lost => {
@@ -272,6 +301,9 @@ impl ConnCore {
 
     /// Queues `request` right behind an `ASKING`, as an `-ASK` redirect requires.
     pub fn push_asking(&mut self, request: Request, out: &mut Vec<Completion>) {
+        if let Some(err) = self.refusal(&request) {
+            return self.refuse(request, err, out);
+        }
         if self.permanent_error.is_none() {
             self.queue.push_back(Request::asking(request.deadline));
         }
@@ -288,7 +320,7 @@ impl ConnCore {
         }
         match self.state {
             ConnState::Disconnected => self.has_user_work(),
-            ConnState::Backoff { retry_at } => retry_at <= now && self.has_user_work(),
+            ConnState::Backoff { retry_at } => (retry_at <= now || self.recovered_since_backoff()) && self.has_user_work(),
             _ => false,
         }
     }
@@ -391,6 +423,7 @@ impl ConnCore {
     pub fn on_connected(&mut self, now: Instant) {
         debug_assert!(matches!(self.state, ConnState::Connecting { .. }), "{:?}", self.state);
         self.next_address = 0;
+        crate::metrics::hook::connected();
         self.state = ConnState::Handshaking;
         self.write_blocked = false;
         let deadline = now + self.options.connect_timeout;
@@ -581,6 +614,32 @@ impl ConnCore {
         }
     }
 
+    /// Why a request newly queued here must fail at once: its server is known to be down.
+    fn refusal(&self, request: &Request) -> Option<Error> {
+        let health = self.health.as_ref().filter(|h| h.is_down())?;
+        match request.kind {
+            Kind::User(_) | Kind::Command => health.refusal(Instant::now()),
+            Kind::Handshake(_) | Kind::Asking => None,
+        }
+    }
+
+    /// Fails a request its server's health refuses; in Redis Cluster, a request on its first
+    /// route goes back to the worker once, which refreshes the slot map: a failover may have
+    /// moved its slot to a live node.
+    fn refuse(&mut self, request: Request, err: Error, out: &mut Vec<Completion>) {
+        let movable = matches!(request.kind, Kind::User(op) if op.is_idempotent()) && request.reroutes == 0;
+        if self.hands_off && movable {
+            self.handoffs.push((request, Handoff::Retry(err)));
+        } else if request.is_callers() {
+            out.push(request.completion(Outcome::Failed(err)));
+        }
+    }
+
+    /// The server came back since this connection last backed off from it.
+    fn recovered_since_backoff(&self) -> bool {
+        self.health.as_ref().is_some_and(|h| h.recoveries() != self.recoveries_at_backoff)
+    }
+
     fn has_user_work(&self) -> bool {
         self.outstanding_requests > 0
     }
@@ -589,6 +648,13 @@ impl ConnCore {
     /// handshake finished).
     fn after_failed_attempt(&mut self, now: Instant, err: Error, out: &mut Vec<Completion>) {
         self.failures += 1;
+        if let Some(health) = &self.health {
+            // Only the want of a server marks it down; a reply it gave (LOADING) does not.
+            if matches!(err.kind(), ErrorKind::Connection | ErrorKind::Timeout) {
+                health.mark_down(now, &err);
+            }
+            self.recoveries_at_backoff = health.recoveries();
+        }
         self.last_error = Some(err.clone());
         self.state = ConnState::Backoff { retry_at: now + self.policy.delay(self.failures) };
         if self.failures >= self.policy.fail_after_attempts {
@@ -729,6 +795,9 @@ impl ConnCore {
             let request = &mut self.queue[self.sent];
             if self.write_offset == 0 {
                 request.attempts += 1;
+                if request.attempts > 1 && matches!(request.kind, Kind::User(_)) {
+                    crate::metrics::hook::retry();
+                }
             }
             let left = request.frame_len() - self.write_offset;
             if written < left {
@@ -776,6 +845,9 @@ impl ConnCore {
                             self.state = ConnState::Ready;
                             self.failures = 0;
                             self.last_error = None;
+                            if let Some(health) = &self.health {
+                                health.mark_up();
+                            }
                         }
                     }
                     Verdict::Permanent(err) => self.fail_permanently(now, err, out),

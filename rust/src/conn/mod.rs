@@ -71,6 +71,13 @@ impl Conn {
         self.sync_socket();
     }
 
+    /// Shares the server's health with the other connections to it (see
+    /// [`ConnCore::with_health`]).
+    pub fn with_health(mut self, health: Arc<crate::health::EndpointHealth>) -> Conn {
+        self.core = self.core.with_health(health);
+        self
+    }
+
     /// In Redis Cluster: see [`ConnCore::handing_off`].
     pub fn handing_off(mut self) -> Conn {
         self.core = self.core.handing_off();
@@ -90,6 +97,16 @@ impl Conn {
     /// Queues a request.
     pub fn push(&mut self, request: Request, out: &mut Vec<Completion>) {
         self.core.push(request, out);
+    }
+
+    /// The server this connection goes to.
+    pub fn endpoint(&self) -> &crate::net::Endpoint {
+        self.core.endpoint()
+    }
+
+    /// How the connection reaches and authenticates to its server.
+    pub fn options(&self) -> Arc<ConnectOptions> {
+        self.core.options()
     }
 
     /// The connection's state.

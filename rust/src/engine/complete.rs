@@ -103,6 +103,7 @@ impl Engine {
             Ok(Recorded::Pending) => true,
             Ok(Recorded::Completed) => {
                 self.shared.buffers.release(slot);
+                self.shared.metrics.on_batch_done(slot);
                 true
             }
             Err(why) => {

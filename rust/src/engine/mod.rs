@@ -43,6 +43,7 @@ use crate::arena::{Arena, ArenaError, ArenaSpec};
 use crate::blocking::BlockingClient;
 use crate::conn::{Outcome, ReconnectPolicy};
 use crate::error::{Error, ErrorKind, Result};
+use crate::health::{HealthBoard, ProbePolicy};
 use crate::memory::RawBuf;
 use crate::net::EventFd;
 use crate::net::{Address, Resolver};
@@ -88,6 +89,8 @@ pub struct EngineConfig {
     /// Looks up host names (cluster nodes named by name), off the I/O workers; `None`: the
     /// system's lookup. Tests give one with a lookup function of their own.
     pub resolver: Option<Arc<Resolver>>,
+    /// When servers found down are probed (see [`crate::health`]).
+    pub probe: ProbePolicy,
 }
 
 impl EngineConfig {
@@ -103,6 +106,7 @@ impl EngineConfig {
             page_size: 0,
             num_pages: 0,
             resolver: None,
+            probe: ProbePolicy::default(),
         }
     }
 }
@@ -187,6 +191,8 @@ pub(crate) struct Shared {
     pub sealed: AtomicBool,
     /// Set once, by whoever finds the engine broken first.
     failure: OnceLock<Error>,
+    /// The always-on counters (crate::metrics).
+    pub metrics: Arc<crate::metrics::EngineMetrics>,
 }
 
 impl Shared {
@@ -263,6 +269,8 @@ pub struct Engine {
     owner_pid: i32,
     /// Redis Cluster: the slot map and the thread that refreshes it.
     refresher: Mutex<Option<(Arc<ClusterView>, JoinHandle<()>)>>,
+    /// Which servers are down; shared with the workers' connections.
+    health: Arc<HealthBoard>,
 }
 
 impl Engine {
@@ -309,6 +317,14 @@ impl Engine {
             }
         };
         let workers = settings.num_workers;
+        let endpoint = match settings.endpoints.as_slice() {
+            [one] => one.to_string(),
+            many => format!("{}{}", if settings.cluster { "cluster " } else { "shards " }, list(many)),
+        };
+        if config.batch_slots > crate::metrics::MAX_BATCH_SLOTS {
+            return Err(Error::invalid(format!("batch_slots must be at most {}", crate::metrics::MAX_BATCH_SLOTS)));
+        }
+        let metrics = crate::metrics::EngineMetrics::new(&endpoint, &servers, config.batch_slots);
         let (control, pairs) = ControlBlock::create(
             workers,
             config.submission_ring_bytes.next_power_of_two(),
@@ -328,8 +344,10 @@ impl Engine {
             buffers: BufferTable::new(config.batch_slots),
             sealed: AtomicBool::new(false),
             failure: OnceLock::new(),
+            metrics,
         });
         let worker_tids: Arc<[AtomicI32]> = (0..workers).map(|_| AtomicI32::new(0)).collect();
+        let health = Arc::new(HealthBoard::new(config.probe));
         let mut lanes = Vec::with_capacity(workers);
         let mut consumers = Vec::with_capacity(workers);
         let mut handles = Vec::with_capacity(workers);
@@ -343,6 +361,7 @@ impl Engine {
                 pipeline: settings.pipeline,
                 resolver: resolver.clone(),
                 waker: Arc::new(move || wake.signal()),
+                health: health.clone(),
             };
             let nodes = Nodes::new(factory, &servers)?;
             let ranged = crate::ranged::RangedReads::new(settings.get_piece_bytes);
@@ -378,15 +397,13 @@ impl Engine {
             next_id: AtomicU64::new(1),
             next_lane: AtomicUsize::new(0),
             timeout: settings.timeout,
-            endpoint: match settings.endpoints.as_slice() {
-                [one] => one.to_string(),
-                many => format!("{}{}", if settings.cluster { "cluster " } else { "shards " }, list(many)),
-            },
+            endpoint,
             conns_per_worker: route::conns_per_node(settings) * servers.len(),
             placement,
             worker_tids,
             owner_pid: current_pid(),
             refresher: Mutex::new(None),
+            health,
         };
         engine.warm_up()?;
         if let Some(view) = route.cluster() {
@@ -403,6 +420,11 @@ impl Engine {
             Some(Outcome::Failed(err)) => Err(err),
             _ => Ok(()),
         }
+    }
+
+    /// The servers known to be down now (see [`crate::health`]).
+    pub fn down_endpoints(&self) -> Vec<String> {
+        self.health.down()
     }
 
     /// Where the workers run and the page arena's memory lives, and why.
@@ -439,6 +461,11 @@ impl Engine {
     /// `unix:/path`), or `cluster `/`shards ` and the list of servers.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The counters, summed over the workers (see [`crate::metrics`]).
+    pub fn stats(&self) -> crate::metrics::Snapshot {
+        self.shared.metrics.snapshot()
     }
 
     /// Readable while batches submitted for `drain` have completed and not been drained.

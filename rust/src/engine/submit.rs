@@ -56,6 +56,7 @@ impl Engine {
         let deadline_ns = clock::now_ns() + self.timeout.as_nanos() as u64;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let slot = self.open_batch(id, batch.op, items.len(), delivery, deadline)?;
+        self.shared.metrics.on_submit(slot, batch.op, deadline_ns - self.timeout.as_nanos() as u64);
         if items.is_empty() {
             if delivery == Delivery::Drain {
                 self.shared.completion_event.signal();

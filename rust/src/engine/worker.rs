@@ -57,6 +57,8 @@ pub struct Worker {
     /// GETs of large values, read in pieces over this worker's connections.
     ranged: RangedReads,
     record: Vec<u8>,
+    /// This worker's counters (crate::metrics).
+    metrics: crate::metrics::WorkerMetrics,
 }
 
 /// Runs a worker; whatever stops it other than a normal shutdown (an error or a panic) fails
@@ -76,6 +78,7 @@ pub fn run_guarded(index: usize, worker: Worker) {
             Error::new(ErrorKind::EngineFailed, format!("I/O worker {index} died: {what}"))
         }
     };
+    log::error!(target: "lmcache_resp::engine", "the I/O engine failed: {failure}");
     shared.fail(failure);
 }
 
@@ -91,7 +94,7 @@ impl Worker {
     ) -> Worker {
         let readiness = vec![Readiness::OPTIMISTIC; nodes.conns.len()];
         Worker {
-            shared,
+            shared: shared.clone(),
             submissions,
             completions,
             doorbell,
@@ -101,6 +104,7 @@ impl Worker {
             parked: Vec::new(),
             rerouted: false,
             finished: Vec::new(),
+            metrics: crate::metrics::WorkerMetrics::new(shared.metrics.clone()),
             ranged,
             record: Vec::new(),
         }
@@ -135,6 +139,7 @@ impl Worker {
                 let conn = &mut self.nodes.conns[c];
                 conn.drive(now, ready, &mut self.finished);
                 conn.expire(now, &mut self.finished);
+                self.metrics.after_drive(c, conn.endpoint());
                 let handoffs = conn.take_handoffs();
                 self.rerouted |= !handoffs.is_empty();
                 for (request, why) in handoffs {
@@ -171,8 +176,9 @@ impl Worker {
     }
 
     /// Sends `request` to server `node`, behind an `ASKING` if it follows an `-ASK`.
-    fn send(&mut self, node: usize, request: Request, asking: bool) {
+    fn send(&mut self, node: usize, mut request: Request, asking: bool) {
         let conn = self.nodes.conn_for(node, request.pipeline_cost());
+        self.metrics.on_send(node, self.nodes.conns[conn].endpoint(), &mut request);
         if self.readiness.len() < self.nodes.conns.len() {
             self.readiness.resize(self.nodes.conns.len(), Readiness::OPTIMISTIC);
         }
@@ -196,7 +202,8 @@ impl Worker {
     }
 
     /// A GET of a large value (of `key`, on server `node`) becomes a ranged read.
-    fn start_ranged(&mut self, node: usize, request: Request, key: &[u8]) {
+    fn start_ranged(&mut self, node: usize, mut request: Request, key: &[u8]) {
+        self.metrics.on_send(node, self.nodes.conns[self.nodes.bulk_conns_of(node)[0]].endpoint(), &mut request);
         let mut conns = WorkerConns { nodes: &mut self.nodes, route: &self.route, failed: Vec::new() };
         self.ranged.start(request, key, node, &mut conns);
         self.finished.extend(conns.failed);
@@ -209,6 +216,7 @@ impl Worker {
     fn reroute(&mut self, now: Instant, request: Request, why: Handoff) {
         let Route::Cluster(view) = &*self.route else { unreachable!("only cluster connections hand requests back") };
         let view = view.clone();
+        self.metrics.on_handoff(request.tag, &why);
         if request.tag & ranged::INTERNAL_TAG != 0 {
             let mut why = why;
             let asked = match &why {
@@ -378,7 +386,7 @@ impl Worker {
         }
         let mut posted = 0;
         for completion in &self.finished {
-            let (header, message) = encode_completion(completion.tag, &completion.outcome);
+            let (header, message) = encode_completion(crate::metrics::strip_tag(completion.tag), &completion.outcome);
             let message = truncate(message.unwrap_or(""), MAX_MESSAGE);
             match self.completions.try_push(&[&header, message.as_bytes()]) {
                 Ok(()) => posted += 1,
@@ -394,8 +402,9 @@ impl Worker {
         }
         self.completions.publish();
         let mut per_slot: Vec<(u32, u32)> = Vec::new();
+        let now_ns = clock::now_ns();
         for completion in self.finished.drain(..posted) {
-            let slot = Tag::unpack(completion.tag).slot;
+            let slot = Tag::unpack(self.metrics.on_complete(completion.tag, &completion.outcome, now_ns)).slot;
             match per_slot.iter_mut().find(|(s, _)| *s == slot) {
                 Some((_, count)) => *count += 1,
                 None => per_slot.push((slot, 1)),

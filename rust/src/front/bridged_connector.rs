@@ -188,6 +188,10 @@ impl EngineFront for BridgedConnector {
         self.client.facts()
     }
 
+    fn stats(&self) -> Result<crate::metrics::Snapshot> {
+        self.client.stats()
+    }
+
     #[cfg(feature = "test-hooks")]
     fn corrupt_ring_for_test(&self, worker: usize) -> Result<()> {
         self.client.corrupt_ring_for_test(worker)

@@ -761,6 +761,15 @@ impl EngineFront for BridgedPageStore {
         EngineFacts::in_bridge(&self.endpoint())
     }
 
+    fn stats(&self) -> Result<crate::metrics::Snapshot> {
+        self.check_usable()?;
+        match self.call(&Control::Metrics)? {
+            Control::MetricsReply { snapshot } => crate::metrics::Snapshot::decode(&snapshot)
+                .ok_or_else(|| Error::new(ErrorKind::Protocol, "the bridge's counters do not decode")),
+            other => Err(Error::new(ErrorKind::Protocol, format!("the bridge answered {other:?} to metrics"))),
+        }
+    }
+
     #[cfg(feature = "test-hooks")]
     fn corrupt_ring_for_test(&self, _worker: usize) -> Result<()> {
         Err(Error::invalid("the engine runs in the bridge process"))

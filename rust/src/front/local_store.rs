@@ -179,6 +179,10 @@ impl EngineFront for LocalPageStore {
         EngineFront::facts(&self.engine)
     }
 
+    fn stats(&self) -> Result<crate::metrics::Snapshot> {
+        Ok(self.engine.stats())
+    }
+
     #[cfg(feature = "test-hooks")]
     fn corrupt_ring_for_test(&self, worker: usize) -> Result<()> {
         self.engine.corrupt_ring_for_test(worker)

@@ -74,6 +74,9 @@ pub trait EngineFront: Send + Sync {
     fn endpoint(&self) -> String;
     /// Placement, worker threads, capacity tracking.
     fn facts(&self) -> EngineFacts;
+    /// The counters of the engine behind the front (see [`crate::metrics`]); behind a bridge,
+    /// the bridge engine's, which every client of it shares.
+    fn stats(&self) -> Result<crate::metrics::Snapshot>;
     /// Pushes a record that is not a descriptor into a worker's ring, as a bug or a stray
     /// write would (tests of what callers see when a worker stops).
     #[cfg(feature = "test-hooks")]
@@ -150,6 +153,10 @@ impl EngineFront for TrackedEngine {
             worker_threads: self.worker_threads(),
             capacity: self.capacity(),
         }
+    }
+
+    fn stats(&self) -> Result<crate::metrics::Snapshot> {
+        Ok(TrackedEngine::stats(self))
     }
 
     #[cfg(feature = "test-hooks")]

@@ -111,6 +111,11 @@ impl Bridge {
         placement_dict(py, self.server.engine().placement())
     }
 
+    /// The bridge engine's counters (every client's batches), as a dict.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        super::stats::snapshot_dict(py, &self.server.engine().stats())
+    }
+
     #[getter]
     fn capacity_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         capacity_dict(py, self.server.engine().capacity())

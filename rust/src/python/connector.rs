@@ -156,6 +156,12 @@ impl Connector {
         capacity_dict(py, self.connector.facts().capacity)
     }
 
+    /// The engine's counters, as a dict (through a bridge: the bridge engine's).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let snapshot = py.detach(|| self.connector.stats()).map_err(|e| to_py_err(&e))?;
+        super::stats::snapshot_dict(py, &snapshot)
+    }
+
     /// Pushes garbage into a worker's ring: the engine must fail cleanly (test builds only).
     #[cfg(feature = "test-hooks")]
     fn _corrupt_ring_for_test(&self, worker: usize) -> PyResult<()> {

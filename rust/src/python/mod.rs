@@ -6,9 +6,11 @@ mod buffers;
 mod connector;
 mod errors;
 mod facts;
+mod logging;
 mod redis_client;
 mod results;
 mod settings;
+mod stats;
 mod store;
 
 use pyo3::prelude::*;
@@ -74,6 +76,8 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<settings::PyEviction>()?;
     m.add_class::<settings::PySecret>()?;
     m.add("MAX_KEY_LEN", crate::op::MAX_KEY_LEN)?;
+    m.add("METRICS_ENABLED", crate::metrics::ENABLED)?;
+    logging::register(m)?;
     m.add_function(wrap_pyfunction!(loopback_ceiling, m)?)?;
     m.add_function(wrap_pyfunction!(explain_placement, m)?)?;
     Ok(())

@@ -4,7 +4,10 @@ use super::buffers::{Access, HeldBuffer, key_bytes};
 use super::errors::to_py_err;
 use super::settings::settings_of;
 use crate::blocking::BlockingClient;
+use crate::conn::Outcome;
 use crate::error::Error;
+use crate::metrics::ClientMetrics;
+use crate::op::Op;
 use pyo3::prelude::*;
 use std::sync::Mutex;
 
@@ -16,6 +19,8 @@ pub struct RedisClient {
     description: String,
     /// A forked child shares the socket with its parent: it must not use it.
     owner_pid: u32,
+    /// Its counters (each call is a one-key batch).
+    metrics: ClientMetrics,
 }
 
 impl RedisClient {
@@ -45,6 +50,27 @@ impl RedisClient {
         })
         .map_err(|err| to_py_err(&err))
     }
+
+    /// [`RedisClient::with_client`], counted as one key of `op` (`sent` payload bytes).
+    fn counted<T: Send>(
+        &self,
+        py: Python<'_>,
+        op: Op,
+        sent: u64,
+        outcome: fn(&T) -> Outcome,
+        call: impl FnOnce(&mut BlockingClient) -> crate::Result<T> + Send,
+    ) -> PyResult<T> {
+        self.with_client(py, |client| {
+            let began = self.metrics.begin();
+            let result = call(client);
+            let counted = match &result {
+                Ok(value) => outcome(value),
+                Err(err) => Outcome::Failed(err.clone()),
+            };
+            self.metrics.record(op, began, sent, &counted);
+            result
+        })
+    }
 }
 
 #[pymethods]
@@ -55,7 +81,8 @@ impl RedisClient {
         let settings = settings_of(settings)?;
         let description = settings.to_string();
         let client = py.detach(|| BlockingClient::for_settings(&settings)).map_err(|err| to_py_err(&err))?;
-        Ok(RedisClient { inner: Mutex::new(Some(client)), description, owner_pid: std::process::id() })
+        let metrics = ClientMetrics::new(client.endpoint());
+        Ok(RedisClient { inner: Mutex::new(Some(client)), description, owner_pid: std::process::id(), metrics })
     }
 
     /// Stores the bytes of `buffer` under `key`.
@@ -63,7 +90,7 @@ impl RedisClient {
         let key = key_bytes(key)?;
         let value = HeldBuffer::get(buffer, Access::Read)?;
         let raw = value.raw();
-        self.with_client(py, |client| client.set(key, raw))
+        self.counted(py, Op::Set, raw.len() as u64, |_| Outcome::Done, |client| client.set(key, raw))
     }
 
     /// Receives the value of `key` into `buffer`; returns the bytes written, or None on a miss.
@@ -71,17 +98,18 @@ impl RedisClient {
         let key = key_bytes(key)?;
         let dest = HeldBuffer::get(buffer, Access::Write)?;
         let raw = dest.raw();
-        self.with_client(py, |client| client.get(key, raw))
+        let hit = |n: &Option<usize>| n.map_or(Outcome::Miss, Outcome::Hit);
+        self.counted(py, Op::Get, 0, hit, |client| client.get(key, raw))
     }
 
     fn exists(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let key = key_bytes(key)?;
-        self.with_client(py, |client| client.exists(key))
+        self.counted(py, Op::Exists, 0, |found| Outcome::Bool(*found), |client| client.exists(key))
     }
 
     fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let key = key_bytes(key)?;
-        self.with_client(py, |client| client.delete(key))
+        self.counted(py, Op::Del, 0, |gone| Outcome::Bool(*gone), |client| client.delete(key))
     }
 
     fn ping(&self, py: Python<'_>) -> PyResult<()> {
@@ -92,6 +120,11 @@ impl RedisClient {
     fn close(&self, py: Python<'_>) {
         let client = py.detach(|| self.inner.lock().unwrap_or_else(|p| p.into_inner()).take());
         drop(client);
+    }
+
+    /// The counters, as a dict (`lmcache_resp.stats.Stats` wraps it).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        super::stats::snapshot_dict(py, &self.metrics.snapshot())
     }
 
     #[getter]

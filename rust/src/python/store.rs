@@ -278,6 +278,12 @@ impl PagedStore {
         capacity_dict(py, self.store.facts().capacity)
     }
 
+    /// The engine's counters, as a dict (through a bridge: the bridge engine's).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let snapshot = py.detach(|| self.store.stats()).map_err(|e| to_py_err(&e))?;
+        super::stats::snapshot_dict(py, &snapshot)
+    }
+
     /// Pushes garbage into a worker's ring: the store must fail cleanly (test builds only).
     #[cfg(feature = "test-hooks")]
     fn _corrupt_ring_for_test(&self, worker: usize) -> PyResult<()> {

@@ -1,0 +1,307 @@
+//! The core logs through the `log` facade, with targets under `lmcache_resp::` (`::engine`,
+//! `::bridge`, `::batch`, `::health`, ...). What carries the records elsewhere lives here,
+//! free of Python: a bounded queue that a logging thread drains ([`LogQueue`], [`QueueLogger`]:
+//! the thread that logs never waits for the drainer, and a full queue drops and counts), and
+//! the rate-limited summary of failed keys that every front writes per batch ([`FailureLog`]).
+//! The Python bindings install a [`QueueLogger`] and forward its records to `logging`.
+
+use crate::conn::Outcome;
+use crate::engine::BatchResult;
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// One log record, owned, as the drainer gets it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    /// `log::Level` as a number: 1 error, 2 warn, 3 info, 4 debug, 5 trace.
+    pub level: log::Level,
+    /// The `log` target (`lmcache_resp::bridge`).
+    pub target: String,
+    /// The formatted message.
+    pub message: String,
+    /// The name of the thread that logged it (`lmcache-resp-io-3`).
+    pub thread: String,
+    /// Source file and line, when known.
+    pub file: Option<&'static str>,
+    /// Its line.
+    pub line: Option<u32>,
+    /// Seconds since the Unix epoch when it was logged.
+    pub created: f64,
+}
+
+struct Inner {
+    records: VecDeque<Record>,
+    dropped: u64,
+    closed: bool,
+}
+
+/// A bounded queue of records: [`LogQueue::push`] never blocks on the consumer (it holds a
+/// short lock, never across I/O or the GIL); past its capacity it drops the record and counts.
+pub struct LogQueue {
+    inner: Mutex<Inner>,
+    ready: Condvar,
+    capacity: usize,
+}
+
+impl LogQueue {
+    /// An empty queue of at most `capacity` records.
+    pub const fn new(capacity: usize) -> LogQueue {
+        LogQueue {
+            inner: Mutex::new(Inner { records: VecDeque::new(), dropped: 0, closed: false }),
+            ready: Condvar::new(),
+            capacity,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `record` and wakes the drainer; false (and counted) when the queue is full.
+    pub fn push(&self, record: Record) -> bool {
+        let mut inner = self.lock();
+        if inner.records.len() >= self.capacity {
+            inner.dropped += 1;
+            return false;
+        }
+        let was_empty = inner.records.is_empty();
+        inner.records.push_back(record);
+        drop(inner);
+        if was_empty {
+            self.ready.notify_one();
+        }
+        true
+    }
+
+    /// Waits up to `timeout` for records (returns at once if some are queued, or the queue
+    /// was closed), then takes them all, with the count of records dropped since the last
+    /// take.
+    pub fn take(&self, timeout: Duration) -> (Vec<Record>, u64) {
+        let mut inner = self.lock();
+        if inner.records.is_empty() && !inner.closed && !timeout.is_zero() {
+            inner = self
+                .ready
+                .wait_timeout_while(inner, timeout, |i| i.records.is_empty() && !i.closed)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        let records = inner.records.drain(..).collect();
+        (records, std::mem::take(&mut inner.dropped))
+    }
+
+    /// Waits up to `timeout` until records are queued (or the queue was closed), without
+    /// taking them; whether there are any.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let inner = self.lock();
+        let inner = self
+            .ready
+            .wait_timeout_while(inner, timeout, |i| i.records.is_empty() && i.dropped == 0 && !i.closed)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+        !inner.records.is_empty() || inner.dropped > 0
+    }
+
+    /// Wakes the drainer for good: every later [`LogQueue::take`] returns at once.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_all();
+    }
+
+    /// Lets [`LogQueue::take`] wait again (a drainer started after a close).
+    pub fn reopen(&self) {
+        self.lock().closed = false;
+    }
+
+    /// The most records it holds.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+/// A `log::Log` that queues every record enabled by `log::max_level()` into a [`LogQueue`].
+pub struct QueueLogger {
+    /// Where records go.
+    pub queue: &'static LogQueue,
+}
+
+impl log::Log for QueueLogger {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::max_level()
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        self.queue.push(Record {
+            level: record.level(),
+            target: record.target().to_owned(),
+            message: record.args().to_string(),
+            thread: std::thread::current().name().unwrap_or("").to_owned(),
+            file: record.file_static(),
+            line: record.line(),
+            created,
+        });
+    }
+
+    fn flush(&self) {}
+}
+
+/// Per front: failed keys summarised once per batch at WARNING (target
+/// `lmcache_resp::batch`), at most one summary per `interval`; the batches not shown are
+/// counted into the next summary.
+pub struct FailureLog {
+    interval: Duration,
+    state: Mutex<FailureState>,
+}
+
+#[derive(Default)]
+struct FailureState {
+    last: Option<Instant>,
+    /// Failed batches (and their failed keys) not shown since the last summary.
+    suppressed_batches: u64,
+    suppressed_keys: u64,
+}
+
+impl Default for FailureLog {
+    fn default() -> Self {
+        FailureLog::new(Duration::from_secs(1))
+    }
+}
+
+impl FailureLog {
+    /// At most one summary per `interval`.
+    pub fn new(interval: Duration) -> FailureLog {
+        FailureLog { interval, state: Mutex::new(FailureState::default()) }
+    }
+
+    /// Summarises `result`'s failed keys (nothing if none failed) for the front sending to
+    /// `endpoint`; `keys`, when the caller still has them, names the first failed key.
+    /// Returns the line it logged, if it logged one.
+    pub fn report(&self, endpoint: &str, result: &BatchResult, keys: Option<&[&[u8]]>) -> Option<String> {
+        let mut failed = result.outcomes.iter().enumerate().filter_map(|(i, o)| match o {
+            Outcome::Failed(err) => Some((i, err)),
+            _ => None,
+        });
+        let (first, err) = failed.next()?;
+        let count = 1 + failed.count() as u64;
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.last.is_some_and(|last| now.duration_since(last) < self.interval) {
+            state.suppressed_batches += 1;
+            state.suppressed_keys += count;
+            return None;
+        }
+        state.last = Some(now);
+        let suppressed = std::mem::take(&mut state.suppressed_batches);
+        let suppressed_keys = std::mem::take(&mut state.suppressed_keys);
+        drop(state);
+        let name = match keys.and_then(|keys| keys.get(first)) {
+            Some(key) => format!("key {first} ({})", shown_key(key)),
+            None => format!("key {first}"),
+        };
+        let mut line = format!(
+            "{count} of {} keys failed in a {} batch to {endpoint}; first: {name}: {:?}: {err}",
+            result.outcomes.len(),
+            result.op.name(),
+            err.kind(),
+        );
+        if suppressed > 0 {
+            line.push_str(&format!(
+                " ({suppressed} more failed batches with {suppressed_keys} failed keys in the last {:.0} s not shown)",
+                self.interval.as_secs_f64()
+            ));
+        }
+        log::warn!(target: "lmcache_resp::batch", "{line}");
+        Some(line)
+    }
+}
+
+/// A key for a log line: text as is (non-printable bytes escaped), cut at 120 bytes.
+fn shown_key(key: &[u8]) -> String {
+    let cut = &key[..key.len().min(120)];
+    let mut shown: String = cut.escape_ascii().to_string();
+    if key.len() > cut.len() {
+        shown.push_str(&format!("... ({} bytes)", key.len()));
+    }
+    format!("'{shown}'")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{Error, ErrorKind};
+    use crate::op::Op;
+
+    fn record(message: &str) -> Record {
+        Record {
+            level: log::Level::Info,
+            target: "lmcache_resp::test".into(),
+            message: message.into(),
+            thread: "t".into(),
+            file: None,
+            line: None,
+            created: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_and_never_blocks() {
+        let queue = LogQueue::new(3);
+        let started = Instant::now();
+        let pushed = (0..1000).filter(|i| queue.push(record(&i.to_string()))).count();
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert_eq!(pushed, 3);
+        let (records, dropped) = queue.take(Duration::ZERO);
+        assert_eq!(records.iter().map(|r| r.message.as_str()).collect::<Vec<_>>(), ["0", "1", "2"]);
+        assert_eq!(dropped, 997);
+        assert_eq!(queue.take(Duration::ZERO), (vec![], 0), "the count is reported once");
+    }
+
+    #[test]
+    fn the_drainer_is_woken_by_a_push_and_by_close() {
+        let queue: &'static LogQueue = Box::leak(Box::new(LogQueue::new(8)));
+        let drainer = std::thread::spawn(move || queue.take(Duration::from_secs(30)));
+        std::thread::sleep(Duration::from_millis(50));
+        let started = Instant::now();
+        queue.push(record("wake"));
+        let (records, _) = drainer.join().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(records[0].message, "wake");
+        let drainer = std::thread::spawn(move || queue.take(Duration::from_secs(30)));
+        std::thread::sleep(Duration::from_millis(50));
+        queue.close();
+        assert_eq!(drainer.join().unwrap(), (vec![], 0));
+        let many: Vec<_> = (0..4).map(|_| std::thread::spawn(move || queue.push(record("x")))).collect();
+        assert!(many.into_iter().all(|t| t.join().unwrap()));
+        assert_eq!(queue.take(Duration::from_secs(30)).0.len(), 4, "a closed queue does not wait");
+    }
+
+    #[test]
+    fn failed_keys_are_summarised_at_most_once_per_interval_counting_the_rest() {
+        let log = FailureLog::new(Duration::from_millis(200));
+        let err = Error::new(ErrorKind::Connection, "cannot connect to 127.0.0.1:1: refused");
+        let failed = BatchResult {
+            id: 1,
+            op: Op::Get,
+            outcomes: vec![Outcome::Hit(1), Outcome::Failed(err.clone()), Outcome::Failed(err)],
+        };
+        let ok = BatchResult { id: 2, op: Op::Get, outcomes: vec![Outcome::Miss] };
+        assert_eq!(log.report("127.0.0.1:1", &ok, None), None);
+        let keys: [&[u8]; 3] = [b"a", b"b\n", b"c"];
+        let line = log.report("127.0.0.1:1", &failed, Some(&keys)).unwrap();
+        assert_eq!(
+            line,
+            "2 of 3 keys failed in a GET batch to 127.0.0.1:1; first: key 1 ('b\\n'): Connection: cannot connect to \
+             127.0.0.1:1: refused"
+        );
+        assert_eq!(log.report("127.0.0.1:1", &failed, None), None);
+        assert_eq!(log.report("127.0.0.1:1", &failed, None), None);
+        std::thread::sleep(Duration::from_millis(250));
+        let line = log.report("127.0.0.1:1", &failed, None).unwrap();
+        assert!(line.contains("first: key 1: Connection"), "{line}");
+        assert!(line.ends_with("(2 more failed batches with 4 failed keys in the last 0 s not shown)"), "{line}");
+    }
+}
