@@ -121,7 +121,7 @@ def test_the_example_goes_through_lmcaches_parser_and_factory(redis_server: Redi
     config = parse(text)
     assert type(config).__name__ == "NativePluginL2AdapterConfig"
     assert (config.module_path, config.class_name) == ("lmcache_resp", "RespConnector")
-    assert config.adapter_params == {"host": "127.0.0.1", "port": redis_server.port, "num_workers": 8}
+    assert config.adapter_params == {"host": "127.0.0.1", "port": redis_server.port, "num_workers": 8, "timeout": 2}
     # LMCache reads capacity and eviction at the top level, beside adapter_params.
     assert config.max_capacity_gb == document["max_capacity_gb"] == 40
     assert config.eviction_config is not None
@@ -222,7 +222,7 @@ def test_adapter_delete_removes_the_keys(mp_adapter: Any, redis_server: RedisSer
 def test_our_settings_parser_accepts_the_example(redis_server: RedisServer) -> None:
     text, _ = load_mp_example(redis_server.port)
     settings = RespSettings.from_lmcache(text)
-    assert (settings.host, settings.port, settings.num_workers) == ("127.0.0.1", redis_server.port, 8)
+    assert (settings.host, settings.port, settings.num_workers, settings.timeout) == ("127.0.0.1", redis_server.port, 8, 2)
     assert settings.max_capacity_gb == 0  # capacity is LMCache's in MP mode
 
 
@@ -241,7 +241,7 @@ def test_the_lmcache_server_loads_the_example(redis_server: RedisServer, tmp_pat
     command = [
         sys.executable, "-m", "lmcache.cli.main", "server", "--l1-size-gb", "0.2", "--eviction-policy", "LRU",
         "--chunk-size", "16", "--port", ports[0], "--http-port", ports[1], "--prometheus-port", ports[2],
-        "--l2-adapter", text,
+        "--supported-transfer-mode", "engine_driven", "--l2-adapter", text,
     ]
     with open(log_path, "wb") as log:
         # cwd: not the repository, whose source tree would shadow the installed lmcache_resp

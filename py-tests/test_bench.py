@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -577,3 +578,156 @@ def test_progress_bar_only_on_a_terminal_and_never_with_json() -> None:
     quiet = _Terminal()
     Progress(4, quiet, enabled=False, show_after=0).advance()  # type: ignore[arg-type]
     assert quiet.text == ""
+
+
+# -- --dead-server (dead_server.py) -------------------------------------------------------------
+
+DEAD_TINY = ("--dead-server", "--num-keys", "10", "--chunk-mb", "0.01", "--dead-batches", "3", "--num-workers", "2",
+             "--timeout", "0.5", "--json")
+
+# LMCache's driver builds a peer with (host, port, num_workers, username, password); this stand-in
+# is lmcache_resp's RespConnector with a short timeout, so that the test stays fast whatever the
+# connector does against a dead server.
+STAND_IN_PEER = '''
+from lmcache_resp import RespConnector
+
+
+def client(host, port, num_workers, username, password):
+    return RespConnector(host=host, port=port, num_workers=num_workers, username=username, password=password,
+                         timeout=0.5)
+'''
+
+# A "connector" that answers every batch at once with success, whatever the server does.
+ALWAYS_OK_PEER = '''
+import os
+
+
+class client:
+    def __init__(self, *args):
+        self._fd = os.eventfd(0, os.EFD_NONBLOCK)
+        self._done, self._next, self._values = [], 0, {}
+
+    def event_fd(self):
+        return self._fd
+
+    def _complete(self, per_key):
+        self._next += 1
+        self._done.append((self._next, True, "", per_key))
+        os.eventfd_write(self._fd, 1)
+        return self._next
+
+    def submit_batch_set(self, keys, views):
+        self._values.update((k, bytes(v)) for k, v in zip(keys, views))
+        return self._complete(None)
+
+    def submit_batch_get(self, keys, views):
+        for k, v in zip(keys, views):
+            v[:] = self._values[k]
+        return self._complete([True] * len(keys))
+
+    def submit_batch_exists(self, keys):
+        return self._complete([True] * len(keys))
+
+    submit_batch_delete = submit_batch_exists
+
+    def drain_completions(self):
+        try:
+            os.eventfd_read(self._fd)
+        except BlockingIOError:
+            pass
+        done, self._done = self._done, []
+        return done
+
+    def close(self):
+        pass
+'''
+
+
+def _dead_server_run(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                     peer_source: str) -> tuple[int, dict[str, Any], str]:
+    from lmcache_resp.bench.dead_server import run_dead_server
+
+    (tmp_path / "dead_peer.py").write_text(peer_source)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(REPO)]))
+    options = parse_options([*DEAD_TINY, "--compare", "lmcache", "--lmcache-python", sys.executable])
+    status = run_dead_server(options, stdout=sys.stdout, stderr=sys.stderr, peer_factory="dead_peer:client")
+    out, err = capsys.readouterr()
+    return status, json.loads(out), err
+
+
+def test_dead_server_options() -> None:
+    options = parse_options(["--dead-server"])
+    assert (options.dead_server, options.dead_batches, options.timeout) == (True, 100, 2.0)
+    assert parse_options([]).timeout == 60.0 and not parse_options([]).dead_server
+    assert parse_options(["--dead-server", "--timeout", "7", "--dead-batches", "5"]).timeout == 7.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--dead-batches", "3"], "--dead-batches needs --dead-server"),
+        (["--dead-server", "--port", "6390"], "--dead-server kills the server it measures"),
+        (["--dead-server", "--shards", "2"], "--dead-server kills the server it measures"),
+        (["--dead-server", "--compare", "redis-py"], "--compare lmcache"),
+        (["--dead-server", "--bridge"], "cannot be combined with --sweep, --bridge or --ceiling"),
+        (["--dead-server", "--ops", "delete"], "give at least one of them in --ops"),
+    ],
+)
+def test_dead_server_refuses_what_it_cannot_measure(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_options(argv)
+    assert exit_info.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_dead_server_report_side_by_side(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole mode with a stand-in peer: both clients store and read back, the server is
+    killed, and every timed batch of both fails; the report's structure and figures."""
+    status, doc, err = _dead_server_run(capsys, tmp_path, monkeypatch, STAND_IN_PEER)
+    assert status == 0, err
+    assert (doc["schema"], doc["mode"]) == ("lmcache-resp-bench-dead-server/1", "dead-server")
+    assert (doc["num_keys"], doc["batches_per_op"], doc["timeout_s"], doc["ops"]) == (10, 3, 0.5, ["set", "get", "exists"])
+    assert doc["server"]["killed"] == "SIGKILL" and doc["every_batch_failed"] is True
+    assert [c["name"] for c in doc["clients"]] == ["lmcache_resp", "lmcache"]
+    for client in doc["clients"]:
+        assert set(client["ops"]) == {"set", "get", "exists"}
+        for op, figures in client["ops"].items():
+            assert figures["batches"] == 3 and len(figures["samples_s"]) == 3
+            assert figures["outcomes"] == {"failed": 3}, (client["name"], op, figures["outcomes"])
+            assert figures["errors"] and "127.0.0.1" in figures["errors"][0]
+            assert figures["first_s"] == figures["samples_s"][0] > 0
+            assert figures["median_s"] == pytest.approx(statistics.median(figures["samples_s"][1:]))
+            assert figures["median_s"] <= figures["p99_s"] <= figures["max_s"] == max(figures["samples_s"][1:])
+            assert figures["first_s"] < 0.5 + 5  # never past the timeout's bound
+    by_name = {c["name"]: c for c in doc["clients"]}
+    for op, ratios in doc["ratios_lmcache_over_ours"].items():
+        theirs, ours = by_name["lmcache"]["ops"][op], by_name["lmcache_resp"]["ops"][op]
+        assert ratios["first"] == pytest.approx(theirs["first_s"] / ours["first_s"])
+        assert ratios["p99"] == pytest.approx(theirs["p99_s"] / ours["p99_s"])
+
+
+def test_dead_server_fails_a_run_where_a_batch_passes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that reports success against a dead server is caught (exit status 1)."""
+    status, doc, err = _dead_server_run(capsys, tmp_path, monkeypatch, ALWAYS_OK_PEER)
+    assert status == 1
+    assert "FAILED: 9 batch(es) reported success against a dead server" in err
+    assert doc["every_batch_failed"] is False
+    peer = doc["clients"][1]
+    assert {op: f["outcomes"] for op, f in peer["ops"].items()} == {op: {"passed": 3} for op in ("set", "get", "exists")}
+    assert all(f["outcomes"] == {"failed": 3} for f in doc["clients"][0]["ops"].values())
+
+
+@pytest.mark.skipif(not os.access(LMCACHE_PEER_PYTHON, os.X_OK), reason="LMCache peer venv not prepared (shared/peers/lmcache-native/setup.sh)")
+def test_dead_server_with_lmcaches_connector(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_main(capsys, *DEAD_TINY, "--compare", "lmcache", "--lmcache-python", LMCACHE_PEER_PYTHON)
+    assert status == 0, err
+    doc = json.loads(out)
+    assert [c["name"] for c in doc["clients"]] == ["lmcache_resp", "lmcache"]
+    for client in doc["clients"]:
+        for figures in client["ops"].values():
+            assert figures["batches"] == 3 and "passed" not in figures["outcomes"]
+    assert set(doc["ratios_lmcache_over_ours"]) == {"set", "get", "exists"}

@@ -12,7 +12,8 @@
 #   3. pytest lmcache-tests/: (a) MP, the native_plugin L2 adapter through create_l2_adapter and
 #      `lmcache server`; (b) non-MP, the remote storage plugin through LMCache's config loader,
 #      CreateStorageBackends/CreateConnector; (c) LMCache's L2-adapter and RESP tests with
-#      lmcache-resp substituted.
+#      lmcache-resp substituted; (d) MP end to end: a real `lmcache server` driven by LMCache's
+#      MP scheduler/worker adapters on CPU KV caches, Redis killed, restarted, a wrong password.
 #
 # Why torch from PyPI with all its dependencies: LMCache's extension modules link against
 # libtorch, and PyPI's Linux torch wheels are CUDA builds whose libtorch needs the nvidia-*

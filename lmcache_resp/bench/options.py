@@ -12,10 +12,13 @@ from lmcache_resp.bench.console import GiB, MiB
 __all__ = [
     "ALL_OPS",
     "DEFAULT_CLIENT_INFLIGHT_MIB",
+    "DEFAULT_DEAD_BATCHES",
+    "DEFAULT_DEAD_TIMEOUT_S",
     "DEFAULT_FLOOD_SECONDS",
     "DEFAULT_OPS",
     "DEFAULT_SWEEP_CHUNKS",
     "DEFAULT_SWEEP_WORKERS",
+    "DEFAULT_TIMEOUT_S",
     "FLOOD_SETTLE_S",
     "PASSWORD_ENV",
     "PROBE_END_SHARE",
@@ -40,6 +43,10 @@ DEFAULT_FLOOD_SECONDS = 8.0
 # flooder has batches in flight, and ends at this share of the flood, before any flooder stops.
 FLOOD_SETTLE_S = 0.5
 PROBE_END_SHARE = 0.75
+DEFAULT_TIMEOUT_S = 60.0
+# --dead-server (dead_server.py): a KV cache's timeout (docs/lmcache.md), and batches per op.
+DEFAULT_DEAD_TIMEOUT_S = 2.0
+DEFAULT_DEAD_BATCHES = 100
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,9 @@ class Options:
     # GETs of larger values are read in pieces of this many bytes (0: whole GETs); None keeps
     # the library's default.
     get_piece_bytes: int | None = None
+    # --dead-server (dead_server.py): batches timed per op once the throwaway server is killed.
+    dead_server: bool = False
+    dead_batches: int = 100
 
     @property
     def embedded(self) -> bool:
