@@ -3,6 +3,7 @@
 
 use crate::conn::{Completion, Conn, Outcome, PipelineLimits, ReconnectPolicy, Request};
 use crate::error::{Error, ErrorKind, Result};
+use crate::health::{HealthBoard, Probe, ProbePolicy, ProbeVerdict};
 use crate::memory::RawBuf;
 use crate::net::{Address, ConnectOptions, Endpoint, Readiness, wait_for};
 use crate::op::{Op, check_key_len};
@@ -19,6 +20,8 @@ pub struct BlockingClient {
     completions: Vec<Completion>,
     /// GETs of large values, read in pieces (on this one connection).
     ranged: RangedReads,
+    /// With [`BlockingClient::failing_fast`]: the server's health and its prober.
+    health: Option<HealthBoard>,
 }
 
 impl BlockingClient {
@@ -35,8 +38,14 @@ impl BlockingClient {
         // One attempt per call: a blocking caller wants the error, not a wait in backoff.
         let policy = ReconnectPolicy { fail_after_attempts: 1, ..ReconnectPolicy::default() };
         let conn = Conn::new(Arc::new(options), addresses, policy, PipelineLimits::default());
-        let mut client =
-            BlockingClient { conn, endpoint, timeout, completions: Vec::new(), ranged: RangedReads::new(0) };
+        let mut client = BlockingClient {
+            conn,
+            endpoint,
+            timeout,
+            completions: Vec::new(),
+            ranged: RangedReads::new(0),
+            health: None,
+        };
         client.ping()?;
         Ok(client)
     }
@@ -48,7 +57,22 @@ impl BlockingClient {
             return Err(Error::invalid("a blocking client talks to one server: give one host, not a list"));
         }
         let options = settings.connect_options(settings.endpoint());
-        Ok(BlockingClient::connect(options, settings.timeout)?.with_get_pieces(settings.get_piece_bytes))
+        let probe_timeout = settings.connect_timeout.min(settings.timeout);
+        Ok(BlockingClient::connect(options, settings.timeout)?
+            .with_get_pieces(settings.get_piece_bytes)
+            .failing_fast(ProbePolicy::default(), probe_timeout))
+    }
+
+    /// Once the server is found unreachable, calls fail at once until a background probe
+    /// (every `policy` delay, each within `probe_timeout`) reaches it again (see
+    /// [`crate::health`]).
+    pub fn failing_fast(mut self, policy: ProbePolicy, probe_timeout: Duration) -> BlockingClient {
+        let board = HealthBoard::new(policy);
+        let options = self.conn.options();
+        let health = board.endpoint(&self.endpoint.to_string(), || probe_of(options, probe_timeout));
+        self.conn = self.conn.with_health(health);
+        self.health = Some(board);
+        self
     }
 
     /// GETs of values larger than `piece_bytes` are read in pieces of that size (0: never).
@@ -182,6 +206,17 @@ impl BlockingClient {
             };
         }
     }
+}
+
+/// A probe of a down server: connect, authenticate and PING within the connect timeout. A
+/// server that refuses the credentials answered: it is up (its connections then fail with the
+/// credentials' error, which is not retried).
+pub fn probe_of(options: Arc<ConnectOptions>, timeout: std::time::Duration) -> Probe {
+    Box::new(move || match BlockingClient::connect((*options).clone(), timeout) {
+        Ok(_) => ProbeVerdict::Reachable,
+        Err(err) if err.kind() == ErrorKind::Authentication => ProbeVerdict::Reachable,
+        Err(err) => ProbeVerdict::Unreachable(err),
+    })
 }
 
 /// The client's one connection as a ranged read sees it.

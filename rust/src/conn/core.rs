@@ -320,7 +320,9 @@ impl ConnCore {
         }
         match self.state {
             ConnState::Disconnected => self.has_user_work(),
-            ConnState::Backoff { retry_at } => (retry_at <= now || self.recovered_since_backoff()) && self.has_user_work(),
+            ConnState::Backoff { retry_at } => {
+                (retry_at <= now || self.recovered_since_backoff()) && self.has_user_work()
+            }
             _ => false,
         }
     }

@@ -710,3 +710,115 @@ fn failed_for_good_fails_what_waits_and_everything_later_at_once() {
     assert_eq!(rig.failure(later), lookup, "later requests fail at once");
     assert!(rig.core.is_empty());
 }
+
+/// Two connections to one server sharing its health, on a board whose prober waits a minute
+/// (so only what the test does changes the server's state).
+fn two_sharing_health() -> (Rig, Rig, crate::health::HealthBoard, Arc<crate::health::EndpointHealth>) {
+    use crate::health::{HealthBoard, ProbePolicy, ProbeVerdict};
+    let board = HealthBoard::new(ProbePolicy { first: Duration::from_secs(60), max: Duration::from_secs(60) });
+    let health = board.endpoint("10.0.0.5:6379", || {
+        Box::new(|| ProbeVerdict::Unreachable(crate::error::Error::new(ErrorKind::Connection, "still refused")))
+    });
+    let make = || {
+        let mut rig = Rig::new();
+        let core = std::mem::replace(
+            &mut rig.core,
+            ConnCore::new(Arc::new(options(None, 0)), 1, ReconnectPolicy::default(), PipelineLimits::default()),
+        );
+        rig.core = core.with_health(health.clone());
+        rig
+    };
+    (make(), make(), board, health)
+}
+
+#[test]
+fn a_failed_connect_marks_the_server_down_and_new_work_on_every_connection_fails_at_once() {
+    let (mut first, mut second, _board, health) = two_sharing_health();
+    let queued = first.keys_only(Op::Exists, b"k");
+    assert_eq!(first.core.poll_connect(first.now), Some(0));
+    first.core.on_connect_failed(first.now, &refused(), &mut first.out);
+    assert!(health.is_down(), "one failed attempt marks the server down");
+    assert!(first.out.is_empty(), "a request queued before keeps its retries");
+    // Work newly queued on any connection to the server fails at once, without a connect.
+    let refused_here = first.keys_only(Op::Del, b"d");
+    let refused_there = second.keys_only(Op::Exists, b"e");
+    for (rig, tag) in [(&mut first, refused_here), (&mut second, refused_there)] {
+        let err = rig.failure(tag);
+        assert_eq!(err.kind(), ErrorKind::Connection);
+        let text = err.message();
+        assert!(text.starts_with("10.0.0.5:6379 is down since "), "{text}");
+        assert!(text.contains("last error: cannot connect to 10.0.0.5:6379: connection refused"), "{text}");
+    }
+    assert_eq!(second.core.poll_connect(second.now), None, "a refused request opens nothing");
+    assert!(second.core.is_empty());
+    // The request queued before the detection ends by today's rules: after three attempts.
+    for _ in 0..2 {
+        let ConnState::Backoff { retry_at } = first.state() else { panic!("{:?}", first.state()) };
+        first.now = retry_at;
+        assert_eq!(first.core.poll_connect(first.now), Some(0));
+        first.core.on_connect_failed(first.now, &refused(), &mut first.out);
+    }
+    assert_eq!(first.failure(queued).message(), "cannot connect to 10.0.0.5:6379: connection refused");
+}
+
+#[test]
+fn a_server_reply_during_the_handshake_never_marks_it_down() {
+    let (mut rig, _, _board, health) = two_sharing_health();
+    rig.keys_only(Op::Exists, b"k");
+    rig.connect();
+    rig.take_sent(usize::MAX);
+    rig.deliver(b"-LOADING Redis is loading the dataset in memory\r\n", 7);
+    assert!(matches!(rig.state(), ConnState::Backoff { .. }));
+    assert!(!health.is_down(), "a loading server is there: its requests wait and retry");
+}
+
+#[test]
+fn a_completed_handshake_marks_the_server_up_and_a_recovery_ends_every_backoff_at_once() {
+    let (mut first, mut second, _board, health) = two_sharing_health();
+    // The first connection has work queued before the server goes down.
+    let exists = first.keys_only(Op::Exists, b"k");
+    // The second connection backs off far into the future after several failed attempts.
+    second.keys_only(Op::Exists, b"waiting");
+    for _ in 0..2 {
+        assert_eq!(second.core.poll_connect(second.now), Some(0));
+        second.core.on_connect_failed(second.now, &refused(), &mut second.out);
+        let ConnState::Backoff { retry_at } = second.state() else { panic!() };
+        second.now = retry_at;
+    }
+    assert_eq!(second.core.poll_connect(second.now), Some(0));
+    second.core.on_connect_failed(second.now, &refused(), &mut second.out);
+    assert!(health.is_down());
+    second.out.clear();
+    // The server is back: the first connection's retry of its queued request finds it.
+    first.ready();
+    assert!(!health.is_down(), "a completed handshake marks the server up");
+    assert_eq!(health.recoveries(), 1);
+    first.take_sent(usize::MAX);
+    first.deliver(b":1\r\n", 100);
+    assert_eq!(first.outcome(exists), Outcome::Bool(true));
+    // The second connection was backing off; new work there connects now, not at its retry time.
+    let ConnState::Backoff { retry_at } = second.state() else { panic!("{:?}", second.state()) };
+    assert!(retry_at > second.now);
+    second.keys_only(Op::Exists, b"k2");
+    assert_eq!(second.core.poll_connect(second.now), Some(0), "the recovery ended the backoff");
+}
+
+#[test]
+fn in_a_cluster_a_request_for_a_down_node_goes_back_once_for_a_fresh_map_then_fails() {
+    let (mut rig, _, _board, health) = two_sharing_health();
+    rig.core = std::mem::replace(
+        &mut rig.core,
+        ConnCore::new(Arc::new(options(None, 0)), 1, ReconnectPolicy::default(), PipelineLimits::default()),
+    )
+    .handing_off();
+    health.mark_down(rig.now, &crate::error::Error::new(ErrorKind::Connection, "refused"));
+    rig.keys_only(Op::Exists, b"k");
+    let handoffs = rig.core.take_handoffs();
+    assert_eq!(handoffs.len(), 1, "handed back for another route");
+    assert!(matches!(&handoffs[0].1, Handoff::Retry(err) if err.message().contains("is down since")));
+    let (request, _) = handoffs.into_iter().next().unwrap();
+    let tag = request.tag;
+    rig.core.push(request.rerouted(), &mut rig.out);
+    assert!(rig.core.take_handoffs().is_empty());
+    assert!(rig.failure(tag).message().contains("10.0.0.5:6379 is down since"));
+}

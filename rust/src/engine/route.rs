@@ -23,6 +23,7 @@ use super::cluster::ClusterView;
 use crate::cluster::{NodeAddr, Rendezvous, key_slot};
 use crate::conn::{Completion, Conn, PipelineLimits, ReconnectPolicy};
 use crate::error::{Error, ErrorKind, Result};
+use crate::health::HealthBoard;
 use crate::net::{Address, Endpoint, Lookup, Resolver, Waker};
 use crate::settings::Settings;
 use std::collections::{HashMap, HashSet};
@@ -81,6 +82,8 @@ pub struct ConnFactory {
     pub resolver: Arc<Resolver>,
     /// Wakes the worker when a lookup it waits for has ended.
     pub waker: Waker,
+    /// Which servers are down (shared by the engine's workers).
+    pub health: Arc<HealthBoard>,
 }
 
 /// What a node's slot in the table holds.
@@ -180,11 +183,17 @@ impl Nodes {
         let settings = &self.factory.settings;
         let options = Arc::new(settings.connect_options(server));
         let (reconnect, pipeline) = (self.factory.reconnect, self.factory.pipeline);
+        let probe_timeout = settings.connect_timeout.min(settings.timeout);
+        let health = self
+            .factory
+            .health
+            .endpoint(&server.to_string(), || crate::blocking::probe_of(options.clone(), probe_timeout));
         let make = || {
             let conn = match &addresses {
                 Some(addresses) => Conn::new(options.clone(), addresses.clone(), reconnect, pipeline),
                 None => Conn::awaiting_addresses(options.clone(), reconnect, pipeline),
             };
+            let conn = conn.with_health(health.clone());
             if settings.cluster { conn.handing_off() } else { conn }
         };
         let state = if addresses.is_some() { SlotState::Live } else { SlotState::Resolving };
@@ -419,6 +428,7 @@ mod tests {
             waker: Arc::new(move || {
                 count.fetch_add(1, Ordering::SeqCst);
             }),
+            health: Arc::new(HealthBoard::new(Default::default())),
         };
         (Nodes::new(factory, &[]).unwrap(), woken)
     }
