@@ -19,7 +19,7 @@ import threading
 
 from lmcache_resp import _native
 
-__all__ = ["flush", "refresh_level", "start"]
+__all__ = ["adopt_lmcache_logging", "flush", "refresh_level", "start"]
 
 _LOGGER = "lmcache_resp"
 _WAIT = 0.5
@@ -39,6 +39,24 @@ def _min_level() -> int:
     if logging.root.manager.disable:
         levels = [max(level, logging.root.manager.disable + 1) for level in levels]
     return min(levels)
+
+
+def adopt_lmcache_logging() -> None:
+    """Inside LMCache, our records go where LMCache's go: LMCache gives each of its loggers its
+    own handler (format, ``LMCACHE_LOG_LEVEL``) and stops propagation, so a plugin's records
+    would otherwise reach no handler, and INFO (the settings line) would be lost. Done once,
+    only when LMCache is loaded and nobody configured ``lmcache_resp`` or the root logger."""
+    import sys
+
+    ours = logging.getLogger(_LOGGER)
+    if "lmcache" not in sys.modules or ours.handlers or logging.getLogger().handlers:
+        return
+    try:
+        from lmcache.logging import init_logger  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    init_logger(_LOGGER)
+    refresh_level()
 
 
 def refresh_level() -> None:

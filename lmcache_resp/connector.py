@@ -22,6 +22,7 @@ from lmcache_resp import _native, metrics
 from lmcache_resp.stats import Stats
 from lmcache_resp._completions import CompletionRouter
 from lmcache_resp._lifecycle import Closeable
+from lmcache_resp._logging import adopt_lmcache_logging
 from lmcache_resp._native import BatchResult
 from lmcache_resp._placement import log_placement
 from lmcache_resp.errors import ClosedError, InvalidInputError
@@ -92,6 +93,7 @@ class RespConnector(Closeable):
                 "(set them where the bridge starts)"
             )
         self._settings: RespSettings | None = None
+        adopt_lmcache_logging()
         self._native = _native.Connector.attach(bridge, timeout=float(timeout) if timeout else 10.0)
         self._router = CompletionRouter(self._native)
         metrics.track(self, local=False)
@@ -99,6 +101,7 @@ class RespConnector(Closeable):
 
     def _start(self, settings: RespSettings) -> None:
         self._settings = settings
+        adopt_lmcache_logging()
         logger.info("RespConnector: settings %s", settings.to_dict())
         self._native = _native.Connector(settings)
         self._router = CompletionRouter(self._native)

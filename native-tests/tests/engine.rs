@@ -262,6 +262,14 @@ fn server_killed_and_restarted_mid_batch() {
             assert!(matches!(err.kind(), ErrorKind::Connection | ErrorKind::Timeout), "{err}");
         }
     }
+    // The failed reconnects marked the server down: the background probe finds it back (its
+    // first try is 50 ms after the outage began, then at most a second apart), with no batch
+    // needed to notice.
+    let back = Instant::now();
+    while !engine.down_endpoints().is_empty() {
+        assert!(back.elapsed() < Duration::from_secs(3), "the probe never found the restarted server");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     // The next operations reconnect and succeed.
     let after = engine.run(Batch::new(Op::Set, &items(&keys[..20], &values[..20]))).unwrap();
     assert!(after.all_succeeded(), "{:?}", after.outcomes);
