@@ -103,6 +103,7 @@ def families(stats: Iterable[Stats]) -> list[Family]:
             Family("lmcache_resp_reconnects", "counter", "Connects that succeeded after a connection's first"),
             Family("lmcache_resp_redirects", "counter", "Cluster redirects an endpoint answered, by kind (moved, ask)"),
             Family("lmcache_resp_in_flight", "gauge", "Keys handed to an endpoint and not completed"),
+            Family("lmcache_resp_endpoint_up", "gauge", "0 while the endpoint is known to be down (its keys fail at once), else 1"),
             Family("lmcache_resp_key_latency_seconds", "histogram", "A key's batch submission to its completion"),
         ]
     }
@@ -135,6 +136,7 @@ def families(stats: Iterable[Stats]) -> list[Family]:
         for kind in ("moved", "ask"):
             fam["lmcache_resp_redirects"].add(labels | {"kind": kind}, total(kind))
         fam["lmcache_resp_in_flight"].add(labels, total("in_flight"))
+        fam["lmcache_resp_endpoint_up"].add(labels, 0 if any(e.get("down") for e in es) else 1)
         fam["lmcache_resp_key_latency_seconds"].add_histogram(
             labels, Histogram.merged([e["key_latency"] for e in es], list(es[0]["key_latency"]["bounds"]))
         )

@@ -64,6 +64,7 @@ class EndpointStats(dict[str, Any]):
     moved = property(lambda self: int(self["moved"]))
     ask = property(lambda self: int(self["ask"]))
     in_flight = property(lambda self: int(self["in_flight"]))
+    down = property(lambda self: bool(self.get("down", False)), doc="known to be down now: its keys fail at once")
 
     @property
     def key_latency(self) -> Histogram:
@@ -144,7 +145,7 @@ class Stats(dict[str, Any]):
         before = other.to_dict()
 
         def minus(now: Any, then: Any, key: str) -> Any:
-            if key in ("endpoint", "enabled", "bounds", "in_flight"):
+            if key in ("endpoint", "enabled", "bounds", "in_flight", "down"):
                 return now
             if isinstance(now, dict):
                 return {k: minus(v, then.get(k, _zero(v)) if isinstance(then, dict) else _zero(v), k)

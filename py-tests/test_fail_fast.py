@@ -255,3 +255,30 @@ def test_a_black_holed_server_costs_one_connect_timeout_then_batches_fail_fast(r
             assert time.monotonic() < deadline, "the server never came back"
             time.sleep(0.05)
         front.verify()
+
+
+def test_stats_and_prometheus_show_a_down_endpoint_until_it_is_back(redis_server: RedisServer, store: PagedRespStore) -> None:
+    from lmcache_resp import metrics
+
+    name = f"127.0.0.1:{redis_server.port}"
+    front = store_front(store)
+    front.put()
+
+    def up_gauge() -> float:
+        families = {f.name: f for f in metrics.collect()}
+        samples = [s for s in families["lmcache_resp_endpoint_up"].samples if s[1].get("endpoint") == name]
+        assert len(samples) == 1, samples
+        return float(samples[0][2])
+
+    assert store.stats().endpoints[name].down is False
+    assert up_gauge() == 1
+    redis_server.kill()
+    assert isinstance(elapsed(front.exists)[1], BatchError)
+    assert store.stats().endpoints[name].down is True
+    assert up_gauge() == 0
+    redis_server.restart()
+    deadline = time.monotonic() + RECOVERY
+    while store.stats().endpoints[name].down:
+        assert time.monotonic() < deadline, "the probe never marked it up"
+        time.sleep(0.02)
+    assert up_gauge() == 1

@@ -465,7 +465,12 @@ impl Engine {
 
     /// The counters, summed over the workers (see [`crate::metrics`]).
     pub fn stats(&self) -> crate::metrics::Snapshot {
-        self.shared.metrics.snapshot()
+        let mut snapshot = self.shared.metrics.snapshot();
+        let down = self.health.down();
+        for endpoint in &mut snapshot.endpoints {
+            endpoint.down = u64::from(down.contains(&endpoint.endpoint));
+        }
+        snapshot
     }
 
     /// Readable while batches submitted for `drain` have completed and not been drained.

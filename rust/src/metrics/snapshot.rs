@@ -54,6 +54,9 @@ pub struct EndpointSnapshot {
     pub ask: u64,
     /// Keys handed to it and not completed yet.
     pub in_flight: u64,
+    /// 1 while the endpoint is known to be down (its keys fail at once; see
+    /// [`crate::health`]), else 0.
+    pub down: u64,
     /// Per key: its batch's submission to its completion.
     pub key_latency: Histogram,
 }
@@ -106,9 +109,18 @@ impl Snapshot {
             name(&mut out, &e.endpoint);
             e.keys.iter().for_each(|&c| put(&mut out, c));
             e.errors.iter().for_each(|&c| put(&mut out, c));
-            for v in
-                [e.bytes_sent, e.bytes_received, e.hits, e.misses, e.retries, e.reconnects, e.moved, e.ask, e.in_flight]
-            {
+            for v in [
+                e.bytes_sent,
+                e.bytes_received,
+                e.hits,
+                e.misses,
+                e.retries,
+                e.reconnects,
+                e.moved,
+                e.ask,
+                e.in_flight,
+                e.down,
+            ] {
                 put(&mut out, v);
             }
             hist(&mut out, &e.key_latency);
@@ -175,6 +187,7 @@ impl Snapshot {
                 &mut e.moved,
                 &mut e.ask,
                 &mut e.in_flight,
+                &mut e.down,
             ] {
                 *v = word!();
             }
