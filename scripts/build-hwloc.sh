@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# Builds a static, position-independent libhwloc for the release wheel and prints the prefix it
-# installed into (lib/libhwloc.a, lib/pkgconfig/hwloc.pc, include/). Safe to run again: a
-# finished build is reused. scripts/release.sh points pkg-config at it, so hwlocality-sys links
-# hwloc statically and the wheel's module needs no libhwloc (nor libudev) on the target machine.
+# Builds a static, position-independent libhwloc for the release wheel of one architecture and
+# prints the prefix it installed into (lib/libhwloc.a, lib/pkgconfig/hwloc.pc, include/). Safe to
+# run again: a finished build is reused. scripts/release.sh points pkg-config at it, so
+# hwlocality-sys links hwloc statically and the wheel's module needs no libhwloc (nor libudev)
+# on the target machine.
+#
+#   scripts/build-hwloc.sh x86_64|aarch64    # -> target/hwloc/<arch>/hwloc-2.9.0-static
+#
+# The compiler is zig's `cc` (the `ziglang` package from PyPI, in .venv: ZIG_PYTHON names
+# another Python that has it) targeting <arch>-linux-gnu with glibc 2.28, the same toolchain
+# and glibc that `maturin build --zig --compatibility manylinux_2_28` links the module with:
+# the library references no glibc symbol newer than 2.28, and aarch64 is a plain cross build
+# (configure --host=aarch64-linux-gnu) with no Debian cross toolchain or arm64 sysroot.
 #
 # The source is hwloc's own release tarball, as Debian 12 ships it in its `hwloc` source
 # package (2.9.0-1, whose orig tarball is upstream's hwloc-2.9.0.tar.bz2). It is fetched with
@@ -23,11 +32,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+arch=${1:-}
+case "$arch" in
+    x86_64 | aarch64) ;;
+    *) echo "usage: $0 x86_64|aarch64" >&2; exit 2 ;;
+esac
+glibc=2.28
+zig_target="$arch-linux-gnu.$glibc"
+zig_python=${ZIG_PYTHON:-$PWD/.venv/bin/python}
+
 version=2.9.0
 debian_version=2.9.0-1
 sha256=b3fb1a43a14d8fbcd8e976de5ede2ea7ce1d768ed173adb33c7ceaaf098dc970
 work="$PWD/target/hwloc"
-prefix="$work/hwloc-$version-static"
+prefix="$work/$arch/hwloc-$version-static"
 configure_flags=(
     --enable-static --disable-shared --with-pic
     --disable-libudev --disable-libxml2 --disable-cairo --without-x
@@ -38,7 +56,7 @@ configure_flags=(
     ac_cv_header_pciaccess_h=no
 )
 stamp="$prefix/.built-with"
-signature="$version ${configure_flags[*]}"
+signature="$version $zig_target ${configure_flags[*]}"
 
 log() { echo "$@" >&2; }
 
@@ -83,24 +101,39 @@ echo "$sha256  $tarball" | sha256sum --check --status || {
     exit 1
 }
 
-log "==> building static hwloc $version into $prefix"
-rm -rf "$work/src" "$prefix"
-mkdir -p "$work/src"
-tar -xjf "$tarball" -C "$work/src"
-src="$work/src/hwloc-$version"
+"$zig_python" -m ziglang version >/dev/null 2>&1 || {
+    log "error: $zig_python has no ziglang (pip install ziglang; scripts/release.sh installs it into .venv)"
+    exit 1
+}
+log "==> building static hwloc $version for $zig_target (zig cc) into $prefix"
+# One-word wrappers: configure and libtool take CC/AR/RANLIB as single commands.
+bin="$work/$arch/bin"
+rm -rf "$work/$arch/src" "$prefix" "$bin"
+mkdir -p "$work/$arch/src" "$bin"
+for tool in cc ar ranlib; do
+    target_flag=""
+    [ "$tool" = cc ] && target_flag="-target $zig_target"
+    printf '#!/bin/sh\nexec "%s" -m ziglang %s %s "$@"\n' "$zig_python" "$tool" "$target_flag" >"$bin/$tool"
+    chmod +x "$bin/$tool"
+done
+tar -xjf "$tarball" -C "$work/$arch/src"
+src="$work/$arch/src/hwloc-$version"
 jobs=$(nproc 2>/dev/null || echo 2)
+host_flags=()
+[ "$arch" = "$(uname -m)" ] || host_flags=(--host="$arch-linux-gnu")
 (
     cd "$src"
     # PKG_CONFIG_LIBDIR: pkg-config finds none of the optional libraries above.
-    PKG_CONFIG_LIBDIR=/nonexistent CFLAGS="-O2" ./configure -q --prefix="$prefix" "${configure_flags[@]}"
+    PKG_CONFIG_LIBDIR=/nonexistent CC="$bin/cc" AR="$bin/ar" RANLIB="$bin/ranlib" CFLAGS="-O2" \
+        ./configure -q --prefix="$prefix" "${host_flags[@]}" "${configure_flags[@]}"
     make -s -j"$jobs" -C hwloc
     # The library, its headers and hwloc.pc; the command-line tools and tests are not needed.
     make -s -C hwloc install
     make -s -C include install
     make -s install-hwlocpkgconfigDATA
-) >"$work/build.log" 2>&1 || {
-    log "error: building hwloc failed; the last lines of $work/build.log:"
-    tail -n 30 "$work/build.log" >&2
+) >"$work/$arch/build.log" 2>&1 || {
+    log "error: building hwloc failed; the last lines of $work/$arch/build.log:"
+    tail -n 30 "$work/$arch/build.log" >&2
     exit 1
 }
 if grep -q -e '-ludev\|-lxml2\|-lpciaccess' "$prefix/lib/pkgconfig/hwloc.pc"; then

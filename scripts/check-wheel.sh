@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# Checks the release wheel the way a user gets it: builds it with scripts/release.sh, installs
-# it into a fresh virtual environment with no package index (it has no dependencies), and runs
-# it from outside the repository, so the source tree is not on sys.path. It fails unless:
-#   - the installed module's NEEDED entries are all inside the manylinux policy (no libhwloc,
-#     no libudev) and it has no RPATH/RUNPATH;
+# Checks the release wheels the way a user gets them: builds them with scripts/release.sh, checks
+# every wheel's tags and native module, and runs them, installed with no package index (they
+# have no dependencies), from outside the repository, so the source tree is not on sys.path.
+#
+#   scripts/check-wheel.sh [x86_64|aarch64|all]     # default: x86_64 (what CI runs)
+#
+# For every wheel (cp311-abi3 and cp310, per architecture) it fails unless:
+#   - the file name and the WHEEL metadata carry the expected tags (cp311-abi3 or cp310-cp310,
+#     manylinux_2_28_<arch>), and pip accepts the wheel for that platform and Python;
+#   - the module is an ELF shared object for that architecture whose NEEDED entries are all
+#     inside the manylinux policy (no libhwloc, no libudev), with no RPATH/RUNPATH, that needs no
+#     glibc symbol version newer than GLIBC_2.28 (readelf -V) and exports only PyInit__native.
+# x86_64: the abi3 wheel is installed into a fresh venv of this machine's python3 and run as
+# below, and so is each wheel under every other CPython 3.10-3.13 found here (PATH, pyenv):
 #   - it runs with the machine's hwloc and udev libraries hidden: where a mount namespace can be
 #     made (root, as in CI), /dev/null is bind-mounted over every libhwloc/libudev file that
 #     ldconfig knows of, so only in that namespace any attempt to load them fails, and the check
@@ -14,19 +23,25 @@
 #   - explain_placement() plans on the two-NUMA-node XML fixture and on this host (hwloc's XML
 #     import, I/O discovery and topology discovery), and a PagedRespStore pinned with
 #     cpu_affinity="numa:0" round-trips pages through a throwaway redis-server on a unix socket.
-# The environment is emptied (env -i): no LD_LIBRARY_PATH, no PYTHONPATH.
+# aarch64: the abi3 wheel runs the same checks under qemu-user-static (installed with apt-get
+# when missing) in Debian 12's arm64 CPython 3.11, unpacked into a sysroot by
+# scripts/arm64-python-sysroot.sh, against the same (x86_64) redis-server. Debian 12 has no
+# arm64 Python 3.10, so the aarch64 cp310 wheel gets the static checks above only.
+# The environment is emptied (env -i): no LD_LIBRARY_PATH, no PYTHONPATH but the aarch64 one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 
-scripts/release.sh
-wheels=(dist/lmcache_resp-*.whl)
-[ ${#wheels[@]} -eq 1 ] || { echo "error: expected one wheel in dist/, found ${wheels[*]}" >&2; exit 1; }
-wheel="$repo/${wheels[0]}"
-case "$wheel" in
-    *-manylinux_*.whl) ;;
-    *) echo "error: $wheel is not tagged manylinux" >&2; exit 1 ;;
+which=${1:-x86_64}
+case "$which" in
+    x86_64 | aarch64) arches=("$which") ;;
+    all) arches=(x86_64 aarch64) ;;
+    *) echo "usage: $0 [x86_64|aarch64|all]" >&2; exit 2 ;;
 esac
+
+start=$SECONDS
+scripts/release.sh "$which"
+echo "==> release.sh $which took $((SECONDS - start)) s"
 
 tmp=$(mktemp -d)
 redis_pid=""
@@ -36,36 +51,76 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "==> installing $(basename "$wheel") into a fresh venv"
-python3 -m venv "$tmp/venv"
-"$tmp/venv/bin/python" -m pip install -q --no-index --disable-pip-version-check "$wheel"
-so=$(find "$tmp/venv" -name '_native*.so' -path '*site-packages/lmcache_resp/*')
-[ -n "$so" ] || { echo "error: no installed _native module" >&2; exit 1; }
-
-echo "==> NEEDED entries of the installed module"
-needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
-echo "$needed" | sed 's/^/    /'
-# The x86_64 manylinux policy's libraries that a Rust extension may use.
-allowed=" libc.so.6 libm.so.6 libgcc_s.so.1 ld-linux-x86-64.so.2 libpthread.so.0 libdl.so.2 librt.so.1 "
-for lib in $needed; do
-    case "$allowed" in
-        *" $lib "*) ;;
-        *) echo "error: the module needs $lib, which is outside the manylinux policy" >&2; exit 1 ;;
+# check_wheel ARCH PYTAG ABITAG: the static checks of dist/'s one wheel with these tags.
+check_wheel() {
+    local arch=$1 pytag=$2 abitag=$3
+    local platform="manylinux_2_28_$arch" wheels wheel dir sos so needed lib allowed machine newest exported
+    mapfile -t wheels < <(ls dist/lmcache_resp-*-"$pytag-$abitag-$platform".whl 2>/dev/null)
+    [ ${#wheels[@]} -eq 1 ] || { echo "error: expected one $pytag-$abitag-$platform wheel in dist/, found ${wheels[*]:-none}" >&2; exit 1; }
+    wheel="$repo/${wheels[0]}"
+    echo "==> $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)"
+    dir="$tmp/unpacked-$pytag-$arch"
+    mkdir -p "$dir"
+    (cd "$dir" && python3 -m zipfile -e "$wheel" .)
+    local tags
+    tags=$(sed -n 's/^Tag: //p' "$dir"/lmcache_resp-*.dist-info/WHEEL)
+    [ "$tags" = "$pytag-$abitag-$platform" ] || { echo "error: WHEEL says Tag: $tags, the file name $pytag-$abitag-$platform" >&2; exit 1; }
+    echo "    WHEEL tag: $tags"
+    # pip's own tag matching: the wheel installs for this platform and Python (nothing runs).
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-index --no-deps --only-binary=:all: \
+        --target "$tmp/pip-$pytag-$arch" --platform "$platform" --implementation cp \
+        --python-version "${pytag#cp}" --abi "$abitag" "$wheel"
+    echo "    pip accepts it for --platform $platform --python-version ${pytag#cp} --abi $abitag"
+    mapfile -t sos < <(find "$dir" -name '_native*.so')
+    [ ${#sos[@]} -eq 1 ] || { echo "error: expected one _native module in $(basename "$wheel"), found ${sos[*]:-none}" >&2; exit 1; }
+    so=${sos[0]}
+    case "$arch" in
+        x86_64) machine="Advanced Micro Devices X86-64"; allowed=" libc.so.6 libm.so.6 libgcc_s.so.1 ld-linux-x86-64.so.2 libpthread.so.0 libdl.so.2 librt.so.1 " ;;
+        aarch64) machine="AArch64"; allowed=" libc.so.6 libm.so.6 libgcc_s.so.1 ld-linux-aarch64.so.1 libpthread.so.0 libdl.so.2 librt.so.1 " ;;
     esac
+    readelf -h "$so" | grep -q "Machine: *$machine\$" || { echo "error: $so is not $machine:" >&2; readelf -h "$so" | grep Machine >&2; exit 1; }
+    echo "    $(basename "$so"): ELF $machine, $(du -k "$so" | cut -f1) KiB"
+    needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+    echo "    NEEDED: $(echo $needed)"
+    # The manylinux policy's libraries that a Rust extension may use (glibc 2.28 still has
+    # libpthread and libdl apart from libc).
+    for lib in $needed; do
+        case "$allowed" in
+            *" $lib "*) ;;
+            *) echo "error: the module needs $lib, which is outside the manylinux policy" >&2; exit 1 ;;
+        esac
+    done
+    if readelf -d "$so" | grep -q -E '\((RPATH|RUNPATH)\)'; then
+        echo "error: the module has an RPATH/RUNPATH:" >&2
+        readelf -d "$so" | grep -E '\((RPATH|RUNPATH)\)' >&2
+        exit 1
+    fi
+    # Every glibc symbol version the module needs (readelf reads any architecture's ELF).
+    newest=$(readelf -V -W "$so" | sed -n 's/.*Name: GLIBC_\([0-9.]*\).*/\1/p' | sort -uV | tail -n 1)
+    [ -n "$newest" ] || { echo "error: no GLIBC_ version needs found in $so" >&2; exit 1; }
+    if [ "$(printf '%s\n2.28\n' "$newest" | sort -V | tail -n 1)" != 2.28 ]; then
+        echo "error: the module needs GLIBC_$newest, newer than manylinux_2_28 allows:" >&2
+        readelf --dyn-syms -W "$so" | grep -E "@GLIBC_$newest" >&2
+        exit 1
+    fi
+    echo "    newest glibc symbol version needed: GLIBC_$newest"
+    exported=$(readelf --dyn-syms -W "$so" | awk '$5 == "GLOBAL" && $7 != "UND" { print $8 }' | sed 's/@.*//' | sort -u)
+    [ "$exported" = PyInit__native ] || { echo "error: the module exports more than PyInit__native: $(echo $exported)" >&2; exit 1; }
+    echo "    exports: $exported"
+}
+
+for arch in "${arches[@]}"; do
+    check_wheel "$arch" cp310 cp310
+    check_wheel "$arch" cp311 abi3
 done
-if readelf -d "$so" | grep -q -E '\((RPATH|RUNPATH)\)'; then
-    echo "error: the module has an RPATH/RUNPATH:" >&2
-    readelf -d "$so" | grep -E '\((RPATH|RUNPATH)\)' >&2
-    exit 1
-fi
 
 echo "==> starting a throwaway redis-server on a unix socket (the wheel's lmcache_resp/servers.py, by path)"
-launcher=$(dirname "$so")/servers.py
+launcher=$(find "$tmp/unpacked-cp311-${arches[0]}" -path '*/lmcache_resp/servers.py')
 [ -f "$launcher" ] || { echo "error: the wheel does not ship lmcache_resp/servers.py" >&2; exit 1; }
 command -v redis-server >/dev/null || { echo "error: redis-server is missing (scripts/setup.sh installs it)" >&2; exit 1; }
 # Port 0: no TCP listener, the unix socket $tmp/redis.sock only. The launcher execs the server,
 # so $! is the server.
-env -i PATH=/usr/bin:/bin "$tmp/venv/bin/python" -I "$launcher" server "$tmp" 0 --unix-socket \
+env -i PATH=/usr/bin:/bin python3 -I "$launcher" server "$tmp" 0 --unix-socket \
     >/dev/null 2>"$tmp/redis.stderr" &
 redis_pid=$!
 for _ in $(seq 100); do
@@ -135,20 +190,74 @@ EOF
 
 # Every libhwloc/libudev file the dynamic loader knows of, resolved to the real file.
 mapfile -t hidden < <(ldconfig -p | awk '$1 ~ /^lib(hwloc|udev)\.so/ { print $NF }' | xargs -r readlink -f | sort -u)
-run=(env -i PATH=/usr/bin:/bin HOME="$tmp" LANG=C.UTF-8 "$tmp/venv/bin/python" -I "$tmp/check.py" "$repo" "$tmp")
-cd "$tmp"
-if [ ${#hidden[@]} -gt 0 ] && unshare --mount --propagation private true 2>/dev/null; then
-    echo "==> running the wheel with ${hidden[*]} hidden (bind-mounted /dev/null, private mount namespace)"
-    # shellcheck disable=SC2016
-    unshare --mount --propagation private bash -c \
-        'n=$1; shift; for f in "${@:1:n}"; do mount --bind /dev/null "$f"; done; shift "$n"; exec "$@"' \
-        hide "${#hidden[@]}" "${hidden[@]}" "${run[@]}" "${hidden[@]}"
-else
-    if [ ${#hidden[@]} -eq 0 ]; then
-        echo "==> running the wheel (no libhwloc or libudev on this machine)"
+can_hide=false
+[ ${#hidden[@]} -gt 0 ] && unshare --mount --propagation private true 2>/dev/null && can_hide=true
+
+# run_x86_64 PYTHON PYTAG ABITAG: installs that wheel into a fresh venv of PYTHON and runs check.py.
+run_x86_64() {
+    local python=$1 pytag=$2 abitag=$3 venv wheel
+    wheel=$(ls "$repo"/dist/lmcache_resp-*-"$pytag-$abitag"-manylinux_2_28_x86_64.whl)
+    venv="$tmp/venv-$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+    echo "==> x86_64: $(basename "$wheel") in a fresh venv of $("$python" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
+    "$python" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --no-index --disable-pip-version-check "$wheel"
+    local run=(env -i PATH=/usr/bin:/bin HOME="$tmp" LANG=C.UTF-8 "$venv/bin/python" -I "$tmp/check.py" "$repo" "$tmp")
+    if $can_hide; then
+        echo "    with ${hidden[*]} hidden (bind-mounted /dev/null, private mount namespace)"
+        # shellcheck disable=SC2016
+        (cd "$tmp" && unshare --mount --propagation private bash -c \
+            'n=$1; shift; for f in "${@:1:n}"; do mount --bind /dev/null "$f"; done; shift "$n"; exec "$@"' \
+            hide "${#hidden[@]}" "${hidden[@]}" "${run[@]}" "${hidden[@]}")
     else
-        echo "==> running the wheel (no mount namespace here, so ${hidden[*]} stay visible; NEEDED and /proc/self/maps are checked)"
+        if [ ${#hidden[@]} -eq 0 ]; then
+            echo "    (no libhwloc or libudev on this machine)"
+        else
+            echo "    (no mount namespace here, so ${hidden[*]} stay visible; NEEDED and /proc/self/maps are checked)"
+        fi
+        (cd "$tmp" && "${run[@]}")
     fi
-    "${run[@]}"
-fi
-echo "==> wheel check passed: $(basename "$wheel")"
+}
+
+# Other CPythons 3.10-3.13 on this machine, besides python3: on PATH, or pyenv's.
+find_python() {
+    local version=$1 candidate
+    for candidate in "$(command -v "python$version" 2>/dev/null)" "$(pyenv root 2>/dev/null)"/versions/"$version".*/bin/"python$version"; do
+        [ -x "$candidate" ] && "$candidate" -c 'import venv' 2>/dev/null && { echo "$candidate"; return 0; }
+    done
+    return 1
+}
+
+for arch in "${arches[@]}"; do
+    case "$arch" in
+    x86_64)
+        run_x86_64 python3 cp311 abi3
+        default_version=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+        for version in 3.10 3.11 3.12 3.13; do
+            [ "$version" = "$default_version" ] && continue
+            if python=$(find_python "$version"); then
+                if [ "$version" = 3.10 ]; then run_x86_64 "$python" cp310 cp310; else run_x86_64 "$python" cp311 abi3; fi
+            else
+                echo "==> x86_64: no CPython $version here: not run under it"
+            fi
+        done
+        ;;
+    aarch64)
+        if ! command -v qemu-aarch64-static >/dev/null; then
+            echo "==> installing qemu-user-static (apt-get)"
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q qemu-user-static >/dev/null
+        fi
+        sysroot=$(scripts/arm64-python-sysroot.sh)
+        site="$tmp/arm64/lib/python3.11/site-packages"
+        wheel=$(ls "$repo"/dist/lmcache_resp-*-cp311-abi3-manylinux_2_28_aarch64.whl)
+        echo "==> aarch64: $(basename "$wheel") under qemu-aarch64-static, Debian's arm64 CPython 3.11 in $sysroot"
+        # The host's pip unpacks the wheel for the arm64 interpreter (a wheel installs by copying).
+        python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-index --no-deps --only-binary=:all: \
+            --target "$site" --platform manylinux_2_28_aarch64 --implementation cp --python-version 3.11 --abi abi3 "$wheel"
+        start=$SECONDS
+        (cd "$tmp" && env -i PATH=/usr/bin:/bin HOME="$tmp" LANG=C.UTF-8 PYTHONPATH="$site" \
+            qemu-aarch64-static -L "$sysroot" "$sysroot/usr/bin/python3.11" -s "$tmp/check.py" "$repo" "$tmp")
+        echo "    (the aarch64 run took $((SECONDS - start)) s under emulation)"
+        ;;
+    esac
+done
+echo "==> wheel check passed: $(cd dist && ls lmcache_resp-*.whl | grep -E "_($(IFS='|'; echo "${arches[*]}"))\.whl$" | tr '\n' ' ')"
