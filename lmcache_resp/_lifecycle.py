@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Self
+from typing import TypeVar
+
+# typing.Self is 3.11+; the package supports 3.10 (as LMCache does).
+_C = TypeVar("_C", bound="Closeable")
 
 
 class Closeable:
@@ -13,7 +16,7 @@ class Closeable:
     def close(self) -> None:
         raise NotImplementedError
 
-    def __enter__(self) -> Self:
+    def __enter__(self: _C) -> _C:
         return self
 
     def __exit__(
@@ -21,7 +24,7 @@ class Closeable:
     ) -> None:
         self.close()
 
-    async def __aenter__(self) -> Self:
+    async def __aenter__(self: _C) -> _C:
         return self
 
     async def __aexit__(

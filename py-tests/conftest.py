@@ -6,6 +6,7 @@ path); RedisServer, RedisCluster, free_port and pattern are re-exported for the 
 
 from __future__ import annotations
 
+import os
 import select
 import signal
 import socket
@@ -24,6 +25,18 @@ from lmcache_resp.servers import ClusterNode, RedisCluster, RedisServer, free_po
 __all__ = ["ClusterNode", "RedisCluster", "RedisServer", "free_port", "pattern"]
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which server this run's throwaway servers are ($REDIS_TEST_SERVER: redis, valkey or a path)."""
+    from lmcache_resp.servers import SERVER_ENV, LaunchError, server_binary, server_version
+
+    choice = os.environ.get(SERVER_ENV) or "redis"
+    try:
+        binary = server_binary(choice)
+    except LaunchError as exc:
+        return f"server: {choice} ({exc})"
+    return f"server: {choice}: {os.path.basename(binary)} {server_version(binary)} ({binary})"
 
 
 @pytest.fixture

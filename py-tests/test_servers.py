@@ -146,3 +146,21 @@ def test_an_unknown_server_choice_says_what_to_install(monkeypatch: pytest.Monke
     monkeypatch.delenv(servers.SERVER_ENV, raising=False)
     with pytest.raises(LaunchError, match="apt-get install -y redis-server"):
         RedisServer()
+
+
+def test_the_server_running_is_the_one_asked_for(redis_server: RedisServer) -> None:
+    """$REDIS_TEST_SERVER, which scripts/test.sh sets per pass, reaches the launcher: a Valkey
+    pass really runs valkey-server (its INFO names it; it also claims redis_version 7.2.4 for
+    clients' sake), a Redis pass redis-server."""
+    info = dict(
+        line.split(":", 1) for line in servers.command(redis_server.port, "INFO", "server").decode().splitlines()
+        if ":" in line
+    )
+    choice = os.environ.get(servers.SERVER_ENV) or "redis"
+    if choice == "valkey":
+        assert info.get("server_name") == "valkey", info
+        assert info["valkey_version"] == redis_server.version() == "8.1.8"
+    elif choice == "redis":
+        assert "server_name" not in info and "valkey_version" not in info, info
+        assert info["redis_version"] == redis_server.version()
+    assert info["process_id"] == str(redis_server.pid)

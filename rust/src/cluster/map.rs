@@ -97,18 +97,19 @@ impl SlotMap {
             if slots.is_empty() {
                 continue;
             }
-            let mut primaries = nodes.iter().filter(|(_, is_primary)| *is_primary);
-            let primary = match (primaries.next(), primaries.next()) {
-                (Some((primary, _)), None) => primary.clone(),
-                (None, _) => return Err(context(format!("a shard serving slots {slots:?} has no primary"))),
-                (Some(_), Some(_)) => {
-                    return Err(context(format!("a shard serving slots {slots:?} has two primaries")));
-                }
+            // Valkey 8 keeps a failed primary in its shard, still as a primary, after a replica
+            // took over (Redis 7.0 moves it to a slotless shard of its own): the slots belong to
+            // the best of the primaries listed (see `primary_rank`); the others serve nothing.
+            let Some(chosen) = (0..nodes.len())
+                .filter(|&i| nodes[i].is_primary)
+                .max_by_key(|&i| (primary_rank(&nodes[i]), std::cmp::Reverse(i)))
+            else {
+                return Err(context(format!("a shard serving slots {slots:?} has no primary")));
             };
-            let Some(primary) = primary else {
+            let Some(primary) = nodes[chosen].node.clone() else {
                 return Err(context(format!("the primary of slots {slots:?} has no address a client can use")));
             };
-            let replicas = nodes.into_iter().filter(|(_, is_primary)| !is_primary).filter_map(|(node, _)| node);
+            let replicas = nodes.into_iter().filter(|entry| !entry.is_primary).filter_map(|entry| entry.node);
             let index = builder.add_shard(Shard { primary, replicas: replicas.collect() });
             for range in slots {
                 builder.assign(range, index).map_err(context)?;
@@ -303,9 +304,27 @@ fn runs(owners: &[u16]) -> impl Iterator<Item = (RangeInclusive<u16>, u16)> + '_
     })
 }
 
-/// One `CLUSTER SHARDS` entry: its slot ranges, and its nodes with whether each is the primary
-/// (`None` for a node without a usable address).
-type ShardEntry = (Vec<RangeInclusive<u16>>, Vec<(Option<Node>, bool)>);
+/// One node of a `CLUSTER SHARDS` entry.
+struct ShardNode {
+    /// `None` for a node without a usable address.
+    node: Option<Node>,
+    is_primary: bool,
+    health: Health,
+    /// `replication-offset`; 0 where not reported.
+    offset: i64,
+}
+
+/// Which of several primaries in one shard owns its slots, best first: one reported online,
+/// then one not known to have failed, then the one that has replicated the most (a promoted
+/// replica is ahead of the primary it replaced, whose offset a failed node reports as 0); a
+/// primary with a usable address over one without. Full ties go to the first listed. A wrong
+/// pick costs a `MOVED`, which patches the map.
+fn primary_rank(entry: &ShardNode) -> (bool, bool, i64, bool) {
+    (entry.health == Health::Online, entry.health != Health::Failed, entry.offset, entry.node.is_some())
+}
+
+/// One `CLUSTER SHARDS` entry: its slot ranges and its nodes.
+type ShardEntry = (Vec<RangeInclusive<u16>>, Vec<ShardNode>);
 
 fn read_shard(shard: &Reply, seed: &NodeAddr) -> Result<ShardEntry, String> {
     let (mut slots, mut nodes) = (None, None);
@@ -335,8 +354,9 @@ fn read_shard(shard: &Reply, seed: &NodeAddr) -> Result<ShardEntry, String> {
     }
 }
 
-fn read_shard_node(node: &Reply, seed: &NodeAddr) -> Result<(Option<Node>, bool), String> {
+fn read_shard_node(node: &Reply, seed: &NodeAddr) -> Result<ShardNode, String> {
     let (mut id, mut port, mut ip, mut endpoint, mut role, mut health) = (None, None, None, None, None, None);
+    let mut offset = 0;
     for (key, value) in pairs(node, "a node")? {
         match key {
             "id" => id = Some(text(value, "a node id")?.to_owned()),
@@ -345,6 +365,12 @@ fn read_shard_node(node: &Reply, seed: &NodeAddr) -> Result<(Option<Node>, bool)
             "endpoint" => endpoint = Some(text(value, "a node endpoint")?),
             "role" => role = Some(text(value, "a node role")?),
             "health" => health = Some(Health::parse(text(value, "a node health")?)),
+            "replication-offset" => {
+                offset = match value {
+                    Reply::Integer(offset) => *offset,
+                    other => return Err(format!("node {id:?} has replication-offset {other:?}, expected an integer")),
+                }
+            }
             _ => {}
         }
     }
@@ -353,11 +379,10 @@ fn read_shard_node(node: &Reply, seed: &NodeAddr) -> Result<(Option<Node>, bool)
         Some("replica") => false,
         other => return Err(format!("node {id:?} has role {other:?}, expected master or replica")),
     };
+    let health = health.unwrap_or(Health::Unknown);
     // A TLS-only node has no `port`: this client does not speak TLS, so it cannot use it.
-    let Some(port) = port else { return Ok((None, is_primary)) };
-    let node =
-        address(endpoint, ip, port, seed).map(|addr| Node { addr, id, health: health.unwrap_or(Health::Unknown) });
-    Ok((node, is_primary))
+    let node = port.and_then(|port| address(endpoint, ip, port, seed)).map(|addr| Node { addr, id, health });
+    Ok(ShardNode { node, is_primary, health, offset })
 }
 
 fn read_slots_node(node: &Reply, seed: &NodeAddr, health: Health) -> Result<Option<Node>, String> {
@@ -583,6 +608,96 @@ mod tests {
             assert_eq!(map.primary(10922), Some(&promoted.addr));
             assert!(map.shard(7000).unwrap().replicas.is_empty(), "the promoted node's old primary is dead");
         }
+    }
+
+    /// Valkey 8 differs from Redis 7.0 here: the failed primary stays in its shard, still a
+    /// primary, beside the replica that took its slots (Redis moves it to a slotless shard).
+    #[test]
+    fn valkey_after_a_failover_the_dead_primary_in_the_heirs_shard_serves_nothing() {
+        let nodes_text = include_str!("testdata/valkey_cluster_nodes_failover.txt");
+        let nodes = cluster_nodes(nodes_text);
+        let dead = nodes.iter().find(|n| n.flags.iter().any(|f| f == "fail")).unwrap();
+        let promoted = nodes.iter().find(|n| n.primary_id.is_none() && n.slots.contains(&(5461..=10922))).unwrap();
+        let reply = decode(include_bytes!("testdata/valkey_cluster_shards_failover.resp"));
+        // The fixture shows what this test is about: one shard, two primaries, one failed.
+        let shared = array(&reply, "")
+            .unwrap()
+            .iter()
+            .map(|shard| read_shard(shard, &seed()).unwrap())
+            .find(|(slots, _)| slots.contains(&(5461..=10922)))
+            .unwrap();
+        let primaries: Vec<(NodeAddr, Health)> =
+            shared.1.iter().filter(|n| n.is_primary).map(|n| (n.node.clone().unwrap().addr, n.health)).collect();
+        assert_eq!(primaries.len(), 2, "{primaries:?}");
+        assert!(primaries.contains(&(dead.addr.clone(), Health::Failed)), "{primaries:?}");
+        assert!(primaries.contains(&(promoted.addr.clone(), Health::Online)), "{primaries:?}");
+
+        let shards = SlotMap::from_shards(&reply, &seed()).unwrap();
+        let slots =
+            SlotMap::from_slots(&decode(include_bytes!("testdata/valkey_cluster_slots_failover.resp")), &seed())
+                .unwrap();
+        for map in [&shards, &slots] {
+            assert_matches_nodes(map, nodes_text, true);
+            assert!(map.is_fully_covered());
+            assert!(map.primaries().all(|p| *p != dead.addr));
+            assert!(map.shards().all(|s| s.replicas.iter().all(|r| r.addr != dead.addr)));
+            assert_eq!(map.primary(5461), Some(&promoted.addr));
+            assert_eq!(map.primary(10922), Some(&promoted.addr));
+            assert!(map.shard(7000).unwrap().replicas.is_empty(), "the promoted node's old primary is dead");
+        }
+        assert_eq!(shards.shard(7000).unwrap().primary.health, Health::Online);
+    }
+
+    /// One `CLUSTER SHARDS` entry for slots 0-16383 with these `(port, role, health, offset)` nodes.
+    fn one_shard(nodes: &[(i64, &str, &str, i64)]) -> Reply {
+        let bulk = |text: &str| Reply::Bulk(text.as_bytes().to_vec());
+        let nodes = nodes
+            .iter()
+            .map(|&(port, role, health, offset)| {
+                Reply::Array(vec![
+                    bulk("id"),
+                    bulk(&format!("{port:040}")),
+                    bulk("port"),
+                    Reply::Integer(port),
+                    bulk("ip"),
+                    bulk("10.0.0.1"),
+                    bulk("endpoint"),
+                    bulk("10.0.0.1"),
+                    bulk("role"),
+                    bulk(role),
+                    bulk("replication-offset"),
+                    Reply::Integer(offset),
+                    bulk("health"),
+                    bulk(health),
+                ])
+            })
+            .collect();
+        let slots = Reply::Array(vec![Reply::Integer(0), Reply::Integer(16383)]);
+        Reply::Array(vec![Reply::Array(vec![bulk("slots"), slots, bulk("nodes"), Reply::Array(nodes)])])
+    }
+
+    #[test]
+    fn of_two_primaries_in_a_shard_the_online_then_the_most_replicated_owns_the_slots() {
+        let seed = seed();
+        let owner = |nodes: &[(i64, &str, &str, i64)]| {
+            let map = SlotMap::from_shards(&one_shard(nodes), &seed).unwrap();
+            assert!(map.is_fully_covered());
+            assert_eq!(map.shards().count(), 1);
+            let shard = map.shard(0).unwrap();
+            (shard.primary.addr.port, shard.replicas.iter().map(|r| r.addr.port).collect::<Vec<_>>())
+        };
+        // The failed one loses whatever its offset, in either order; it is no replica either.
+        assert_eq!(owner(&[(7000, "master", "fail", 900), (7001, "master", "online", 5)]), (7001, vec![]));
+        assert_eq!(owner(&[(7001, "master", "online", 5), (7000, "master", "fail", 900)]), (7001, vec![]));
+        // Neither reported online: the one not known to have failed.
+        assert_eq!(owner(&[(7000, "master", "fail", 9), (7001, "master", "loading", 0)]), (7001, vec![]));
+        // Both online (a failover in progress): the one ahead in replication; ties go to the first.
+        let both = [(7000, "master", "online", 40), (7001, "master", "online", 41), (7002, "replica", "online", 41)];
+        assert_eq!(owner(&both), (7001, vec![7002]));
+        assert_eq!(owner(&[(7000, "master", "online", 41), (7001, "master", "online", 41)]), (7000, vec![]));
+        // A lone failed primary still owns its slots until a replica takes over (Redis and Valkey).
+        assert_eq!(owner(&[(7000, "master", "fail", 0), (7001, "replica", "online", 12)]), (7000, vec![7001]));
+        assert!(SlotMap::from_shards(&one_shard(&[(7001, "replica", "online", 1)]), &seed).is_err());
     }
 
     #[test]

@@ -111,11 +111,18 @@ impl BridgedPageStore {
         stream.set_read_timeout(Some(timeout)).map_err(|e| Error::os("socket timeout", e))?;
         let hello = Control::Hello { version: PROTOCOL_VERSION, pid: std::process::id(), submission_ring_bytes: 0 };
         // A bridge that refuses at once may close before the hello is written: its refusal
-        // is still there to read, and says more than the broken pipe.
+        // is still there to read, and says more than the broken pipe. So does an answer that is
+        // no bridge's (a peer that wrote garbage and closed).
         let sent = channel::send(&stream, &hello, &[]);
         let answer = channel::receive(&stream);
-        if let (Err(err), Err(_) | Ok(None)) = (&sent, &answer) {
-            return Err(err.clone().context(format!("attaching to the bridge at {}", path.display())));
+        if let Err(err) = &sent {
+            let answer_says_more = match &answer {
+                Ok(reply) => reply.is_some(),
+                Err(answer) => answer.kind() == ErrorKind::Protocol,
+            };
+            if !answer_says_more {
+                return Err(err.clone().context(format!("attaching to the bridge at {}", path.display())));
+            }
         }
         let (welcome, fds) = match answer {
             Ok(Some((Control::Welcome(welcome), fds))) if fds.len() == 2 => (welcome, fds),

