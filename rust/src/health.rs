@@ -128,7 +128,8 @@ impl EndpointHealth {
         match state.as_mut() {
             Some(down) => down.last_error = err.clone(),
             None => {
-                let policy = self.board.upgrade().map(|b| b.policy).unwrap_or_default();
+                let board = self.board.upgrade();
+                let policy = board.as_ref().map(|b| b.policy).unwrap_or_default();
                 *state = Some(Down {
                     since: now,
                     since_wall: SystemTime::now(),
@@ -144,7 +145,7 @@ impl EndpointHealth {
                     self.name,
                     err.message()
                 );
-                if let Some(board) = self.board.upgrade() {
+                if let Some(board) = board {
                     board.wake_prober(&board);
                 }
             }
@@ -300,6 +301,11 @@ impl HealthBoard {
         lock(&self.board.entries).iter().filter(|e| e.health.is_down()).map(|e| e.health.name.clone()).collect()
     }
 
+    /// How many servers the board tracks.
+    pub fn tracked(&self) -> usize {
+        lock(&self.board.entries).len()
+    }
+
     /// Forgets servers nothing else refers to any more (cluster nodes dropped from the table).
     pub fn forget_unused(&self) {
         lock(&self.board.entries).retain(|e| Arc::strong_count(&e.health) > 1);
@@ -328,6 +334,7 @@ fn utc_clock(at: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::wait_until;
 
     fn refused() -> Error {
         Error::new(ErrorKind::Connection, "cannot connect to 127.0.0.1:1: Connection refused")
@@ -349,14 +356,6 @@ mod tests {
             })
         });
         (board, health, answering, probes)
-    }
-
-    fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !done() {
-            assert!(Instant::now() < deadline, "timed out waiting until {what}");
-            std::thread::sleep(Duration::from_millis(1));
-        }
     }
 
     #[test]

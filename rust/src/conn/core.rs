@@ -625,14 +625,15 @@ impl ConnCore {
         }
     }
 
-    /// Fails a request its server's health refuses; in Redis Cluster, a request on its first
+    /// Fails a request its server's health refuses (only callers' requests are refused, see
+    /// [`ConnCore::refusal`]); in Redis Cluster, a request on its first
     /// route goes back to the worker once, which refreshes the slot map: a failover may have
     /// moved its slot to a live node.
     fn refuse(&mut self, request: Request, err: Error, out: &mut Vec<Completion>) {
         let movable = matches!(request.kind, Kind::User(op) if op.is_idempotent()) && request.reroutes == 0;
         if self.hands_off && movable {
             self.handoffs.push((request, Handoff::Retry(err)));
-        } else if request.is_callers() {
+        } else {
             out.push(request.completion(Outcome::Failed(err)));
         }
     }

@@ -314,6 +314,8 @@ impl Nodes {
             forgotten += 1;
         }
         self.trim_above = self.in_use().max(self.in_use() - extra + MAX_EXTRA_NODES);
+        // The health of nodes whose connections are gone (their slots reused) goes too.
+        self.factory.health.forget_unused();
         forgotten
     }
 
@@ -542,6 +544,10 @@ mod tests {
         let per_node = conns_per_node(&nodes.factory.settings);
         assert!(nodes.conns.len() <= per_node * bound, "{} connections", nodes.conns.len());
         assert!(nodes.by_addr.len() <= bound, "{} addresses", nodes.by_addr.len());
+        // Each slot's connections hold the health of the node last placed there (a freed slot's
+        // until it is reused); no other node's health is kept.
+        let tracked = nodes.factory.health.tracked();
+        assert!(tracked <= nodes.slots.len(), "{tracked} servers' health kept for {} slots", nodes.slots.len());
         // What must stay stayed, at its index.
         for (addr, &index) in primaries.iter().zip(&primary_index) {
             assert_eq!(nodes.node_at(addr).unwrap(), index, "primary {addr}");
