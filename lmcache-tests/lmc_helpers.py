@@ -10,6 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +26,7 @@ __all__ = [
     "REPO",
     "RESP_ENV",
     "RedisServer",
+    "bridge_example",
     "free_port",
     "load_mp_example",
     "load_non_mp_example",
@@ -36,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "lmcache"
 MP_EXAMPLE = EXAMPLES / "mp-l2-adapter.json"
 NON_MP_EXAMPLE = EXAMPLES / "non-mp.yaml"
+BRIDGE_EXAMPLE = REPO / "examples" / "bridge" / "mp-l2-adapter-bridge.json"
 
 # What the examples name; the tests swap only the port (see load_mp_example/load_non_mp_example).
 EXAMPLE_HOST = "127.0.0.1"
@@ -74,3 +81,29 @@ def load_non_mp_example(port: int, directory: Path) -> Path:
     path = directory / "non-mp.yaml"
     path.write_text(yaml.safe_dump(document))
     return path
+
+
+@contextmanager
+def bridge_example(port: int, directory: Path, *, num_pages: int, extra: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+    """examples/bridge/mp-l2-adapter-bridge.json, its socket a bridge (``python -m
+    lmcache_resp.bridge`` of 1 MiB pages) that runs in ``directory`` against the redis-server on
+    ``port`` for as long as the context lasts."""
+    socket_path = directory / "bridge.sock"
+    bridge = subprocess.Popen(
+        [sys.executable, "-m", "lmcache_resp.bridge", "--url", f"redis://127.0.0.1:{port}",
+         "--socket", str(socket_path), "--page-size", str(1 << 20), "--num-pages", str(num_pages),
+         "--num-workers", "2", *extra],
+        cwd=directory, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not socket_path.exists():
+            assert bridge.poll() is None and time.monotonic() < deadline, "the bridge did not start"
+            time.sleep(0.05)
+        document = json.loads(BRIDGE_EXAMPLE.read_text())
+        assert document["adapter_params"] == {"bridge": "/run/lmcache-resp/bridge.sock"}
+        document["adapter_params"]["bridge"] = str(socket_path)
+        yield document
+    finally:
+        bridge.terminate()
+        bridge.wait(30)

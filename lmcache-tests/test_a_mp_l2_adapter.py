@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import torch
 
-from lmc_helpers import REPO, RedisServer, free_port, load_mp_example, pattern
+from lmc_helpers import RedisServer, bridge_example, free_port, load_mp_example, pattern
 
 from lmcache.v1.distributed.api import MemoryLayoutDesc, ObjectKey
 from lmcache.v1.distributed.l2_adapters import create_l2_adapter
@@ -266,27 +266,11 @@ def test_the_lmcache_server_loads_the_example(redis_server: RedisServer, tmp_pat
                 process.wait()
 
 
-BRIDGE_EXAMPLE = REPO / "examples" / "bridge" / "mp-l2-adapter-bridge.json"
-
-
 def test_the_mp_adapter_through_a_bridge_verifies_every_byte(redis_server: RedisServer, tmp_path: Any) -> None:
     """examples/bridge/mp-l2-adapter-bridge.json through LMCache's parser and factory: the
     connector attaches to a bridge process (which alone holds the connection), and LMCache's
     store/lookup/load move every byte through the bridge's pages."""
-    socket_path = tmp_path / "bridge.sock"
-    bridge = subprocess.Popen(
-        [sys.executable, "-m", "lmcache_resp.bridge", "--url", f"redis://127.0.0.1:{redis_server.port}",
-         "--socket", str(socket_path), "--page-size", str(1 << 20), "--num-pages", "32", "--num-workers", "2"],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not socket_path.exists():
-            assert bridge.poll() is None and time.monotonic() < deadline, "the bridge did not start"
-            time.sleep(0.05)
-        document = json.loads(BRIDGE_EXAMPLE.read_text())
-        assert document["adapter_params"] == {"bridge": "/run/lmcache-resp/bridge.sock"}
-        document["adapter_params"]["bridge"] = str(socket_path)
+    with bridge_example(redis_server.port, tmp_path, num_pages=32) as document:
         adapter = create_l2_adapter(parse(json.dumps(document)))
         try:
             assert isinstance(adapter, NativeConnectorL2Adapter)
@@ -307,6 +291,3 @@ def test_the_mp_adapter_through_a_bridge_verifies_every_byte(redis_server: Redis
             assert [bool(server.exists(wire_key(k))) for k in keys] == [False, False, True, True]
         finally:
             adapter.close()
-    finally:
-        bridge.terminate()
-        bridge.wait(30)

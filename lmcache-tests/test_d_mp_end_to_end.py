@@ -34,7 +34,7 @@ import pytest
 import torch
 import zmq
 
-from lmc_helpers import REPO, RedisServer, free_port, load_mp_example
+from lmc_helpers import RedisServer, bridge_example, free_port, load_mp_example
 
 from lmcache.integration.vllm.vllm_multi_process_adapter import (
     LMCacheMPSchedulerAdapter,
@@ -43,7 +43,6 @@ from lmcache.integration.vllm.vllm_multi_process_adapter import (
     ParallelStrategy,
 )
 
-BRIDGE_EXAMPLE = REPO / "examples" / "bridge" / "mp-l2-adapter-bridge.json"
 MODEL = "lmcache-resp/e2e-model"
 CHUNK_TOKENS = 16  # --chunk-size, and vLLM's block size here: one block per chunk
 LAYERS, BLOCKS, HEADS, HEAD_SIZE = 4, 32, 4, 32  # one chunk: 4 x 2 x 16 x 4 x 32 x 2 B = 64 KiB
@@ -116,25 +115,8 @@ def direct_adapter(redis: RedisServer) -> dict[str, Any]:
 @contextmanager
 def bridge_adapter(redis: RedisServer, tmp_path: Path) -> Iterator[dict[str, Any]]:
     """examples/bridge/mp-l2-adapter-bridge.json, its socket a running bridge's."""
-    socket_path = tmp_path / "bridge.sock"
-    bridge = subprocess.Popen(
-        [sys.executable, "-m", "lmcache_resp.bridge", "--url", f"redis://127.0.0.1:{redis.port}",
-         "--socket", str(socket_path), "--page-size", str(1 << 20), "--num-pages", "64", "--num-workers", "2",
-         "--timeout", str(ADAPTER_TIMEOUT_S)],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not socket_path.exists():
-            assert bridge.poll() is None and time.monotonic() < deadline, "the bridge did not start"
-            time.sleep(0.05)
-        document = json.loads(BRIDGE_EXAMPLE.read_text())
-        assert document["adapter_params"] == {"bridge": "/run/lmcache-resp/bridge.sock"}
-        document["adapter_params"]["bridge"] = str(socket_path)
+    with bridge_example(redis.port, tmp_path, num_pages=64, extra=("--timeout", str(ADAPTER_TIMEOUT_S))) as document:
         yield document
-    finally:
-        bridge.terminate()
-        bridge.wait(30)
 
 
 # -- LMCache's vLLM-side adapters on CPU tensors -----------------------------------------------

@@ -115,6 +115,19 @@ def assert_round_trip(out: dict[str, Any], redis_server: RedisServer, key: str, 
     assert redis_server.redis_py().get(key) == pattern(PAGE, seed), "the bytes the child wrote are in redis"
 
 
+def assert_served_here(socket_path: Path, redis_server: RedisServer, key: str, seed: int, timeout: float = 10.0) -> None:
+    """A store attached from this process stores a page under ``key``, reads it back whole, and
+    redis holds its bytes."""
+    with PagedRespStore.attach(socket_path, timeout=timeout) as store:
+        page = store.allocate_many(1)
+        page[0].write_bytes(pattern(PAGE, seed))
+        store.put([key], page)
+        page[0].write_bytes(bytes(PAGE))
+        assert store.get([key], page) == [True]
+        assert bytes(page[0].byte_array) == pattern(PAGE, seed)
+    assert redis_server.redis_py().get(key) == pattern(PAGE, seed)
+
+
 def assert_refused_by_peercred(out: dict[str, Any], socket_path: Path, served: str) -> None:
     """Refused after connecting, by the uid the kernel gave: the message says who and why."""
     assert out["outcome"] == "error", out
@@ -203,11 +216,7 @@ def test_another_uid_is_refused_by_peercred_even_on_a_world_connectable_socket(
     log_line(process, f"uid {NOBODY} (pid {liar['pid']}) may not attach")
     assert "(pid 1)" not in process.log.read_text()
 
-    with PagedRespStore.attach(path) as store:  # the bridge's own uid still attaches
-        page = store.allocate_many(1)
-        page[0].write_bytes(pattern(PAGE, 9))
-        store.put(["own"], page)
-    assert redis_server.redis_py().get("own") == pattern(PAGE, 9)
+    assert_served_here(path, redis_server, "own", 9)  # the bridge's own uid still attaches
 
 
 @needs_root
@@ -374,11 +383,7 @@ def test_a_live_socket_is_refused_and_the_bridge_on_it_keeps_serving(
     assert done.returncode != 0
     assert f"{path} is in use: another bridge (or server) listens there" in done.stderr, done.stderr
     assert socket_stat(path).st_ino == inode, "the live socket is not replaced"
-    with PagedRespStore.attach(path) as store:
-        page = store.allocate_many(1)
-        page[0].write_bytes(pattern(PAGE, 10))
-        store.put(["still-served"], page)
-    assert redis_server.redis_py().get("still-served") == pattern(PAGE, 10)
+    assert_served_here(path, redis_server, "still-served", 10)
 
 
 def test_a_stale_socket_is_replaced_and_served(
@@ -393,13 +398,7 @@ def test_a_stale_socket_is_replaced_and_served(
         probe.connect(str(path))
     bridges.append(BridgeProcess(url(redis_server), path))
     assert stat.S_IMODE(socket_stat(path).st_mode) == 0o660, "the bridge's socket now"
-    with PagedRespStore.attach(path) as store:
-        page = store.allocate_many(1)
-        page[0].write_bytes(pattern(PAGE, 11))
-        store.put(["after-stale"], page)
-        page[0].write_bytes(bytes(PAGE))
-        assert store.get(["after-stale"], page) == [True]
-        assert bytes(page[0].byte_array) == pattern(PAGE, 11)
+    assert_served_here(path, redis_server, "after-stale", 11)
 
 
 # -- out of file descriptors: pause, do not spin ---------------------------------------------------------
@@ -449,12 +448,5 @@ def test_out_of_descriptors_the_bridge_pauses_accepting_instead_of_spinning(
         for conn in conns:
             conn.close()
     started = time.monotonic()
-    with PagedRespStore.attach(path, timeout=10) as store:
-        page = store.allocate_many(1)
-        page[0].write_bytes(pattern(PAGE, 12))
-        store.put(["after-emfile"], page)
-        page[0].write_bytes(bytes(PAGE))
-        assert store.get(["after-emfile"], page) == [True]
-        assert bytes(page[0].byte_array) == pattern(PAGE, 12)
+    assert_served_here(path, redis_server, "after-emfile", 12, timeout=10)
     assert time.monotonic() - started < 6, "attaches resumed within a few seconds"
-    assert redis_server.redis_py().get("after-emfile") == pattern(PAGE, 12)

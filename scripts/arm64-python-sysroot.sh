@@ -11,6 +11,8 @@
 # installed, no maintainer script runs. Safe to run again: a finished sysroot is reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/debian-apt.sh
+. scripts/lib/debian-apt.sh
 
 work="$PWD/target/arm64-python"
 sysroot="$work/sysroot"
@@ -29,29 +31,15 @@ if [ -x "$sysroot/usr/bin/python3.11" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")
     exit 0
 fi
 
-# shellcheck disable=SC1091
-codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-mirror=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE) $(COMPONENT) $(IDENTIFIER)' 2>/dev/null |
-    awk -v c="$codename" '$2 == c && $3 == "main" && $4 == "Packages" { print $1; exit }')
-if [ -z "$codename" ] || [ -z "$mirror" ]; then
-    log "error: no Debian '${codename:-?} main' apt source configured here to take arm64 packages from"
-    exit 1
-fi
+debian_main_mirror " to take arm64 packages from" || exit 1
 log "==> fetching arm64 CPython 3.11 from $mirror $codename (private apt state in $work/apt)"
 apt="$work/apt"
 rm -rf "$apt" "$sysroot"
 mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/debs" "$sysroot"
 : >"$apt/status"
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-signed_by=""
-[ -f "$keyring" ] && signed_by=" signed-by=$keyring"
-echo "deb [arch=arm64$signed_by] $mirror $codename main" >"$apt/sources.list"
-apt_opts=(
-    -q -o APT::Architecture=arm64 -o APT::Architectures::=arm64
-    -o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=$apt/none"
-    -o "Dir::State::Lists=$apt/lists" -o "Dir::State::status=$apt/status" -o "Dir::Cache=$apt/cache"
-    -o "APT::Sandbox::User=root"
-)
+echo "deb [arch=arm64${keyring:+ signed-by=$keyring}] $mirror $codename main" >"$apt/sources.list"
+private_apt_options "$apt"
+apt_opts=("${private_apt_opts[@]}" -o APT::Architecture=arm64 -o APT::Architectures::=arm64 -o "Dir::State::status=$apt/status")
 apt-get "${apt_opts[@]}" update >&2
 (cd "$apt/debs" && apt-get "${apt_opts[@]}" download "${packages[@]/%/:arm64}" >&2)
 for deb in "$apt/debs"/*.deb; do

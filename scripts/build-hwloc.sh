@@ -31,6 +31,8 @@
 # Zero/GL, cairo and plugin loading.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/debian-apt.sh
+. scripts/lib/debian-apt.sh
 
 arch=${1:-}
 case "$arch" in
@@ -74,23 +76,11 @@ elif ! echo "$sha256  $tarball" | sha256sum --check --status 2>/dev/null; then
     apt="$work/apt"
     rm -rf "$apt"
     mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
-    # shellcheck disable=SC1091
-    codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+    debian_main_mirror "; set HWLOC_TARBALL to hwloc-$version.tar.bz2" || exit 1
     # The Debian mirror this machine already uses, as a deb-src entry for the release's main.
-    mirror=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE) $(COMPONENT) $(IDENTIFIER)' 2>/dev/null |
-        awk -v c="$codename" '$2 == c && $3 == "main" && $4 == "Packages" { print $1; exit }')
-    if [ -z "$codename" ] || [ -z "$mirror" ]; then
-        log "error: no Debian '${codename:-?} main' apt source configured here; set HWLOC_TARBALL to hwloc-$version.tar.bz2"
-        exit 1
-    fi
-    keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-    signed_by=""
-    [ -f "$keyring" ] && signed_by="[signed-by=$keyring] "
-    echo "deb-src $signed_by$mirror $codename main" >"$apt/sources.list"
-    apt_opts=(
-        -q -o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=$apt/none"
-        -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o "APT::Sandbox::User=root"
-    )
+    echo "deb-src ${keyring:+[signed-by=$keyring] }$mirror $codename main" >"$apt/sources.list"
+    private_apt_options "$apt"
+    apt_opts=("${private_apt_opts[@]}")
     apt-get "${apt_opts[@]}" update >&2
     (cd "$apt" && apt-get "${apt_opts[@]}" source --download-only "hwloc=$debian_version" >&2)
     cp "$apt/hwloc_$version.orig.tar.bz2" "$tarball"

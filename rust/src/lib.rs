@@ -44,6 +44,8 @@ pub mod resp;
 pub mod ring;
 pub mod secret;
 pub mod settings;
+#[cfg(test)]
+mod testing;
 
 pub use error::{Error, ErrorKind, Result};
 pub use memory::RawBuf;

@@ -589,25 +589,38 @@ mod tests {
         assert_eq!(sorted(&shards).len(), 3);
     }
 
-    #[test]
-    fn after_a_failover_the_promoted_replica_serves_and_the_dead_primary_is_gone() {
-        let nodes_text = include_str!("testdata/cluster_nodes_failover.txt");
+    /// The failed primary and the replica that took over its slots (5461-10922), as `CLUSTER
+    /// NODES` of a failover fixture names them.
+    fn dead_and_promoted(nodes_text: &str) -> (NodeAddr, NodeAddr) {
         let nodes = cluster_nodes(nodes_text);
         let dead = nodes.iter().find(|n| n.flags.iter().any(|f| f == "fail")).unwrap();
         let promoted = nodes.iter().find(|n| n.primary_id.is_none() && n.slots.contains(&(5461..=10922))).unwrap();
+        (dead.addr.clone(), promoted.addr.clone())
+    }
+
+    /// Each map (from SHARDS and from SLOTS of one failover) routes the failed primary's slots to
+    /// its heir and names the failed node nowhere.
+    fn assert_the_heir_serves_and_the_dead_primary_is_gone(maps: [&SlotMap; 2], nodes_text: &str) {
+        let (dead, promoted) = dead_and_promoted(nodes_text);
+        for map in maps {
+            assert_matches_nodes(map, nodes_text, true);
+            assert!(map.is_fully_covered());
+            assert!(map.primaries().all(|p| *p != dead));
+            assert!(map.shards().all(|s| s.replicas.iter().all(|r| r.addr != dead)));
+            assert_eq!(map.primary(5461), Some(&promoted));
+            assert_eq!(map.primary(10922), Some(&promoted));
+            assert!(map.shard(7000).unwrap().replicas.is_empty(), "the promoted node's old primary is dead");
+        }
+    }
+
+    #[test]
+    fn after_a_failover_the_promoted_replica_serves_and_the_dead_primary_is_gone() {
+        let nodes_text = include_str!("testdata/cluster_nodes_failover.txt");
         let shards =
             SlotMap::from_shards(&decode(include_bytes!("testdata/cluster_shards_failover.resp")), &seed()).unwrap();
         let slots =
             SlotMap::from_slots(&decode(include_bytes!("testdata/cluster_slots_failover.resp")), &seed()).unwrap();
-        for map in [&shards, &slots] {
-            assert_matches_nodes(map, nodes_text, true);
-            assert!(map.is_fully_covered());
-            assert!(map.primaries().all(|p| *p != dead.addr));
-            assert!(map.shards().all(|s| s.replicas.iter().all(|r| r.addr != dead.addr)));
-            assert_eq!(map.primary(5461), Some(&promoted.addr));
-            assert_eq!(map.primary(10922), Some(&promoted.addr));
-            assert!(map.shard(7000).unwrap().replicas.is_empty(), "the promoted node's old primary is dead");
-        }
+        assert_the_heir_serves_and_the_dead_primary_is_gone([&shards, &slots], nodes_text);
     }
 
     /// Valkey 8 differs from Redis 7.0 here: the failed primary stays in its shard, still a
@@ -615,9 +628,7 @@ mod tests {
     #[test]
     fn valkey_after_a_failover_the_dead_primary_in_the_heirs_shard_serves_nothing() {
         let nodes_text = include_str!("testdata/valkey_cluster_nodes_failover.txt");
-        let nodes = cluster_nodes(nodes_text);
-        let dead = nodes.iter().find(|n| n.flags.iter().any(|f| f == "fail")).unwrap();
-        let promoted = nodes.iter().find(|n| n.primary_id.is_none() && n.slots.contains(&(5461..=10922))).unwrap();
+        let (dead, promoted) = dead_and_promoted(nodes_text);
         let reply = decode(include_bytes!("testdata/valkey_cluster_shards_failover.resp"));
         // The fixture shows what this test is about: one shard, two primaries, one failed.
         let shared = array(&reply, "")
@@ -629,22 +640,14 @@ mod tests {
         let primaries: Vec<(NodeAddr, Health)> =
             shared.1.iter().filter(|n| n.is_primary).map(|n| (n.node.clone().unwrap().addr, n.health)).collect();
         assert_eq!(primaries.len(), 2, "{primaries:?}");
-        assert!(primaries.contains(&(dead.addr.clone(), Health::Failed)), "{primaries:?}");
-        assert!(primaries.contains(&(promoted.addr.clone(), Health::Online)), "{primaries:?}");
+        assert!(primaries.contains(&(dead.clone(), Health::Failed)), "{primaries:?}");
+        assert!(primaries.contains(&(promoted.clone(), Health::Online)), "{primaries:?}");
 
         let shards = SlotMap::from_shards(&reply, &seed()).unwrap();
         let slots =
             SlotMap::from_slots(&decode(include_bytes!("testdata/valkey_cluster_slots_failover.resp")), &seed())
                 .unwrap();
-        for map in [&shards, &slots] {
-            assert_matches_nodes(map, nodes_text, true);
-            assert!(map.is_fully_covered());
-            assert!(map.primaries().all(|p| *p != dead.addr));
-            assert!(map.shards().all(|s| s.replicas.iter().all(|r| r.addr != dead.addr)));
-            assert_eq!(map.primary(5461), Some(&promoted.addr));
-            assert_eq!(map.primary(10922), Some(&promoted.addr));
-            assert!(map.shard(7000).unwrap().replicas.is_empty(), "the promoted node's old primary is dead");
-        }
+        assert_the_heir_serves_and_the_dead_primary_is_gone([&shards, &slots], nodes_text);
         assert_eq!(shards.shard(7000).unwrap().primary.health, Health::Online);
     }
 

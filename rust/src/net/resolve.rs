@@ -320,6 +320,7 @@ fn lookup_timed_out(host: &str, port: u16, after: Duration) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::wait_until;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn local(port: u16) -> Vec<SocketAddr> {
@@ -351,14 +352,6 @@ mod tests {
             count.fetch_add(1, Ordering::SeqCst);
         });
         (waker, woken)
-    }
-
-    fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !done() {
-            assert!(Instant::now() < deadline, "{what}: not within 10 s");
-            std::thread::sleep(Duration::from_millis(2));
-        }
     }
 
     #[test]
