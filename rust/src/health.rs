@@ -112,7 +112,8 @@ impl EndpointHealth {
             ErrorKind::Connection,
             format!(
                 "{} is down since {} ({:.1} s ago; last error: {}): requests to it fail at once until a \
-                 background probe reaches it (next in {} ms)",
+                 background probe reaches it (next in {} ms); check that the server is running and \
+                 reachable from this host",
                 self.name,
                 utc_clock(down.since_wall),
                 now.saturating_duration_since(down.since).as_secs_f64(),
@@ -375,6 +376,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("until a background probe reaches it"), "{text}");
+        assert!(text.ends_with("check that the server is running and reachable from this host"), "{text}");
     }
 
     #[test]
