@@ -117,6 +117,16 @@ class ThreadTicks:
         self._thread.join()
 
 
+def wait_until_up(front: Any, timeout: float = 5.0) -> None:
+    """After an outage a server counts as down, its keys failing at once, until the background
+    probe (at most about a second apart) reaches it again (docs/reliability.md, "A dead server
+    fails fast"): wait for that, within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while any(endpoint.down for endpoint in front.stats().endpoints.values()):
+        assert time.monotonic() < deadline, "the probe never found the server back"
+        time.sleep(0.01)
+
+
 class LMCacheLikeDriver:
     """What LMCache's adapters do: poll the eventfd (level-triggered), drain when readable."""
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import pytest
-from conftest import RedisServer
+from conftest import RedisServer, wait_until_up
 
 from lmcache_resp import BatchError, EngineFailedError, Page, PagedRespStore, RespError
 
@@ -194,7 +194,8 @@ def test_chaos_no_hang_no_wrong_byte_one_outcome_per_key(redis_server: RedisServ
     assert problems == [], problems[:10]
     assert {"restart", "stall", "kill-clients"} <= set(faults), faults
     assert sum(w.calls for w in workers) > 50
-    # Once the faults stop, everything works again.
+    # Once the faults stop (and the probe has found the server back), everything works again.
+    wait_until_up(store)
     worker = workers[0]
     for key, page in zip(worker.keys, worker.pages):
         page.write_bytes(value_for(key, 999, PAGE))

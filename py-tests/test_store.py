@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import RedisServer, pattern
+from conftest import RedisServer, pattern, wait_until_up
 
 from lmcache_resp import (
     BatchError,
@@ -284,6 +284,7 @@ def test_server_killed_and_restarted_mid_batch(redis_server: RedisServer) -> Non
         if failure is not None:
             assert isinstance(failure, BatchError), failure
             assert all(isinstance(e, (RespConnectionError, RespTimeoutError)) for e in failure.errors.values())
+        wait_until_up(store)
         store.put(keys[:4], pages[:4])
         for p in pages[:4]:
             memoryview(p)[:] = bytes(p.size)
