@@ -7,6 +7,7 @@ pub mod options;
 pub mod resolve;
 pub mod socket;
 mod sys;
+pub mod tls;
 
 pub use endpoint::{Address, Endpoint};
 pub use eventfd::EventFd;
@@ -14,3 +15,4 @@ pub use options::ConnectOptions;
 pub use resolve::{Lookup, Resolver, Waker};
 pub use socket::{Interest, Readiness, Stream, wait_for};
 pub use sys::IoVecs;
+pub use tls::{TlsConfig, TlsOptions};

@@ -1,7 +1,9 @@
 //! How to reach and authenticate with the server.
 
 use super::endpoint::Endpoint;
+use super::tls::TlsConfig;
 use crate::secret::Secret;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Everything one connection needs to reach the server and log in.
@@ -17,11 +19,21 @@ pub struct ConnectOptions {
     pub db: u32,
     /// Bound on TCP connect plus the AUTH/SELECT/PING handshake.
     pub connect_timeout: Duration,
+    /// TLS (`rediss://`, `ssl=True`): what the server must prove and this client presents;
+    /// `None` speaks plaintext. There is never a fallback from one to the other.
+    pub tls: Option<Arc<TlsConfig>>,
 }
 
 impl ConnectOptions {
-    /// `endpoint` with no credentials, database 0 and a 5 s connect timeout.
+    /// `endpoint` with no credentials, database 0, a 5 s connect timeout and no TLS.
     pub fn new(endpoint: Endpoint) -> Self {
-        ConnectOptions { endpoint, username: None, password: None, db: 0, connect_timeout: Duration::from_secs(5) }
+        ConnectOptions {
+            endpoint,
+            username: None,
+            password: None,
+            db: 0,
+            connect_timeout: Duration::from_secs(5),
+            tls: None,
+        }
     }
 }

@@ -152,6 +152,8 @@ pub struct Settings {
     pub get_piece_bytes: usize,
     /// Fault the arena's pages in at creation.
     pub prefault: bool,
+    /// TLS to every server (and every cluster node); `None` is plaintext.
+    pub tls: Option<std::sync::Arc<crate::net::TlsConfig>>,
     /// Settings accepted but without effect, for the caller to log.
     pub warnings: Vec<String>,
 }
@@ -175,6 +177,7 @@ impl Settings {
             eviction: Eviction::default(),
             prefault: defaults::PREFAULT,
             get_piece_bytes: defaults::GET_PIECE_BYTES,
+            tls: None,
             warnings: Vec::new(),
         }
     }
@@ -192,6 +195,7 @@ impl Settings {
             password: self.password.clone(),
             db: self.db,
             connect_timeout: self.connect_timeout,
+            tls: self.tls.clone(),
         }
     }
 

@@ -1,0 +1,6 @@
+//! TLS: what a connection trusts and presents ([`config`]), the handshake (rustls), and the
+//! record layer that carries the data ([`record`]).
+
+pub mod config;
+
+pub use config::{TlsConfig, TlsOptions};
