@@ -2,5 +2,6 @@
 //! record layer that carries the data ([`record`]).
 
 pub mod config;
+pub mod record;
 
 pub use config::{TlsConfig, TlsOptions};
