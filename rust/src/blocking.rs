@@ -214,7 +214,8 @@ impl BlockingClient {
 pub fn probe_of(options: Arc<ConnectOptions>, timeout: std::time::Duration) -> Probe {
     Box::new(move || match BlockingClient::connect((*options).clone(), timeout) {
         Ok(_) => ProbeVerdict::Reachable,
-        Err(err) if err.kind() == ErrorKind::Authentication => ProbeVerdict::Reachable,
+        // A TLS refusal (a certificate, a plaintext port) is an answer too.
+        Err(err) if matches!(err.kind(), ErrorKind::Authentication | ErrorKind::Tls) => ProbeVerdict::Reachable,
         Err(err) => ProbeVerdict::Unreachable(err),
     })
 }

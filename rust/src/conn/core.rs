@@ -79,8 +79,8 @@ impl ReconnectPolicy {
     }
 }
 
-/// The connection's state; the driver holds a socket exactly in `Connecting`, `Handshaking`
-/// and `Ready` ([`ConnState::has_socket`]).
+/// The connection's state; the driver holds a socket exactly in `Connecting`,
+/// `TlsHandshaking`, `Handshaking` and `Ready` ([`ConnState::has_socket`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConnState {
     /// No socket; one is opened when work arrives.
@@ -90,6 +90,12 @@ pub enum ConnState {
         /// Which of the endpoint's resolved addresses.
         address: usize,
         /// When the connect started (it has `connect_timeout`).
+        since: Instant,
+    },
+    /// Connected to a TLS endpoint: the driver runs the TLS handshake (it has the same
+    /// `connect_timeout`, from `since`); nothing else is sent or read.
+    TlsHandshaking {
+        /// When the TLS handshake started.
         since: Instant,
     },
     /// AUTH / SELECT / PING are in flight; user requests wait.
@@ -108,7 +114,10 @@ pub enum ConnState {
 impl ConnState {
     /// Whether a socket belongs to this state.
     pub fn has_socket(self) -> bool {
-        matches!(self, ConnState::Connecting { .. } | ConnState::Handshaking | ConnState::Ready)
+        matches!(
+            self,
+            ConnState::Connecting { .. } | ConnState::TlsHandshaking { .. } | ConnState::Handshaking | ConnState::Ready
+        )
     }
 }
 
@@ -348,6 +357,10 @@ impl ConnCore {
                 wake = earliest(wake, Some(since + self.options.connect_timeout));
                 Interest { read: false, write: true }
             }
+            ConnState::TlsHandshaking { since } => {
+                wake = earliest(wake, Some(since + self.options.connect_timeout));
+                Interest { read: true, write: self.write_blocked }
+            }
             ConnState::Handshaking | ConnState::Ready => Interest { read: true, write: self.write_blocked },
             ConnState::Backoff { retry_at } if self.has_user_work() => {
                 wake = earliest(wake, Some(retry_at));
@@ -421,13 +434,42 @@ impl ConnCore {
 
     // -- what happened -------------------------------------------------------------------
 
-    /// The connect to the address [`ConnCore::poll_connect`] named succeeded.
+    /// The connect to the address [`ConnCore::poll_connect`] named succeeded: to a TLS
+    /// endpoint the TLS handshake comes next (the driver reports
+    /// [`ConnCore::on_tls_established`] or [`ConnCore::on_tls_failed`]), then AUTH/SELECT/PING.
     pub fn on_connected(&mut self, now: Instant) {
         debug_assert!(matches!(self.state, ConnState::Connecting { .. }), "{:?}", self.state);
         self.next_address = 0;
         crate::metrics::hook::connected();
-        self.state = ConnState::Handshaking;
         self.write_blocked = false;
+        if self.options.tls.is_some() {
+            self.state = ConnState::TlsHandshaking { since: now };
+            return;
+        }
+        self.start_handshake(now);
+    }
+
+    /// The TLS handshake completed: AUTH/SELECT/PING follow over TLS.
+    pub fn on_tls_established(&mut self, now: Instant) {
+        debug_assert!(matches!(self.state, ConnState::TlsHandshaking { .. }), "{:?}", self.state);
+        self.write_blocked = false;
+        self.start_handshake(now);
+    }
+
+    /// TLS failed: during its handshake, or after it when the server refused this client's
+    /// certificate (TLS 1.3 servers say so only once the client has finished). A permanent
+    /// failure (a certificate, a plaintext server) is never retried, as a wrong password is
+    /// not; a transient one (the connection broke) counts as a failed attempt.
+    pub fn on_tls_failed(&mut self, now: Instant, err: Error, permanent: bool, out: &mut Vec<Completion>) {
+        if permanent {
+            return self.fail_permanently(now, err, out);
+        }
+        self.drop_connection(now, &err, out);
+        self.after_failed_attempt(now, err, out);
+    }
+
+    fn start_handshake(&mut self, now: Instant) {
+        self.state = ConnState::Handshaking;
         let deadline = now + self.options.connect_timeout;
         for (step, header) in handshake::commands(&self.options).into_iter().rev() {
             self.queue.push_front(Request::handshake(step, header, deadline));
@@ -529,6 +571,20 @@ impl ConnCore {
             if now >= since + self.options.connect_timeout {
                 let err = io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
                 self.on_connect_failed(now, &err, out);
+            }
+        }
+        if let ConnState::TlsHandshaking { since } = self.state {
+            if now >= since + self.options.connect_timeout {
+                let err = Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "the TLS handshake with {} timed out after {:?} (a plaintext server waits silently for \
+                         the rest of a TLS hello: check that this port speaks TLS)",
+                        self.options.endpoint, self.options.connect_timeout
+                    ),
+                );
+                self.drop_connection(now, &err, out);
+                self.after_failed_attempt(now, err, out);
             }
         }
         let in_flight = self.sent + usize::from(self.write_offset > 0);

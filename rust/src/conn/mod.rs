@@ -17,6 +17,7 @@ pub use self::core::{ConnCore, ConnState, Handoff, PipelineLimits, ReconnectPoli
 pub use reader::RecvTarget;
 pub use request::{Completion, Kind, Outcome, Request, Scope};
 
+use crate::net::tls::{Progress, TlsSession};
 use crate::net::{Address, ConnectOptions, Interest, IoVecs, Readiness, Stream};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -34,6 +35,11 @@ pub struct Conn {
     addresses: Arc<[Address]>,
     /// Exactly while the core's state has a socket.
     stream: Option<Stream>,
+    /// With the socket, on a TLS endpoint.
+    tls: Option<TlsSession>,
+    /// The last read stopped at its budget with records still in the TLS session, which poll
+    /// cannot see: drive again at once.
+    tls_input_waiting: bool,
 }
 
 impl Conn {
@@ -45,13 +51,25 @@ impl Conn {
         policy: ReconnectPolicy,
         limits: PipelineLimits,
     ) -> Conn {
-        Conn { core: ConnCore::new(options, addresses.len(), policy, limits), addresses, stream: None }
+        Conn {
+            core: ConnCore::new(options, addresses.len(), policy, limits),
+            addresses,
+            stream: None,
+            tls: None,
+            tls_input_waiting: false,
+        }
     }
 
     /// A disconnected connection to `options.endpoint`, whose host name is being looked up
     /// elsewhere: requests queue until [`Conn::set_addresses`] (see [`ConnCore::new`]).
     pub fn awaiting_addresses(options: Arc<ConnectOptions>, policy: ReconnectPolicy, limits: PipelineLimits) -> Conn {
-        Conn { core: ConnCore::new(options, 0, policy, limits), addresses: Arc::new([]), stream: None }
+        Conn {
+            core: ConnCore::new(options, 0, policy, limits),
+            addresses: Arc::new([]),
+            stream: None,
+            tls: None,
+            tls_input_waiting: false,
+        }
     }
 
     /// The endpoint's addresses, once its host name was looked up (at least one).
@@ -140,14 +158,23 @@ impl Conn {
         // cannot make this spin.
         for _ in 0..2 {
             self.connect(now, ready, out);
+            if let ConnState::TlsHandshaking { .. } = self.core.state() {
+                if !self.tls_handshake(now, out) {
+                    return;
+                }
+                // Finished: AUTH/PING go out now, and records that came with the handshake's
+                // end are read.
+                ready = Readiness::OPTIMISTIC;
+            }
             if !matches!(self.core.state(), ConnState::Handshaking | ConnState::Ready) {
                 return;
             }
-            if ready.readable {
+            if ready.readable || self.tls_input_waiting {
                 self.read(now, out);
             }
             if ready.writable {
                 self.core.on_writable();
+                self.flush_tls(now, out);
             }
             self.write(now, out);
             // A handshake that just finished lets user requests go out.
@@ -164,7 +191,15 @@ impl Conn {
     /// What to wait for before driving again: the socket (if any) and its interest, and the
     /// instant by which `expire` or `drive` must run regardless.
     pub fn interest(&self) -> (Option<BorrowedFd<'_>>, Interest, Option<Instant>) {
-        let (interest, wake) = self.core.interest(Instant::now());
+        let now = Instant::now();
+        let (mut interest, mut wake) = self.core.interest(now);
+        if let Some(tls) = &self.tls {
+            // Sealed bytes the socket did not take yet, which the core counts as sent.
+            interest.write |= tls.wants_write();
+            if self.tls_input_waiting {
+                wake = Some(now);
+            }
+        }
         (self.stream.as_ref().map(|s| s.as_fd()), interest, wake)
     }
 
@@ -189,6 +224,52 @@ impl Conn {
     fn sync_socket(&mut self) {
         if !self.core.state().has_socket() {
             self.stream = None;
+            self.tls = None;
+            self.tls_input_waiting = false;
+        }
+    }
+
+    /// Starts TLS on a socket that just connected, if the endpoint wants it.
+    fn start_tls(&mut self, now: Instant, out: &mut Vec<Completion>) {
+        let ConnState::TlsHandshaking { .. } = self.core.state() else { return };
+        let options = self.core.options();
+        let config = options.tls.as_ref().expect("TlsHandshaking only with TLS settings");
+        match TlsSession::new(config, &options.endpoint) {
+            Ok(session) => self.tls = Some(session),
+            Err(failure) => {
+                self.core.on_tls_failed(now, failure.error, failure.permanent, out);
+                self.sync_socket();
+            }
+        }
+    }
+
+    /// Moves the TLS handshake on; whether it is done.
+    fn tls_handshake(&mut self, now: Instant, out: &mut Vec<Completion>) -> bool {
+        let (Some(stream), Some(tls)) = (&self.stream, &mut self.tls) else { return false };
+        match tls.handshake(stream) {
+            Ok(Progress::Done) => {
+                self.core.on_tls_established(now);
+                true
+            }
+            Ok(Progress::Pending) => false,
+            Err(failure) => {
+                self.core.on_tls_failed(now, failure.error, failure.permanent, out);
+                self.sync_socket();
+                false
+            }
+        }
+    }
+
+    /// Sends sealed TLS bytes the socket did not take before.
+    fn flush_tls(&mut self, now: Instant, out: &mut Vec<Completion>) {
+        let (Some(stream), Some(tls)) = (&self.stream, &mut self.tls) else { return };
+        match tls.flush(stream) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+            Err(err) => {
+                self.core.on_io_error(now, err, out);
+                self.sync_socket();
+            }
         }
     }
 
@@ -198,7 +279,10 @@ impl Conn {
         self.sync_socket();
         if let (ConnState::Connecting { .. }, true) = (self.core.state(), ready.writable) {
             match self.stream.as_ref().expect("connecting has a socket").finish_connect() {
-                Ok(()) => self.core.on_connected(now),
+                Ok(()) => {
+                    self.core.on_connected(now);
+                    self.start_tls(now, out);
+                }
                 Err(err) => self.core.on_connect_failed(now, &err, out),
             }
             self.sync_socket();
@@ -214,6 +298,7 @@ impl Conn {
                     self.stream = Some(stream);
                     if connected {
                         self.core.on_connected(now);
+                        self.start_tls(now, out);
                     }
                     return;
                 }
@@ -233,7 +318,11 @@ impl Conn {
             if iov.is_empty() {
                 return;
             }
-            let (sent, offered) = (stream.send(iov.as_slice()), iov.total_len());
+            let offered = iov.total_len();
+            let sent = match &mut self.tls {
+                Some(tls) => tls.send(stream, &iov),
+                None => stream.send(iov.as_slice()),
+            };
             match sent {
                 Ok(written) => self.core.on_sent(written, offered),
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => self.core.on_send_blocked(),
@@ -247,12 +336,17 @@ impl Conn {
 
     fn read(&mut self, now: Instant, out: &mut Vec<Completion>) {
         let mut budget = READ_BUDGET;
+        self.tls_input_waiting = false;
         while budget > 0 {
             let Some(stream) = &self.stream else { return };
-            let received = match self.core.recv_target(now, out) {
-                None => break,
-                Some(RecvTarget::Scratch(buf)) => stream.recv(buf),
-                Some(RecvTarget::Payload { dest, offset, len }) => stream.recv_into(dest, offset, len),
+            let received = match (self.core.recv_target(now, out), &mut self.tls) {
+                (None, _) => break,
+                (Some(RecvTarget::Scratch(buf)), None) => stream.recv(buf),
+                (Some(RecvTarget::Payload { dest, offset, len }), None) => stream.recv_into(dest, offset, len),
+                (Some(RecvTarget::Scratch(buf)), Some(tls)) => tls.recv(stream, buf),
+                (Some(RecvTarget::Payload { dest, offset, len }), Some(tls)) => {
+                    tls.recv_into(stream, dest, offset, len)
+                }
             };
             match received {
                 Ok(0) => self.core.on_peer_closed(now, out),
@@ -261,10 +355,15 @@ impl Conn {
                     self.core.on_received(now, n, out);
                 }
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
-                Err(err) => self.core.on_io_error(now, err, out),
+                Err(err) => match self.tls.as_ref().and_then(TlsSession::refusal) {
+                    // The server refused this client's certificate: as permanent as a wrong password.
+                    Some(refusal) => self.core.on_tls_failed(now, refusal, true, out),
+                    None => self.core.on_io_error(now, err, out),
+                },
             }
             self.sync_socket();
         }
+        self.tls_input_waiting = budget == 0 && self.tls.as_ref().is_some_and(TlsSession::has_buffered_input);
         self.sync_socket();
     }
 }

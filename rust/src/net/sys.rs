@@ -76,6 +76,16 @@ impl<'a, const N: usize> IoVecs<'a, N> {
     pub fn as_slice(&self) -> &[IoVec] {
         &self.entries[..self.len]
     }
+
+    /// The entries' bytes, for a TLS record to be sealed from.
+    pub fn slices(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        self.as_slice().iter().map(|entry| {
+            // SAFETY: every entry was pushed from a Rust slice borrowed for 'a (which outlives
+            // this borrow of the list) or from a RawBuf range, valid for reads by its contract
+            // for as long as the operation it belongs to runs; the bytes are only read.
+            unsafe { std::slice::from_raw_parts(entry.iov_base as *const u8, entry.iov_len) }
+        })
+    }
 }
 
 impl<const N: usize> Default for IoVecs<'_, N> {

@@ -3,5 +3,7 @@
 
 pub mod config;
 pub mod record;
+pub mod session;
 
 pub use config::{TlsConfig, TlsOptions};
+pub use session::{Failure, Progress, TlsSession};
