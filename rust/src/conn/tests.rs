@@ -822,3 +822,110 @@ fn in_a_cluster_a_request_for_a_down_node_goes_back_once_for_a_fresh_map_then_fa
     assert!(rig.core.take_handoffs().is_empty());
     assert!(rig.failure(tag).message().contains("10.0.0.5:6379 is down since"));
 }
+
+// -- TLS: the handshake is a state of its own ------------------------------------------------
+
+fn tls_options() -> ConnectOptions {
+    let mut tls = crate::net::TlsOptions::new();
+    // No files needed: these tests never see a certificate.
+    tls.verify_certificate = false;
+    let mut options = options(None, 0);
+    options.tls = Some(Arc::new(crate::net::TlsConfig::new(tls).unwrap()));
+    options
+}
+
+/// Connecting -> TlsHandshaking -> Handshaking -> Ready: nothing is sent or read until TLS is up.
+#[test]
+fn tls_handshake_comes_between_connect_and_ping() {
+    let mut rig = Rig::with(tls_options(), 1, PipelineLimits::default());
+    let tag = rig.keys_only(Op::Exists, b"k");
+    rig.core.poll_connect(rig.now).unwrap();
+    rig.core.on_connected(rig.now);
+    assert_eq!(rig.state(), ConnState::TlsHandshaking { since: rig.now });
+    assert!(!rig.core.has_sendable() || rig.take_sent(usize::MAX).is_empty());
+    assert!(rig.core.recv_target(rig.now, &mut rig.out).is_none());
+    let (interest, wake) = rig.core.interest(rig.now);
+    assert!(interest.read, "the driver reads the server's hello");
+    assert_eq!(wake, Some(rig.now + Duration::from_secs(1)), "by connect_timeout");
+    rig.core.on_tls_established(rig.now);
+    assert_eq!(rig.state(), ConnState::Handshaking);
+    assert_eq!(rig.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n");
+    rig.deliver(b"+PONG\r\n", 3);
+    assert_eq!(rig.state(), ConnState::Ready);
+    assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$6\r\nEXISTS\r\n$1\r\nk\r\n");
+    rig.deliver(b":1\r\n", usize::MAX);
+    assert_eq!(rig.outcome(tag), Outcome::Bool(true));
+}
+
+/// TlsHandshaking -> Backoff: a handshake that does not finish within connect_timeout is a
+/// failed attempt, and says what to check.
+#[test]
+fn a_silent_tls_handshake_times_out_as_a_failed_attempt() {
+    let mut options = tls_options();
+    options.connect_timeout = Duration::from_millis(500);
+    let mut rig = Rig::with(options, 1, PipelineLimits::default());
+    rig.keys_only(Op::Exists, b"k");
+    rig.core.poll_connect(rig.now).unwrap();
+    rig.core.on_connected(rig.now);
+    let (_, wake) = rig.core.interest(rig.now);
+    assert_eq!(wake, Some(rig.now + Duration::from_millis(500)));
+    rig.advance(Duration::from_millis(499));
+    assert!(matches!(rig.state(), ConnState::TlsHandshaking { .. }));
+    rig.advance(Duration::from_millis(1));
+    assert!(matches!(rig.state(), ConnState::Backoff { .. }), "{:?}", rig.state());
+}
+
+/// TlsHandshaking -> Failed: a certificate problem is never retried; every request, queued
+/// then or later, fails with it at once.
+#[test]
+fn a_permanent_tls_failure_fails_everything_at_once() {
+    let mut rig = Rig::with(tls_options(), 1, PipelineLimits::default());
+    let first = rig.keys_only(Op::Exists, b"k");
+    rig.core.poll_connect(rig.now).unwrap();
+    rig.core.on_connected(rig.now);
+    let err = crate::error::Error::new(ErrorKind::Tls, "TLS to h:1: unknown issuer");
+    rig.core.on_tls_failed(rig.now, err, true, &mut rig.out);
+    assert_eq!(rig.state(), ConnState::Failed);
+    assert_eq!(rig.failure(first).kind(), ErrorKind::Tls);
+    let later = rig.keys_only(Op::Exists, b"k");
+    assert_eq!(rig.failure(later).message(), "TLS to h:1: unknown issuer");
+    assert!(!rig.core.wants_connect(rig.now + Duration::from_secs(60)));
+}
+
+/// TlsHandshaking -> Backoff -> Connecting: a connection that broke mid-handshake is retried
+/// like any failed attempt.
+#[test]
+fn a_tls_handshake_broken_by_the_network_is_retried() {
+    let mut rig = Rig::with(tls_options(), 1, PipelineLimits::default());
+    let tag = rig.keys_only(Op::Exists, b"k");
+    rig.core.poll_connect(rig.now).unwrap();
+    rig.core.on_connected(rig.now);
+    let err = crate::error::Error::new(ErrorKind::Connection, "connection reset");
+    rig.core.on_tls_failed(rig.now, err, false, &mut rig.out);
+    assert!(rig.out.is_empty(), "the request waits for the next attempt");
+    assert!(matches!(rig.state(), ConnState::Disconnected | ConnState::Backoff { .. }), "{:?}", rig.state());
+    assert!(rig.core.poll_connect(rig.now).is_some(), "the first reconnect is immediate");
+    rig.core.on_connected(rig.now);
+    rig.core.on_tls_established(rig.now);
+    assert_eq!(rig.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n");
+    rig.deliver(b"+PONG\r\n", usize::MAX);
+    rig.take_sent(usize::MAX);
+    rig.deliver(b":0\r\n", usize::MAX);
+    assert_eq!(rig.outcome(tag), Outcome::Bool(false));
+}
+
+/// Ready -> Failed: a TLS 1.3 server refuses a client certificate only after the handshake;
+/// the refusal is as permanent as one during it.
+#[test]
+fn a_client_certificate_refused_after_the_handshake_is_permanent() {
+    let mut rig = Rig::with(tls_options(), 1, PipelineLimits::default());
+    let tag = rig.keys_only(Op::Exists, b"k");
+    rig.core.poll_connect(rig.now).unwrap();
+    rig.core.on_connected(rig.now);
+    rig.core.on_tls_established(rig.now);
+    assert_eq!(rig.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n");
+    let err = crate::error::Error::new(ErrorKind::Tls, "h:1 requires a client certificate");
+    rig.core.on_tls_failed(rig.now, err, true, &mut rig.out);
+    assert_eq!(rig.state(), ConnState::Failed);
+    assert_eq!(rig.failure(tag).message(), "h:1 requires a client certificate");
+}
