@@ -88,12 +88,20 @@ pub struct SlotMap {
 }
 
 impl SlotMap {
-    /// A map from a `CLUSTER SHARDS` reply, sent by the node at `seed`.
+    /// A map from a `CLUSTER SHARDS` reply, sent by the node at `seed`, for a client speaking
+    /// plaintext.
     pub fn from_shards(reply: &Reply, seed: &NodeAddr) -> Result<SlotMap, String> {
+        SlotMap::from_shards_over(reply, seed, false)
+    }
+
+    /// A map from a `CLUSTER SHARDS` reply, sent by the node at `seed`; with `tls`, nodes are
+    /// reached at their `tls-port` (`CLUSTER SLOTS` and redirects name the port that fits the
+    /// connection they were asked over, SHARDS names both).
+    pub fn from_shards_over(reply: &Reply, seed: &NodeAddr, tls: bool) -> Result<SlotMap, String> {
         let context = |err: String| format!("cannot read CLUSTER SHARDS from {seed}: {err}");
         let mut builder = Builder::default();
         for shard in array(reply, "the reply").map_err(context)? {
-            let (slots, nodes) = read_shard(shard, seed).map_err(context)?;
+            let (slots, nodes) = read_shard(shard, seed, tls).map_err(context)?;
             if slots.is_empty() {
                 continue;
             }
@@ -326,7 +334,7 @@ fn primary_rank(entry: &ShardNode) -> (bool, bool, i64, bool) {
 /// One `CLUSTER SHARDS` entry: its slot ranges and its nodes.
 type ShardEntry = (Vec<RangeInclusive<u16>>, Vec<ShardNode>);
 
-fn read_shard(shard: &Reply, seed: &NodeAddr) -> Result<ShardEntry, String> {
+fn read_shard(shard: &Reply, seed: &NodeAddr, tls: bool) -> Result<ShardEntry, String> {
     let (mut slots, mut nodes) = (None, None);
     for (key, value) in pairs(shard, "a shard")? {
         match key {
@@ -341,7 +349,7 @@ fn read_shard(shard: &Reply, seed: &NodeAddr) -> Result<ShardEntry, String> {
                 nodes = Some(
                     array(value, "a shard's nodes")?
                         .iter()
-                        .map(|node| read_shard_node(node, seed))
+                        .map(|node| read_shard_node(node, seed, tls))
                         .collect::<Result<_, _>>()?,
                 );
             }
@@ -354,13 +362,15 @@ fn read_shard(shard: &Reply, seed: &NodeAddr) -> Result<ShardEntry, String> {
     }
 }
 
-fn read_shard_node(node: &Reply, seed: &NodeAddr) -> Result<ShardNode, String> {
+fn read_shard_node(node: &Reply, seed: &NodeAddr, tls: bool) -> Result<ShardNode, String> {
     let (mut id, mut port, mut ip, mut endpoint, mut role, mut health) = (None, None, None, None, None, None);
+    let mut tls_port = None;
     let mut offset = 0;
     for (key, value) in pairs(node, "a node")? {
         match key {
             "id" => id = Some(text(value, "a node id")?.to_owned()),
             "port" => port = Some(port_number(value)?),
+            "tls-port" => tls_port = Some(port_number(value)?),
             "ip" => ip = Some(text(value, "a node ip")?),
             "endpoint" => endpoint = Some(text(value, "a node endpoint")?),
             "role" => role = Some(text(value, "a node role")?),
@@ -380,7 +390,9 @@ fn read_shard_node(node: &Reply, seed: &NodeAddr) -> Result<ShardNode, String> {
         other => return Err(format!("node {id:?} has role {other:?}, expected master or replica")),
     };
     let health = health.unwrap_or(Health::Unknown);
-    // A TLS-only node has no `port`: this client does not speak TLS, so it cannot use it.
+    // A TLS-only node has no `port`, a plaintext-only one no `tls-port`: such a node cannot be
+    // used by a client speaking the other.
+    let port = if tls { tls_port } else { port };
     let node = port.and_then(|port| address(endpoint, ip, port, seed)).map(|addr| Node { addr, id, health });
     Ok(ShardNode { node, is_primary, health, offset })
 }
@@ -634,7 +646,7 @@ mod tests {
         let shared = array(&reply, "")
             .unwrap()
             .iter()
-            .map(|shard| read_shard(shard, &seed()).unwrap())
+            .map(|shard| read_shard(shard, &seed(), false).unwrap())
             .find(|(slots, _)| slots.contains(&(5461..=10922)))
             .unwrap();
         let primaries: Vec<(NodeAddr, Health)> =
@@ -652,6 +664,30 @@ mod tests {
     }
 
     /// One `CLUSTER SHARDS` entry for slots 0-16383 with these `(port, role, health, offset)` nodes.
+    #[test]
+    fn tls_clients_reach_nodes_at_their_tls_port() {
+        let bulk = |text: &str| Reply::Bulk(text.as_bytes().to_vec());
+        let node = |fields: &[(&str, Reply)]| {
+            let mut all = vec![bulk("id"), bulk(&"a".repeat(40)), bulk("ip"), bulk("10.0.0.1")];
+            all.extend(fields.iter().flat_map(|(k, v)| [bulk(k), v.clone()]));
+            all.extend([bulk("role"), bulk("master"), bulk("health"), bulk("online")]);
+            Reply::Array(all)
+        };
+        let shard = |node: Reply| {
+            let slots = Reply::Array(vec![Reply::Integer(0), Reply::Integer(16383)]);
+            Reply::Array(vec![Reply::Array(vec![bulk("slots"), slots, bulk("nodes"), Reply::Array(vec![node])])])
+        };
+        let seed = NodeAddr::new("10.0.0.1", 7000);
+        let both = shard(node(&[("port", Reply::Integer(7000)), ("tls-port", Reply::Integer(17000))]));
+        let port_of = |map: &SlotMap| map.shard(0).unwrap().primary.addr.port;
+        assert_eq!(port_of(&SlotMap::from_shards(&both, &seed).unwrap()), 7000);
+        assert_eq!(port_of(&SlotMap::from_shards_over(&both, &seed, true).unwrap()), 17000);
+        // tls-cluster yes with `port 0`: the node announces only its TLS port.
+        let tls_only = shard(node(&[("tls-port", Reply::Integer(17000))]));
+        assert_eq!(port_of(&SlotMap::from_shards_over(&tls_only, &seed, true).unwrap()), 17000);
+        assert!(SlotMap::from_shards(&tls_only, &seed).is_err(), "no node a plaintext client can reach");
+    }
+
     fn one_shard(nodes: &[(i64, &str, &str, i64)]) -> Reply {
         let bulk = |text: &str| Reply::Bulk(text.as_bytes().to_vec());
         let nodes = nodes

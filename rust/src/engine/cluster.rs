@@ -182,7 +182,10 @@ fn fetch_map(settings: &Settings, resolver: &Resolver, node: &Endpoint) -> Resul
     let addresses = resolver.resolve_now(node, timeout)?;
     let mut client = BlockingClient::connect_to(settings.connect_options(node), addresses, timeout)?;
     let reply = match client.cluster(b"SHARDS") {
-        Ok(reply) => return SlotMap::from_shards(&reply, &asked).map_err(|e| Error::new(ErrorKind::Protocol, e)),
+        Ok(reply) => {
+            return SlotMap::from_shards_over(&reply, &asked, settings.tls.is_some())
+                .map_err(|e| Error::new(ErrorKind::Protocol, e));
+        }
         Err(err) if err.kind() == ErrorKind::Server && is_unknown_subcommand(err.message()) => client.cluster(b"SLOTS"),
         Err(err) => Err(err),
     };
