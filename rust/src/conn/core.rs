@@ -174,6 +174,8 @@ pub struct ConnCore {
     /// The server's recovery count when this connection last backed off: a recovery since
     /// then ends the backoff.
     recoveries_at_backoff: u64,
+    /// Bytes arrived on this connection since it connected.
+    received_any: bool,
 }
 
 impl ConnCore {
@@ -211,6 +213,7 @@ impl ConnCore {
             scope_lost: false,
             health: None,
             recoveries_at_backoff: 0,
+            received_any: false,
         }
     }
 
@@ -442,6 +445,7 @@ impl ConnCore {
         self.next_address = 0;
         crate::metrics::hook::connected();
         self.write_blocked = false;
+        self.received_any = false;
         if self.options.tls.is_some() {
             self.state = ConnState::TlsHandshaking { since: now };
             return;
@@ -512,6 +516,7 @@ impl ConnCore {
     /// `n` (> 0) bytes arrived where [`ConnCore::recv_target`] said: the replies they complete
     /// complete their requests.
     pub fn on_received(&mut self, now: Instant, n: usize, out: &mut Vec<Completion>) {
+        self.received_any = true;
         self.reader.received(n);
         while matches!(self.state, ConnState::Handshaking | ConnState::Ready) {
             let (dest, exact) = self.expected_destination();
@@ -545,6 +550,16 @@ impl ConnCore {
         }
     }
 
+    /// A plaintext connection that broke in its handshake before any reply: how a TLS port
+    /// answers plaintext (Redis and Valkey reset it at once), said where it may be that.
+    fn plaintext_at_tls_port_hint(&self) -> &'static str {
+        if self.state == ConnState::Handshaking && !self.received_any && self.options.tls.is_none() {
+            " (before any reply: if this port speaks TLS, use rediss:// or ssl=True)"
+        } else {
+            ""
+        }
+    }
+
     /// The peer closed the connection (a read returned 0).
     pub fn on_peer_closed(&mut self, now: Instant, out: &mut Vec<Completion>) {
         if self.is_quiet() && self.state == ConnState::Ready {
@@ -554,13 +569,15 @@ impl ConnCore {
             self.state = ConnState::Disconnected;
             return;
         }
-        let err = Error::connection_lost(&self.options.endpoint, "the server closed the connection");
+        let hint = self.plaintext_at_tls_port_hint();
+        let err = Error::connection_lost(&self.options.endpoint, format!("the server closed the connection{hint}"));
         self.connection_broke(now, err, out);
     }
 
     /// A send or receive failed.
     pub fn on_io_error(&mut self, now: Instant, err: io::Error, out: &mut Vec<Completion>) {
-        let err = Error::connection_lost(&self.options.endpoint, err);
+        let hint = self.plaintext_at_tls_port_hint();
+        let err = Error::connection_lost(&self.options.endpoint, format!("{err}{hint}"));
         self.connection_broke(now, err, out);
     }
 

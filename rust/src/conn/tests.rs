@@ -929,3 +929,30 @@ fn a_client_certificate_refused_after_the_handshake_is_permanent() {
     assert_eq!(rig.state(), ConnState::Failed);
     assert_eq!(rig.failure(tag).message(), "h:1 requires a client certificate");
 }
+
+/// Handshaking -> Backoff: a TLS port resets a plaintext hello before any reply; the error says
+/// what that may mean (a reset after a reply does not get the hint).
+#[test]
+fn a_reset_before_any_reply_suggests_tls() {
+    let mut rig = Rig::new();
+    let tag = rig.keys_only(Op::Exists, b"k");
+    for _ in 0..3 {
+        while rig.core.poll_connect(rig.now).is_none() {
+            rig.advance(Duration::from_millis(10));
+        }
+        rig.core.on_connected(rig.now);
+        assert_eq!(rig.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n");
+        let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+        rig.core.on_io_error(rig.now, reset, &mut rig.out);
+    }
+    let err = rig.failure(tag);
+    assert!(err.message().ends_with("(before any reply: if this port speaks TLS, use rediss:// or ssl=True)"), "{err}");
+
+    let mut rig = Rig::new();
+    let tag = rig.keys_only(Op::Exists, b"k");
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    rig.core.on_io_error(rig.now, io::Error::from(io::ErrorKind::ConnectionReset), &mut rig.out);
+    rig.advance(TIMEOUT);
+    assert!(!rig.failure(tag).message().contains("TLS"));
+}
