@@ -33,6 +33,7 @@ from lmcache_resp.errors import (
     RespOSError,
     RespTimeoutError,
     ServerError,
+    TlsError,
     ValueTooLargeError,
 )
 
@@ -63,6 +64,7 @@ __all__ = [
     "Secret",
     "ServerError",
     "Stats",
+    "TlsError",
     "ValueTooLargeError",
     "__version__",
 ]

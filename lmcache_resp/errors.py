@@ -22,6 +22,7 @@ __all__ = [
     "RespOSError",
     "RespTimeoutError",
     "ServerError",
+    "TlsError",
     "ValueTooLargeError",
 ]
 
@@ -88,6 +89,14 @@ class ForkedError(RespError):
 class EngineFailedError(RespError):
     """The I/O engine stopped working (a worker thread died); every call fails at once.
     Close the store and create a new one."""
+
+
+class TlsError(RespError):
+    """TLS with the server failed: its certificate is not trusted (unknown CA, wrong host
+    name, expired), a plaintext server behind a ``rediss://`` URL or a TLS server behind
+    ``redis://``, or the server refused this client's certificate. The message names the
+    endpoint and the reason. Permanent: never retried, never a fallback to plaintext, and not
+    a ``ConnectionError`` (fix the certificates or the URL; waiting does not help)."""
 
 
 class BatchError(RespError):

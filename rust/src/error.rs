@@ -39,6 +39,11 @@ pub enum ErrorKind {
     /// The I/O engine stopped working (a worker thread died, or its shared memory held
     /// impossible values); every later call fails at once.
     EngineFailed = 13,
+    /// TLS failed: the server's certificate is not trusted (unknown CA, wrong host name,
+    /// expired), the server speaks plaintext behind a `rediss://` URL (or TLS behind
+    /// `redis://`), or it refused this client's certificate. Permanent: never retried, and
+    /// never a fallback to plaintext.
+    Tls = 14,
 }
 
 impl ErrorKind {
@@ -60,6 +65,7 @@ impl ErrorKind {
             PartialRead,
             Forked,
             EngineFailed,
+            Tls,
         ]
         .into_iter()
         .find(|kind| *kind as u8 == code)
@@ -75,6 +81,7 @@ impl ErrorKind {
                 | ErrorKind::Page
                 | ErrorKind::Forked
                 | ErrorKind::EngineFailed
+                | ErrorKind::Tls
         )
     }
 }
@@ -165,6 +172,12 @@ impl Error {
         Error::new(ErrorKind::Closed, format!("{what} is closed"))
     }
 
+    /// A [`ErrorKind::Tls`] error: TLS with `endpoint` failed, `reason` says how (never
+    /// with key material: it names certificates and files, not their contents).
+    pub fn tls(endpoint: &impl fmt::Display, reason: impl fmt::Display) -> Self {
+        Error::new(ErrorKind::Tls, format!("TLS with {endpoint} failed: {reason}"))
+    }
+
     /// A [`ErrorKind::InvalidInput`] error.
     pub fn invalid(message: impl Into<String>) -> Self {
         Error::new(ErrorKind::InvalidInput, message)
@@ -209,6 +222,19 @@ mod tests {
         assert_eq!(ErrorKind::from_code(ErrorKind::ValueTooLarge as u8), Some(ErrorKind::ValueTooLarge));
         assert_eq!(ErrorKind::from_code(0), None);
         assert_eq!(ErrorKind::from_code(ErrorKind::EngineFailed as u8), Some(ErrorKind::EngineFailed));
+        assert_eq!(ErrorKind::from_code(14), Some(ErrorKind::Tls));
+        assert_eq!(ErrorKind::from_code(15), None);
+        // The counters hold one slot per code.
+        assert!(ErrorKind::from_code(crate::metrics::KINDS as u8 - 1).is_some());
+        assert!(ErrorKind::from_code(crate::metrics::KINDS as u8).is_none());
+    }
+
+    #[test]
+    fn tls_failures_name_the_endpoint_and_are_never_retried() {
+        let err = Error::tls(&"cache.example:6380", "invalid peer certificate: UnknownIssuer");
+        assert_eq!(err.kind(), ErrorKind::Tls);
+        assert_eq!(err.message(), "TLS with cache.example:6380 failed: invalid peer certificate: UnknownIssuer");
+        assert!(ErrorKind::Tls.is_permanent());
     }
 
     #[test]

@@ -40,8 +40,8 @@ pub const ENABLED: bool = cfg!(not(feature = "no-metrics"));
 pub const OPS: [Op; 4] = [Op::Get, Op::Set, Op::Exists, Op::Del];
 /// Their names in stats and metric labels.
 pub const OP_NAMES: [&str; 4] = ["get", "set", "exists", "delete"];
-/// Error kinds by code ([`ErrorKind`] `as u8`, 1..=13); index 0 is unused.
-pub const KINDS: usize = 14;
+/// Error kinds by code ([`ErrorKind`] `as u8`, 1..=14); index 0 is unused.
+pub const KINDS: usize = 15;
 
 /// Latency buckets: upper bounds of 50 µs x 2^i for i in 0..21 (50 µs .. 52.4 s), then one
 /// for everything slower.

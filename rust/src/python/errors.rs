@@ -29,6 +29,7 @@ pub fn class_name(kind: ErrorKind) -> &'static str {
         ErrorKind::PartialRead => "PartialReadError",
         ErrorKind::Forked => "ForkedError",
         ErrorKind::EngineFailed => "EngineFailedError",
+        ErrorKind::Tls => "TlsError",
     }
 }
 

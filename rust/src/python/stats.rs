@@ -22,6 +22,7 @@ pub fn kind_label(kind: ErrorKind) -> &'static str {
         ErrorKind::PartialRead => "partial_read",
         ErrorKind::Forked => "forked",
         ErrorKind::EngineFailed => "engine_failed",
+        ErrorKind::Tls => "tls",
     }
 }
 
