@@ -1,5 +1,6 @@
 """Typing helpers shared by the package (import under TYPE_CHECKING only)."""
 
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any, TypedDict
@@ -36,6 +37,14 @@ class SettingsKwargs(TypedDict, total=False):
     prefault: bool | None
     cluster: bool | None
     get_piece_bytes: int | None
+    ssl: bool | None
+    ssl_ca_certs: str | os.PathLike[str] | None
+    ssl_ca_path: str | os.PathLike[str] | None
+    ssl_certfile: str | os.PathLike[str] | None
+    ssl_keyfile: str | os.PathLike[str] | None
+    ssl_check_hostname: bool | None
+    ssl_cert_reqs: str | int | None
+    ssl_server_name: str | None
 
 
 class AdapterParams(SettingsKwargs, total=False):

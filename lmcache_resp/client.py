@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from lmcache_resp import _native, metrics
@@ -28,6 +29,10 @@ class RedisClient(Closeable):
     A GET into a buffer larger than ``get_piece_bytes`` (default 1 MiB; 0: never) reads the
     value in pieces of that size, past the server's big-reply cliff, checked with WATCH/EXEC so
     that a value replaced mid-read is never returned mixed.
+
+    TLS, with redis-py's names: ``url="rediss://..."`` or ``ssl=True``; ``ssl_ca_certs``,
+    ``ssl_ca_path``, ``ssl_certfile``/``ssl_keyfile`` (mutual TLS), ``ssl_check_hostname``,
+    ``ssl_server_name`` and ``ssl_cert_reqs`` (see :class:`~lmcache_resp.settings.RespSettings`).
     """
 
     __slots__ = ("_native", "_settings", "__weakref__")
@@ -45,18 +50,29 @@ class RedisClient(Closeable):
         url: str | None = None,
         connect_timeout: float | None = None,
         get_piece_bytes: int | None = None,
+        ssl: bool | None = None,
+        ssl_ca_certs: str | os.PathLike[str] | None = None,
+        ssl_ca_path: str | os.PathLike[str] | None = None,
+        ssl_certfile: str | os.PathLike[str] | None = None,
+        ssl_keyfile: str | os.PathLike[str] | None = None,
+        ssl_check_hostname: bool | None = None,
+        ssl_cert_reqs: str | int | None = None,
+        ssl_server_name: str | None = None,
     ) -> None:
         self._settings = RespSettings.resolve(
             url, host=host, port=port, unix_path=unix_path, username=username, password=password, db=db,
             timeout=timeout, connect_timeout=connect_timeout, get_piece_bytes=get_piece_bytes,
+            ssl=ssl, ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path, ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile, ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs,
+            ssl_server_name=ssl_server_name,
         )
         self._native = _native.RedisClient(self._settings)
         metrics.track(self)
 
     @classmethod
     def from_url(cls, url: str, **overrides: object) -> RedisClient:
-        """``resp://host:port``, ``redis://[user:pass@]host:port[/db]`` or
-        ``unix:///path/to/redis.sock``; keyword arguments override the URL."""
+        """``resp://host:port``, ``redis://[user:pass@]host:port[/db]``, ``rediss://...`` (TLS)
+        or ``unix:///path/to/redis.sock``; keyword arguments override the URL."""
         return cls(url=url, **overrides)  # type: ignore[arg-type]
 
     @property
@@ -102,6 +118,7 @@ class RedisClient(Closeable):
             return "RedisClient(<not configured>)"
         user = f", username={s.username!r}" if s.username else ""
         secret = ", password=***" if s.password is not None else ""
+        tls = ", tls" if s.ssl else ""
         native = getattr(self, "_native", None)
         state = ", closed" if native is None or native.closed else ""
-        return f"RedisClient({s.endpoint!r}, db={s.db}{user}{secret}, timeout={s.timeout}{state})"
+        return f"RedisClient({s.endpoint!r}, db={s.db}{user}{secret}{tls}, timeout={s.timeout}{state})"

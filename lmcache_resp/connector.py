@@ -48,9 +48,11 @@ class RespConnector(Closeable):
     Built the way LMCache builds it, ``RespConnector(**adapter_params)``: ``host``, ``port``,
     ``num_workers``, ``username``, ``password``, ``max_capacity_gb``, ``eviction`` (LMCache's
     block), and the extras ``url``, ``unix_path``, ``db``, ``timeout``,
-    ``connections_per_worker``, ``cpu_affinity``. LMCache's conventions apply: an empty
-    value (or port 0) means "not set", so ``$LMCACHE_RESP_*`` fill it in. Unknown settings
-    are errors (see :meth:`RespSettings.from_adapter_params <lmcache_resp.settings.RespSettings.from_adapter_params>`).
+    ``connections_per_worker``, ``cpu_affinity``, and TLS's (a ``rediss://`` url or ``ssl``,
+    ``ssl_ca_certs``, ``ssl_ca_path``, ``ssl_certfile``, ``ssl_keyfile``,
+    ``ssl_check_hostname``, ``ssl_cert_reqs``, ``ssl_server_name``). LMCache's conventions
+    apply: an empty value (or port 0) means "not set", so ``$LMCACHE_RESP_*`` fill it in.
+    Unknown settings are errors (see :meth:`RespSettings.from_adapter_params <lmcache_resp.settings.RespSettings.from_adapter_params>`).
     """
 
     def __init__(self, *positional: Any, **params: Unpack[AdapterParams]) -> None:

@@ -27,14 +27,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lmcache_resp.stats import Stats
 from lmcache_resp._lifecycle import Closeable
 from lmcache_resp._native import BatchResult
 from lmcache_resp.connector import RespConnector
-from lmcache_resp.errors import ClosedError, RespError
+from lmcache_resp.errors import ClosedError, InvalidInputError, RespError
 from lmcache_resp.settings import RespSettings
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from lmcache_resp._typing import SettingsKwargs
 
 __all__ = ["ConnectorError", "RespConnectorClient"]
 
@@ -65,12 +70,23 @@ class RespConnectorClient(Closeable):
 
     @classmethod
     def from_settings(
-        cls, settings: RespSettings | str | Mapping[str, Any], loop: asyncio.AbstractEventLoop | None = None
+        cls,
+        settings: RespSettings | str | Mapping[str, Any],
+        loop: asyncio.AbstractEventLoop | None = None,
+        **given: Unpack[SettingsKwargs],
     ) -> RespConnectorClient:
         """A client over a new :class:`~lmcache_resp.RespConnector`: ``settings`` is a
-        RespSettings, a URL (``resp://host:port``) or LMCache's L2 adapter config (dict)."""
+        RespSettings, a URL (``resp://host:port``, ``rediss://host:6380``) or LMCache's L2
+        adapter config (dict). With a URL, keyword settings (``ssl_ca_certs=...``) override
+        it; a RespSettings or a config holds its own."""
+        explicit: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         if isinstance(settings, str):
-            settings = RespSettings.from_url(settings)
+            settings = RespSettings.from_url(settings, **explicit)
+        elif explicit:
+            raise InvalidInputError(
+                f"keyword settings ({', '.join(sorted(explicit))}) go with a URL: put them in the "
+                f"{'RespSettings' if isinstance(settings, RespSettings) else 'LMCache config'} instead"
+            )
         elif not isinstance(settings, RespSettings):
             settings = RespSettings.from_lmcache(settings)
         # The loop is checked before a connector (threads, connections) exists.

@@ -18,9 +18,12 @@ its ``RemoteConnector``), wraps it in its ``DynamicConnectorAdapter`` and builds
 Settings come from the ``remote_storage_plugin.<name>.<field>`` keys, with the conventions of
 ``RespConnector(**adapter_params)``: ``url``, ``host``, ``port``, ``unix_path``, ``username``,
 ``password``, ``db``, ``timeout``, ``num_workers`` (or ``resp_num_threads``),
-``connections_per_worker``, ``cpu_affinity``, ``max_capacity_gb`` and ``eviction`` (a mapping).
-An empty value means "not set", so ``LMCACHE_RESP_HOST/PORT/USERNAME/PASSWORD`` fill it in;
-keep credentials there (LMCache logs its configuration). Unknown keys are errors.
+``connections_per_worker``, ``cpu_affinity``, ``max_capacity_gb`` and ``eviction`` (a mapping),
+and TLS's: ``ssl`` (or a ``rediss://`` url), ``ssl_ca_certs``, ``ssl_ca_path``, ``ssl_certfile``,
+``ssl_keyfile``, ``ssl_check_hostname``, ``ssl_cert_reqs`` and ``ssl_server_name``.
+An empty value means "not set", so ``LMCACHE_RESP_HOST/PORT/USERNAME/PASSWORD`` (and, with TLS
+on, ``LMCACHE_RESP_SSL_CA_CERTS/CERTFILE/KEYFILE``) fill it in; keep credentials there
+(LMCache logs its configuration). Unknown keys are errors.
 
 Values are stored as the raw bytes of LMCache's memory objects (no header), as LMCache's own
 ``resp://`` connector stores them; the memory objects' ``byte_array`` views go to the native

@@ -4,17 +4,27 @@
 live) with the ways in that need Python:
 
 - :meth:`RespSettings.resolve` (and :meth:`~RespSettings.from_url`): keyword arguments and a
-  ``resp://`` / ``redis://`` / ``unix://`` URL, over the ``LMCACHE_RESP_*`` environment.
-  Settings that a URL's authority cannot carry ride in its query:
+  ``resp://`` / ``redis://`` / ``rediss://`` / ``unix://`` URL, over the ``LMCACHE_RESP_*``
+  environment. Settings that a URL's authority cannot carry ride in its query:
   ``resp://h:6379?num_workers=16&max_capacity_gb=40``. Precedence, field by field: explicit
-  values, then the URL, then the environment (host, port, username, password), then defaults.
+  values, then the URL, then the environment (host, port, username, password; with TLS on,
+  the CA bundle and the client certificate and key), then defaults.
+- TLS, with redis-py's names: ``rediss://`` or ``ssl=True`` turns it on; ``ssl_ca_certs``
+  (a CA bundle; default the system trust store), ``ssl_ca_path`` (a directory of CAs),
+  ``ssl_certfile`` and ``ssl_keyfile`` (mutual TLS), ``ssl_check_hostname`` (default True),
+  ``ssl_server_name`` (the name for SNI and verification instead of the host) and
+  ``ssl_cert_reqs`` (``"required"``, the default, or ``"none"``: no verification, for test
+  rigs only, logged at WARNING). The files are read when the settings are built. ``ssl=False``
+  with a ``rediss://`` URL, or an ``ssl_*`` setting while TLS is off, is an error: nothing
+  is ever silently sent in plaintext. ``LMCACHE_RESP_SSL_CA_CERTS``, ``_CERTFILE`` and
+  ``_KEYFILE`` apply only where TLS is on.
 - :meth:`RespSettings.from_lmcache`: LMCache's ``--l2-adapter`` JSON, as a dict or a string:
   the ``native_plugin`` document, the ``"type": "resp"`` flat form, or bare adapter params.
   As in LMCache, an empty ``host``/``username``/``password`` (or ``port`` 0) means "not set",
   so the environment applies.
 
 The password is read once, at construction, into a :class:`Secret`; reprs, ``to_dict()`` and
-error messages show ``***``. Invalid values raise
+error messages show ``***``, and TLS shows as its file paths, never a key. Invalid values raise
 :class:`~lmcache_resp.errors.InvalidInputError` naming the field and the accepted range.
 """
 
@@ -29,13 +39,26 @@ from typing import Any
 from lmcache_resp import _native
 from lmcache_resp.errors import InvalidInputError
 
-__all__ = ["ENV_PASSWORD", "ENV_USERNAME", "EvictionSettings", "RespSettings", "Secret"]
+__all__ = [
+    "ENV_PASSWORD",
+    "ENV_SSL_CA_CERTS",
+    "ENV_SSL_CERTFILE",
+    "ENV_SSL_KEYFILE",
+    "ENV_USERNAME",
+    "EvictionSettings",
+    "RespSettings",
+    "Secret",
+]
 
 Secret = _native.Secret
 EvictionSettings = _native.EvictionSettings
 
 ENV_USERNAME = "LMCACHE_RESP_USERNAME"
 ENV_PASSWORD = "LMCACHE_RESP_PASSWORD"
+# Read only where TLS is on (rediss:// or ssl=True): deployment-wide, harmless for plaintext.
+ENV_SSL_CA_CERTS = "LMCACHE_RESP_SSL_CA_CERTS"
+ENV_SSL_CERTFILE = "LMCACHE_RESP_SSL_CERTFILE"
+ENV_SSL_KEYFILE = "LMCACHE_RESP_SSL_KEYFILE"
 
 logger = logging.getLogger("lmcache_resp")
 

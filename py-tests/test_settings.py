@@ -349,7 +349,7 @@ def test_urls(url: str, expected: dict[str, object]) -> None:
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("rediss://h:1", "TLS is not supported"),
+        ("rediss://h:1?ssl=false", "contradicts its rediss:// scheme"),
         ("http://h", "unsupported URL scheme"),
         ("redis://h:99999", "invalid URL"),
         ("redis://h/notadb", "non-negative integer"),
@@ -364,7 +364,8 @@ def test_bad_urls(url: str, message: str) -> None:
 
 @pytest.mark.parametrize("password", ["topsecret", "top/secret", "top#secret", "top?secret", "t/o#p?s"])
 def test_url_errors_never_show_the_password(password: str) -> None:
-    for url in (f"rediss://user:{password}@h:1", f"redis://user:{password}@h:99999", f"redis://user:{password}@h/x",
+    for url in (f"rediss://user:{password}@h:1?ssl=false", f"redis://user:{password}@h:99999",
+                f"redis://user:{password}@h/x", f"https://user:{password}@h:1",
                 f"redis://user:{password}@h:1?bogus=1"):
         with pytest.raises(InvalidInputError) as info:
             RespSettings.resolve(url, env=EMPTY)

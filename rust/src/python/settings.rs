@@ -4,7 +4,7 @@
 //! ([`crate::settings`]).
 
 use super::errors::{invalid_input, to_py_err};
-use crate::net::Endpoint;
+use crate::net::{Endpoint, TlsOptions};
 use crate::secret::Secret;
 use crate::settings::EvictionPolicy;
 use crate::settings::{ENV_VARS, EVICTION_FIELDS, Eviction, FIELDS, Settings, Sources, Value};
@@ -121,8 +121,9 @@ pub fn policy_name(policy: EvictionPolicy) -> &'static str {
 
 /// Every setting, resolved and checked: `Settings(url=None, *, env=None, **explicit)`.
 /// Explicit values win over the URL, the URL over `env` (a mapping such as `os.environ`; only
-/// `LMCACHE_RESP_HOST/PORT/USERNAME/PASSWORD` are read), and those over the defaults. `None`
-/// means "not set". Safe to print: the password shows as `***`.
+/// `LMCACHE_RESP_HOST/PORT/USERNAME/PASSWORD` and, where TLS is on,
+/// `LMCACHE_RESP_SSL_CA_CERTS/CERTFILE/KEYFILE` are read), and those over the defaults. `None`
+/// means "not set". Safe to print: the password shows as `***`, TLS as its file paths.
 #[pyclass(module = "lmcache_resp._native", name = "Settings", frozen, subclass)]
 pub struct PySettings(pub Settings);
 
@@ -305,6 +306,55 @@ impl PySettings {
         self.0.get_piece_bytes
     }
 
+    /// TLS is on (`rediss://` or `ssl=True`).
+    #[getter]
+    fn ssl(&self) -> bool {
+        self.0.tls.is_some()
+    }
+
+    /// The CA bundle trusted; None: the system trust store (or `ssl_ca_path`), or no TLS.
+    #[getter]
+    fn ssl_ca_certs(&self) -> Option<String> {
+        self.tls_path(|o| &o.ca_certs)
+    }
+
+    /// The directory of CA certificates trusted; None if not set or no TLS.
+    #[getter]
+    fn ssl_ca_path(&self) -> Option<String> {
+        self.tls_path(|o| &o.ca_path)
+    }
+
+    /// This client's certificate (mutual TLS); None if not set or no TLS.
+    #[getter]
+    fn ssl_certfile(&self) -> Option<String> {
+        self.tls_path(|o| &o.certfile)
+    }
+
+    /// The path of the client certificate's key (never its contents); None if not set.
+    #[getter]
+    fn ssl_keyfile(&self) -> Option<String> {
+        self.tls_path(|o| &o.keyfile)
+    }
+
+    /// The server's certificate must name the host (or `ssl_server_name`); False without
+    /// TLS or with `ssl_cert_reqs="none"`.
+    #[getter]
+    fn ssl_check_hostname(&self) -> bool {
+        self.0.tls.as_ref().is_some_and(|t| t.options().check_hostname)
+    }
+
+    /// `"required"` (the server's certificate is verified) or `"none"`; None without TLS.
+    #[getter]
+    fn ssl_cert_reqs(&self) -> Option<&'static str> {
+        self.0.tls.as_ref().map(|t| if t.verification_off() { "none" } else { "required" })
+    }
+
+    /// The name sent as SNI and verified instead of the host; None if not set or no TLS.
+    #[getter]
+    fn ssl_server_name(&self) -> Option<String> {
+        self.0.tls.as_ref().and_then(|t| t.options().server_name.clone())
+    }
+
     /// Settings accepted but without effect (the caller logs them).
     #[getter]
     fn warnings(&self) -> Vec<String> {
@@ -334,12 +384,26 @@ impl PySettings {
         out.set_item("eviction", self.eviction().to_dict(py)?)?;
         out.set_item("prefault", s.prefault)?;
         out.set_item("get_piece_bytes", s.get_piece_bytes)?;
+        out.set_item("ssl", self.ssl())?;
+        out.set_item("ssl_ca_certs", self.ssl_ca_certs())?;
+        out.set_item("ssl_ca_path", self.ssl_ca_path())?;
+        out.set_item("ssl_certfile", self.ssl_certfile())?;
+        out.set_item("ssl_keyfile", self.ssl_keyfile())?;
+        out.set_item("ssl_check_hostname", self.ssl_check_hostname())?;
+        out.set_item("ssl_cert_reqs", self.ssl_cert_reqs())?;
+        out.set_item("ssl_server_name", self.ssl_server_name())?;
         Ok(out)
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
         let name = slf.get_type().name()?;
         Ok(format!("{name}({})", slf.get().0))
+    }
+}
+
+impl PySettings {
+    fn tls_path(&self, field: impl Fn(&TlsOptions) -> &Option<std::path::PathBuf>) -> Option<String> {
+        self.0.tls.as_ref().and_then(|t| field(t.options()).as_ref().map(|p| p.display().to_string()))
     }
 }
 
@@ -359,6 +423,8 @@ pub fn to_value(obj: &Bound<'_, PyAny>) -> PyResult<Option<Value>> {
         Value::Float(x.value())
     } else if let Ok(text) = obj.cast::<PyString>() {
         Value::Text(text.to_str()?.to_owned())
+    } else if let Some(path) = fspath(obj)? {
+        Value::Text(path)
     } else if let Ok(secret) = obj.cast::<PySecret>() {
         Value::Secret(secret.get().0.clone())
     } else if let Ok(eviction) = obj.cast::<PyEviction>() {
@@ -381,6 +447,16 @@ pub fn to_value(obj: &Bound<'_, PyAny>) -> PyResult<Option<Value>> {
         Value::Other { type_name: type_name(obj), repr: obj.repr().map(|r| r.to_string()).unwrap_or_default() }
     };
     Ok(Some(value))
+}
+
+/// A `str` path of an `os.PathLike` (`pathlib.Path`), for the `ssl_*` files; None for
+/// anything else (a bytes path is refused as its type, like any other non-str).
+fn fspath(obj: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    if !obj.hasattr("__fspath__")? {
+        return Ok(None);
+    }
+    let path = obj.call_method0("__fspath__")?;
+    path.cast::<PyString>().ok().map(|text| text.to_str().map(str::to_owned)).transpose()
 }
 
 pub fn type_name(obj: &Bound<'_, PyAny>) -> String {

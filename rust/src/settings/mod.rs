@@ -3,16 +3,19 @@
 //!
 //! Settings come from four sources, resolved field by field: explicit values (keyword
 //! arguments, LMCache's adapter params), then the URL (its authority, path and query), then
-//! the `LMCACHE_RESP_*` environment variables (host, port, username and password only), then
-//! the defaults below. Callers gather the sources; [`Settings::resolve`] decides.
+//! the `LMCACHE_RESP_*` environment variables (host, port, username and password, and the TLS
+//! files where TLS is on), then the defaults below. Callers gather the sources;
+//! [`Settings::resolve`] decides. TLS (`rediss://`, `ssl=True`, the `ssl_*` fields) is
+//! [`tls`]'s.
 
 mod capacity;
 mod names;
+pub mod tls;
 pub mod url;
 pub mod value;
 
 pub use capacity::{CapacityConfig, EvictionPolicy};
-pub use names::{ENV_VARS, EVICTION_FIELDS, FIELDS, QUERY_FIELDS};
+pub use names::{ENV_VARS, EVICTION_FIELDS, FIELDS, QUERY_FIELDS, TLS_FIELDS};
 pub use value::Value;
 
 use crate::conn::PipelineLimits;
@@ -152,7 +155,8 @@ pub struct Settings {
     pub get_piece_bytes: usize,
     /// Fault the arena's pages in at creation.
     pub prefault: bool,
-    /// TLS to every server (and every cluster node); `None` is plaintext.
+    /// TLS to every server (and every cluster node); `None` is plaintext. Built (its files
+    /// read and checked) when the settings are resolved.
     pub tls: Option<std::sync::Arc<crate::net::TlsConfig>>,
     /// Settings accepted but without effect, for the caller to log.
     pub warnings: Vec<String>,
@@ -232,7 +236,7 @@ pub struct Sources<'a> {
     pub env: &'a [(String, String)],
 }
 
-/// The password never shows.
+/// The password never shows, nor any key: TLS shows as its file paths and switches.
 impl fmt::Display for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let endpoints: Vec<String> = self.endpoints.iter().map(ToString::to_string).collect();
@@ -246,6 +250,9 @@ impl fmt::Display for Settings {
         }
         if self.password.is_some() {
             f.write_str(" password=***")?;
+        }
+        if let Some(tls) = &self.tls {
+            write!(f, " {}", tls::Describe(tls))?;
         }
         write!(f, " num_workers={}", self.num_workers)
     }
@@ -263,6 +270,9 @@ struct Resolver<'a> {
 
 impl<'a> Resolver<'a> {
     fn new(sources: &Sources<'a>) -> Result<Resolver<'a>> {
+        if sources.explicit.iter().any(|(k, _)| k == tls::KEY_PASSPHRASE_FIELD) {
+            return Err(tls::key_passphrase_refused());
+        }
         let unknown: Vec<&str> =
             sources.explicit.iter().map(|(k, _)| k.as_str()).filter(|k| !FIELDS.contains(k)).collect();
         if !unknown.is_empty() {
@@ -281,6 +291,9 @@ impl<'a> Resolver<'a> {
             None => &[],
         };
         let url = sources.url.map(url::parse).transpose()?.unwrap_or_default();
+        if url.query.iter().any(|(k, _)| k == tls::KEY_PASSPHRASE_FIELD) {
+            return Err(tls::key_passphrase_refused());
+        }
         let unknown: Vec<&str> =
             url.query.iter().map(|(k, _)| k.as_str()).filter(|k| !QUERY_FIELDS.contains(k)).collect();
         if !unknown.is_empty() {
@@ -394,6 +407,8 @@ impl<'a> Resolver<'a> {
         if let Some(given) = self.tuning("cluster") {
             settings.cluster = given.flag()?;
         }
+        // Last: it reads files, once everything else is known to be valid.
+        self.tls(&mut settings)?;
         Ok(settings)
     }
 

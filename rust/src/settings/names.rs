@@ -22,6 +22,25 @@ pub const FIELDS: &[&str] = &[
     "prefault",
     "cluster",
     "get_piece_bytes",
+    "ssl",
+    "ssl_ca_certs",
+    "ssl_ca_path",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_check_hostname",
+    "ssl_cert_reqs",
+    "ssl_server_name",
+];
+
+/// The TLS fields besides `ssl` itself (redis-py's names): each needs TLS on.
+pub const TLS_FIELDS: &[&str] = &[
+    "ssl_ca_certs",
+    "ssl_ca_path",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_check_hostname",
+    "ssl_cert_reqs",
+    "ssl_server_name",
 ];
 
 /// The fields of the `eviction` block.
@@ -44,15 +63,28 @@ pub const QUERY_FIELDS: &[&str] = &[
     "eviction_policy",
     "trigger_watermark",
     "eviction_ratio",
+    "ssl",
+    "ssl_ca_certs",
+    "ssl_ca_path",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_check_hostname",
+    "ssl_cert_reqs",
+    "ssl_server_name",
 ];
 
 /// The environment variables read, and the field each fills. Only where a setting is as
 /// deployment-specific as a secret; the rest comes from arguments, URLs or LMCache's config.
+/// The TLS files apply only where TLS is on (`rediss://`, `ssl=True`): set for a whole
+/// deployment, they are not an error for a plaintext server.
 pub const ENV_VARS: &[(&str, &str)] = &[
     ("host", "LMCACHE_RESP_HOST"),
     ("port", "LMCACHE_RESP_PORT"),
     ("username", "LMCACHE_RESP_USERNAME"),
     ("password", "LMCACHE_RESP_PASSWORD"),
+    ("ssl_ca_certs", "LMCACHE_RESP_SSL_CA_CERTS"),
+    ("ssl_certfile", "LMCACHE_RESP_SSL_CERTFILE"),
+    ("ssl_keyfile", "LMCACHE_RESP_SSL_KEYFILE"),
 ];
 
 /// An error naming each unknown key (never its value: it could be a password), with the
@@ -140,6 +172,8 @@ mod tests {
         );
         let err = unknown(&["trigger_watermak"], FIELDS, "setting(s)");
         assert!(err.message().contains("'trigger_watermak' (did you mean 'eviction.trigger_watermark'?)"), "{err}");
+        let err = unknown(&["ssl_ca_cert", "ssl_verify"], FIELDS, "setting(s)");
+        assert!(err.message().contains("'ssl_ca_cert' (did you mean 'ssl_ca_certs'?)"), "{err}");
         let err = unknown(&["zzz"], FIELDS, "setting(s)");
         assert!(err.message().starts_with("unknown setting(s): 'zzz'; accepted: cluster, connect_timeout"), "{err}");
     }

@@ -1,4 +1,5 @@
 use super::*;
+use std::sync::Arc;
 
 fn text(value: &str) -> Value {
     Value::Text(value.into())
@@ -204,4 +205,325 @@ fn display_never_shows_the_password() {
     let shown = format!("{s} {s:?}");
     assert!(!shown.contains("hunter2"), "{shown}");
     assert!(shown.contains("password=***"));
+}
+
+// -- TLS ------------------------------------------------------------------------------------------
+
+/// A throwaway test CA (ECDSA P-256, self-signed, valid to 2126), and a client certificate it
+/// signed with its key: test material only, trusted by nothing.
+const TEST_CA: &str = "-----BEGIN CERTIFICATE-----
+MIIBtjCCAV2gAwIBAgIUH245i0kxjIK+6gnQhbkSrXSV6vUwCgYIKoZIzj0EAwIw
+KDEmMCQGA1UEAwwdbG1jYWNoZS1yZXNwIHNldHRpbmdzIHRlc3QgQ0EwIBcNMjYx
+MjAxMTUzMzA5WhgPMjEyNjExMDcxNTMzMDlaMCgxJjAkBgNVBAMMHWxtY2FjaGUt
+cmVzcCBzZXR0aW5ncyB0ZXN0IENBMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE
+uf3qpqPS8kZqGVlyOgrUd5G9/GUMYfKZn5uKurFaicCGq4hjQErOt0dQ1wHnlDFC
+6ajc0nLfL4DGenQACFD7RKNjMGEwHQYDVR0OBBYEFFFzQ1sbmnnso5eDQixGhUaw
+Nm1FMB8GA1UdIwQYMBaAFFFzQ1sbmnnso5eDQixGhUawNm1FMA8GA1UdEwEB/wQF
+MAMBAf8wDgYDVR0PAQH/BAQDAgEGMAoGCCqGSM49BAMCA0cAMEQCIEKBfTTV0uQQ
+QF0XR1gZE6t1KhbwnLXILJwBARgYqhIrAiBIP2Gt8lgZNKGk6Cx6udJ/oE3fvits
+yEjdNbjzZWsstg==
+-----END CERTIFICATE-----
+";
+const TEST_CLIENT_CERT: &str = "-----BEGIN CERTIFICATE-----
+MIIBujCCAWCgAwIBAgIUHJy/sjzmc4ZuU+Bj8g+aef6nXa4wCgYIKoZIzj0EAwIw
+KDEmMCQGA1UEAwwdbG1jYWNoZS1yZXNwIHNldHRpbmdzIHRlc3QgQ0EwIBcNMjYx
+MjAxMTUzMzA5WhgPMjEyNjExMDcxNTMzMDlaMCwxKjAoBgNVBAMMIWxtY2FjaGUt
+cmVzcCBzZXR0aW5ncyB0ZXN0IGNsaWVudDBZMBMGByqGSM49AgEGCCqGSM49AwEH
+A0IABBAw2B3z+D4yt6CvaAueUu7to+Zys4V+XAybcMGnBZ+ZXjmVtF/RybicpXZp
+zS6sDDlInygw8mu8IPDWIftQuQOjYjBgMAkGA1UdEwQCMAAwEwYDVR0lBAwwCgYI
+KwYBBQUHAwIwHQYDVR0OBBYEFF0txgBaDAIGZZPmrtaNMHC6FI3JMB8GA1UdIwQY
+MBaAFFFzQ1sbmnnso5eDQixGhUawNm1FMAoGCCqGSM49BAMCA0gAMEUCIQDmCjDb
+8mwB7G949B4w1xAksHsnd+PHFJAqWs1S+3aaggIgSbCZyfAUopxUNUWAyaaDmWt4
+GTSZ/87lM0dE7MA6Ois=
+-----END CERTIFICATE-----
+";
+/// The body lines of [`TEST_CLIENT_KEY`], which no output may contain.
+const TEST_CLIENT_KEY_BODY: [&str; 3] = [
+    "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgPJ9bMmga6qXmz5eu",
+    "WtPSqSUD0Hewuax2zsYMNYX18GKhRANCAAQQMNgd8/g+Mregr2gLnlLu7aPmcrOF",
+    "flwMm3DBpwWfmV45lbRf0cm4nKV2ac0urAw5SJ8oMPJrvCDw1iH7ULkD",
+];
+
+fn test_client_key() -> String {
+    format!("-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n", TEST_CLIENT_KEY_BODY.join("\n"))
+}
+
+/// A directory of this test's own, removed at the end.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("lmcache-resp-settings-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn file(&self, name: &str, contents: &str) -> String {
+        let path = self.0.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path.display().to_string()
+    }
+
+    /// The CA as `name`, the client certificate and its key: their paths.
+    fn certs(&self, name: &str) -> (String, String, String) {
+        (
+            self.file(name, TEST_CA),
+            self.file("client.pem", TEST_CLIENT_CERT),
+            self.file("client.key", &test_client_key()),
+        )
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tls_options(s: &Settings) -> &crate::net::TlsOptions {
+    s.tls.as_ref().expect("TLS is on").options()
+}
+
+fn env_of(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+#[test]
+fn tls_is_off_by_default_and_for_plaintext_urls() {
+    for url in [None, Some("redis://h"), Some("resp://h:1"), Some("unix:///tmp/r.sock")] {
+        let s = resolve(&[], url, &[]).unwrap();
+        assert!(s.tls.is_none() && s.connect_options(s.endpoint()).tls.is_none(), "{url:?}");
+    }
+}
+
+#[test]
+fn rediss_and_ssl_true_turn_tls_on_and_reach_the_connect_options() {
+    let dir = TempDir::new("on");
+    let (ca, _, _) = dir.certs("ca.pem");
+    for (url, given) in [
+        (format!("rediss://h:6380?ssl_ca_certs={ca}"), vec![]),
+        (format!("resps://h:6380?ssl_ca_certs={ca}"), vec![]),
+        ("redis://h:6380".to_owned(), explicit(&[("ssl", Value::Bool(true)), ("ssl_ca_certs", text(&ca))])),
+        (format!("redis://h:6380?ssl=true&ssl_ca_certs={ca}"), vec![]),
+        (format!("redis://h:6380?ssl=false&ssl_ca_certs={ca}"), explicit(&[("ssl", Value::Bool(true))])),
+    ] {
+        let s = resolve(&given, Some(&url), &[]).unwrap();
+        let options = tls_options(&s);
+        assert_eq!(options.ca_certs.as_deref(), Some(std::path::Path::new(&ca)), "{url}");
+        assert!(options.verify_certificate && options.check_hostname, "{url}: verified, hostname checked by default");
+        assert!(s.warnings.is_empty(), "{url}");
+        let connect = s.connect_options(s.endpoint());
+        assert!(Arc::ptr_eq(connect.tls.as_ref().unwrap(), s.tls.as_ref().unwrap()), "one config, shared");
+    }
+    // Every seed of a cluster gets the same TLS.
+    let s = resolve(&[], Some(&format!("rediss://a:1,b:2?cluster=true&ssl_ca_certs={ca}")), &[]).unwrap();
+    assert!(s.endpoints.iter().all(|e| s.connect_options(e).tls.is_some()));
+}
+
+#[test]
+fn tls_fields_resolve_explicit_over_query_over_env() {
+    let dir = TempDir::new("precedence");
+    let (arg_ca, cert, key) = dir.certs("arg-ca.pem");
+    let url_ca = dir.file("url-ca.pem", TEST_CA);
+    let env_ca = dir.file("env-ca.pem", TEST_CA);
+    let env = env_of(&[
+        ("LMCACHE_RESP_SSL_CA_CERTS", &env_ca),
+        ("LMCACHE_RESP_SSL_CERTFILE", &cert),
+        ("LMCACHE_RESP_SSL_KEYFILE", &key),
+    ]);
+    let url = format!("rediss://h?ssl_ca_certs={url_ca}");
+    let path = |p: &str| Some(std::path::PathBuf::from(p));
+    let s = resolve(&explicit(&[("ssl_ca_certs", text(&arg_ca))]), Some(&url), &env).unwrap();
+    assert_eq!(tls_options(&s).ca_certs, path(&arg_ca));
+    let s = resolve(&[], Some(&url), &env).unwrap();
+    assert_eq!(tls_options(&s).ca_certs, path(&url_ca));
+    let s = resolve(&[], Some("rediss://h"), &env).unwrap();
+    let options = tls_options(&s);
+    assert_eq!((&options.ca_certs, &options.certfile, &options.keyfile), (&path(&env_ca), &path(&cert), &path(&key)));
+    // An empty value is "not set": the next source applies.
+    let s = resolve(&explicit(&[("ssl_ca_certs", text(""))]), Some("rediss://h?ssl_ca_certs="), &env).unwrap();
+    assert_eq!(tls_options(&s).ca_certs, path(&env_ca));
+    // The other fields: explicit over the query, then the defaults.
+    let url = format!("rediss://h?ssl_ca_certs={url_ca}&ssl_check_hostname=false&ssl_server_name=url.internal");
+    let s = resolve(&[], Some(&url), &[]).unwrap();
+    let options = tls_options(&s);
+    assert_eq!((options.check_hostname, options.server_name.as_deref()), (false, Some("url.internal")));
+    let given = explicit(&[("ssl_check_hostname", Value::Bool(true)), ("ssl_server_name", text("arg.internal"))]);
+    let s = resolve(&given, Some(&url), &[]).unwrap();
+    let options = tls_options(&s);
+    assert_eq!((options.check_hostname, options.server_name.as_deref()), (true, Some("arg.internal")));
+}
+
+#[test]
+fn mutual_tls_and_a_ca_directory() {
+    let dir = TempDir::new("mtls");
+    let (ca, cert, key) = dir.certs("ca.pem");
+    let cas = TempDir::new("mtls-cas");
+    cas.file("ca.pem", TEST_CA);
+    let url = format!(
+        "rediss://h:6380?ssl_ca_path={}&ssl_certfile={cert}&ssl_keyfile={key}&ssl_cert_reqs=required",
+        cas.0.display()
+    );
+    let s = resolve(&[], Some(&url), &[]).unwrap();
+    let options = tls_options(&s);
+    assert_eq!(options.ca_path.as_deref(), Some(cas.0.as_path()));
+    assert_eq!((options.certfile.is_some(), options.keyfile.is_some(), options.ca_certs.is_none()), (true, true, true));
+    let given = explicit(&[("ssl_ca_certs", text(&ca)), ("ssl_certfile", text(&cert))]);
+    let err = resolve(&given, Some("rediss://h"), &[]).unwrap_err();
+    assert_eq!(err.message(), "ssl_certfile is set but ssl_keyfile is not: mutual TLS needs both");
+}
+
+#[test]
+fn the_environment_s_tls_files_are_ignored_without_tls() {
+    let env = env_of(&[
+        ("LMCACHE_RESP_SSL_CA_CERTS", "/nonexistent/ca.pem"),
+        ("LMCACHE_RESP_SSL_CERTFILE", "/nonexistent/client.pem"),
+        ("LMCACHE_RESP_SSL_KEYFILE", "/nonexistent/client.key"),
+    ]);
+    for url in [None, Some("redis://h"), Some("unix:///tmp/r.sock")] {
+        assert!(resolve(&[], url, &env).unwrap().tls.is_none(), "{url:?}");
+    }
+    // With TLS on they apply, and a bad one names the variable it came from.
+    let err = resolve(&[], Some("rediss://h"), &env).unwrap_err();
+    assert!(err.message().contains("/nonexistent/") && err.message().contains("(from LMCACHE_RESP_SSL_"), "{err}");
+    let env = env_of(&[("LMCACHE_RESP_SSL_CA_CERTS", "/nonexistent/ca.pem")]);
+    let err = resolve(&explicit(&[("ssl_cert_reqs", text("required"))]), Some("rediss://h"), &env).unwrap_err();
+    assert!(err.message().starts_with("ssl_ca_certs /nonexistent/ca.pem: "), "{err}");
+    assert!(err.message().ends_with(" (from LMCACHE_RESP_SSL_CA_CERTS)"), "{err}");
+}
+
+#[test]
+fn tls_is_never_turned_off_over_a_source_that_turned_it_on() {
+    let no = explicit(&[("ssl", Value::Bool(false))]);
+    for (given, url, message) in [
+        (&no, "rediss://h", "ssl=False contradicts the URL, which asks for TLS (its rediss:// scheme)"),
+        (&no, "resps://h", "ssl=False contradicts the URL, which asks for TLS (its rediss:// scheme)"),
+        (&no, "redis://h?ssl=true", "ssl=False contradicts the URL, which asks for TLS (ssl=true in its query)"),
+        (&vec![], "rediss://h?ssl=false", "ssl=false in the URL's query contradicts its rediss:// scheme"),
+        (&vec![], "redis://h?ssl=maybe", "ssl must be true or false, got 'maybe'"),
+    ] {
+        let err = resolve(given, Some(url), &[]).unwrap_err();
+        assert!(err.message().starts_with(message), "{url}: {err}");
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidInput);
+    }
+    // ssl=False with a plaintext URL is just plaintext.
+    assert!(resolve(&no, Some("redis://h"), &[]).unwrap().tls.is_none());
+}
+
+#[test]
+fn a_tls_field_without_tls_is_an_error_naming_it() {
+    let err = resolve(&explicit(&[("ssl_ca_certs", text("/etc/ca.pem"))]), Some("redis://h"), &[]).unwrap_err();
+    assert_eq!(
+        err.message(),
+        "ssl_ca_certs is set but TLS is off: use a rediss:// URL or ssl=True (nothing would be encrypted)"
+    );
+    let err = resolve(&[], Some("redis://h?ssl_check_hostname=false&ssl_server_name=x"), &[]).unwrap_err();
+    assert!(err.message().starts_with("ssl_check_hostname, ssl_server_name are set but TLS is off"), "{err}");
+    let given = explicit(&[("ssl", Value::Bool(false)), ("ssl_cert_reqs", text("none"))]);
+    assert!(resolve(&given, None, &[]).unwrap_err().message().starts_with("ssl_cert_reqs is set but TLS is off"));
+    let err = resolve(&explicit(&[("ssl_ca_certz", text("/x"))]), None, &[]).unwrap_err();
+    assert!(err.message().contains("'ssl_ca_certz' (did you mean 'ssl_ca_certs'?)"), "{err}");
+    let err = resolve(&[], Some("rediss://h?ssl_keyfil=/x"), &[]).unwrap_err();
+    assert!(err.message().contains("'ssl_keyfil' (did you mean 'ssl_keyfile'?)"), "{err}");
+}
+
+#[test]
+fn cert_reqs_none_turns_verification_off_with_a_warning() {
+    for value in [text("none"), text("NONE"), text("CERT_NONE"), Value::Int(0)] {
+        let s = resolve(&explicit(&[("ssl_cert_reqs", value.clone())]), Some("rediss://h"), &[]).unwrap();
+        let options = tls_options(&s);
+        assert!(!options.verify_certificate && !options.check_hostname, "{value}");
+        assert!(s.tls.as_ref().unwrap().verification_off());
+        assert_eq!(s.warnings, vec![tls::VERIFICATION_OFF_WARNING.to_owned()]);
+        assert!(s.warnings[0].starts_with("TLS certificate verification is off (ssl_cert_reqs='none')"));
+    }
+    let s = resolve(&[], Some("rediss://h?ssl_cert_reqs=none&ssl_check_hostname=false"), &[]).unwrap();
+    assert!(!tls_options(&s).verify_certificate);
+    let given = explicit(&[("ssl_cert_reqs", text("none")), ("ssl_check_hostname", Value::Bool(true))]);
+    let err = resolve(&given, Some("rediss://h"), &[]).unwrap_err();
+    assert!(err.message().starts_with("ssl_check_hostname=True needs the certificate verified"), "{err}");
+    let dir = TempDir::new("reqs");
+    let (ca, _, _) = dir.certs("ca.pem");
+    for value in [text("required"), text("optional"), text("CERT_REQUIRED"), Value::Int(2), Value::Int(1)] {
+        let given = explicit(&[("ssl_cert_reqs", value.clone()), ("ssl_ca_certs", text(&ca))]);
+        let s = resolve(&given, Some("rediss://h"), &[]).unwrap();
+        assert!(tls_options(&s).verify_certificate && s.warnings.is_empty(), "{value}");
+    }
+    for value in [text("sometimes"), Value::Int(3), Value::Bool(false)] {
+        let err = resolve(&explicit(&[("ssl_cert_reqs", value.clone())]), Some("rediss://h"), &[]).unwrap_err();
+        let expected = format!(
+            "ssl_cert_reqs must be 'required' (the default), 'optional' (the same, for a client) or 'none' \
+             (no verification: test rigs only), got {value}"
+        );
+        assert_eq!(err.message(), expected);
+    }
+}
+
+#[test]
+fn bad_tls_values_name_the_setting() {
+    let dir = TempDir::new("bad");
+    let (ca, _, _) = dir.certs("ca.pem");
+    let not_a_cert = dir.file("notes.txt", "hello\n");
+    let on = |pairs: &[(&str, Value)]| {
+        let mut given = explicit(pairs);
+        given.push(("ssl".into(), Value::Bool(true)));
+        resolve(&given, Some("redis://h"), &[]).unwrap_err().message().to_owned()
+    };
+    let message = on(&[("ssl_ca_certs", text("/nonexistent/ca.pem"))]);
+    assert!(message.starts_with("ssl_ca_certs /nonexistent/ca.pem: "), "{message}");
+    let message = on(&[("ssl_ca_certs", text(&not_a_cert))]);
+    assert!(message.starts_with(&format!("ssl_ca_certs {not_a_cert}: no PEM certificate")), "{message}");
+    let message = on(&[("ssl_ca_path", text(&ca))]);
+    assert_eq!(message, format!("ssl_ca_path {ca} is not a directory"));
+    let message =
+        on(&[("ssl_ca_certs", text(&ca)), ("ssl_certfile", text(&ca)), ("ssl_keyfile", text("/nonexistent/k"))]);
+    assert!(message.starts_with("ssl_keyfile /nonexistent/k: "), "{message}");
+    assert_eq!(on(&[("ssl_ca_certs", Value::Int(5))]), "ssl_ca_certs must be a str, not int");
+    assert_eq!(
+        on(&[("ssl_check_hostname", text("perhaps"))]),
+        "ssl_check_hostname must be true or false, got 'perhaps'"
+    );
+    assert_eq!(
+        on(&[("ssl_server_name", text("not a name!"))]),
+        "ssl_server_name must be a DNS name or an IP address, got 'not a name!'"
+    );
+    let message = on(&[("unix_path", text("/tmp/r.sock"))]);
+    assert!(message.starts_with("TLS is on but the server is the Unix socket /tmp/r.sock"), "{message}");
+    // redis-py's key passphrase is refused with what to do, never shown.
+    for (given, url) in
+        [(explicit(&[("ssl_password", text("hunter2"))]), None), (vec![], Some("rediss://h?ssl_password=hunter2"))]
+    {
+        let err = resolve(&given, url, &[]).unwrap_err();
+        assert!(err.message().starts_with("ssl_password (a passphrase for ssl_keyfile) is not supported"), "{err}");
+        assert!(!err.message().contains("hunter2"));
+    }
+}
+
+#[test]
+fn tls_settings_print_paths_and_switches_never_key_material() {
+    let dir = TempDir::new("print");
+    let (ca, cert, key) = dir.certs("ca.pem");
+    let given = explicit(&[
+        ("password", text("hunter2")),
+        ("ssl_ca_certs", text(&ca)),
+        ("ssl_certfile", text(&cert)),
+        ("ssl_keyfile", text(&key)),
+    ]);
+    let s = resolve(&given, Some("rediss://h:6380"), &[]).unwrap();
+    let shown = format!("{s} | {s:?} | {:?}", s.connect_options(s.endpoint()));
+    for line in TEST_CLIENT_KEY_BODY {
+        assert!(!shown.contains(line), "key material in {shown}");
+    }
+    assert!(!shown.contains("hunter2") && !shown.contains("MIIB"), "{shown}");
+    assert!(shown.contains(&format!("tls=on (ca={ca}, client cert={cert}, hostname checked)")), "{s}");
+    let s = resolve(
+        &explicit(&[("ssl_cert_reqs", text("none")), ("ssl_server_name", text("r.internal"))]),
+        Some("rediss://h"),
+        &[],
+    )
+    .unwrap();
+    assert!(s.to_string().contains("tls=on (certificate NOT verified, server_name=r.internal)"), "{s}");
+    let s = resolve(&[], Some(&format!("rediss://h?ssl_ca_certs={ca}&ssl_check_hostname=0")), &[]).unwrap();
+    assert!(s.to_string().contains(&format!("tls=on (ca={ca}, hostname NOT checked)")), "{s}");
+    assert!(!resolve(&[], None, &[]).unwrap().to_string().contains("tls"));
 }

@@ -1,5 +1,6 @@
 //! Server URLs: `resp://host:port`, `redis://[user:pass@]host:port[,host:port...][/db]` and
 //! `unix:///path/to/redis.sock`, with settings in the query (`?num_workers=16&cluster=true`).
+//! `rediss://` (and `resps://`, its `resp://` spelling) is the same with TLS, as in redis-py.
 //!
 //! Hand-written rather than a general URL parser because the forms are not quite URLs: a seed
 //! list `h1:p1,h2:p2` is not a valid authority, and a password may contain `/`, `#` or `?`
@@ -24,9 +25,13 @@ pub struct ParsedUrl {
     pub db: Option<u32>,
     /// Query parameters in order, percent-decoded; later ones win.
     pub query: Vec<(String, String)>,
+    /// The scheme asks for TLS (`rediss://`, `resps://`).
+    pub tls: bool,
 }
 
-const SCHEMES: [&str; 3] = ["resp", "redis", "unix"];
+const SCHEMES: [&str; 5] = ["resp", "redis", "rediss", "resps", "unix"];
+/// The schemes that mean TLS.
+const TLS_SCHEMES: [&str; 2] = ["rediss", "resps"];
 
 /// The URL with its password replaced by `***`, whatever else is wrong with it.
 pub fn redact(url: &str) -> String {
@@ -46,12 +51,11 @@ pub fn parse(url: &str) -> Result<ParsedUrl> {
     let (scheme, rest) = url.split_once("://").ok_or_else(|| invalid("expected scheme://..."))?;
     let scheme = scheme.to_ascii_lowercase();
     if !SCHEMES.contains(&scheme.as_str()) {
-        let hint = if matches!(scheme.as_str(), "rediss" | "resps") { " (TLS is not supported)" } else { "" };
         return Err(Error::invalid(format!(
-            "unsupported URL scheme {scheme:?}{hint} in {shown:?}: use resp://, redis:// or unix://"
+            "unsupported URL scheme {scheme:?} in {shown:?}: use resp://, redis://, rediss:// (TLS) or unix://"
         )));
     }
-    let mut parsed = ParsedUrl::default();
+    let mut parsed = ParsedUrl { tls: TLS_SCHEMES.contains(&scheme.as_str()), ..ParsedUrl::default() };
     let rest = match rest.rfind('@') {
         Some(at) => {
             let (user, password) = match rest[..at].split_once(':') {
@@ -158,9 +162,10 @@ mod tests {
     }
 
     #[test]
-    fn the_three_schemes() {
+    fn the_schemes() {
         let url = parse("resp://h:1").unwrap();
         assert_eq!(url.hosts, hosts(&[("h", Some(1))]));
+        assert!(!url.tls);
         assert_eq!(parse("redis://h").unwrap().hosts, hosts(&[("h", None)]));
         let url = parse("redis://u:p%40ss@h:2/5").unwrap();
         assert_eq!((url.username.as_deref(), url.password, url.db), (Some("u"), Some(Secret::new("p@ss")), Some(5)));
@@ -168,7 +173,18 @@ mod tests {
         assert_eq!((url.username, url.password), (None, Some(Secret::new("pw"))));
         assert_eq!(parse("redis://[::1]:4").unwrap().hosts, hosts(&[("::1", Some(4))]));
         let url = parse("unix:///run/redis.sock?db=2").unwrap();
-        assert_eq!((url.unix_path.as_deref(), url.db), (Some("/run/redis.sock"), Some(2)));
+        assert_eq!((url.unix_path.as_deref(), url.db, url.tls), (Some("/run/redis.sock"), Some(2), false));
+    }
+
+    #[test]
+    fn rediss_and_resps_ask_for_tls() {
+        for scheme in ["rediss", "REDISS", "resps"] {
+            let url = parse(&format!("{scheme}://u:pw@h:6380/1?ssl_ca_certs=/etc/ca.pem")).unwrap();
+            assert!(url.tls, "{scheme}");
+            assert_eq!((url.hosts, url.db), (hosts(&[("h", Some(6380))]), Some(1)));
+            assert_eq!(url.query, vec![("ssl_ca_certs".into(), "/etc/ca.pem".into())]);
+        }
+        assert!(!parse("redis://h").unwrap().tls);
     }
 
     #[test]
@@ -187,7 +203,7 @@ mod tests {
             assert_eq!(url.password, Some(Secret::new(password)), "{raw}");
             assert_eq!((url.hosts[0].0.as_str(), url.db), ("h", Some(2)));
             assert_eq!(redact(&raw), "redis://user:***@h:1/2");
-            let bad = format!("rediss://user:{password}@h:1");
+            let bad = format!("https://user:{password}@h:1");
             assert!(!parse(&bad).unwrap_err().message().contains(password));
             let bad = format!("redis://user:{password}@h:99999");
             assert!(!parse(&bad).unwrap_err().message().contains(password));
@@ -197,8 +213,8 @@ mod tests {
     #[test]
     fn bad_urls_say_what_is_wrong() {
         for (url, message) in [
-            ("rediss://h:1", "TLS is not supported"),
             ("http://h", "unsupported URL scheme"),
+            ("redisss://h", "use resp://, redis://, rediss:// (TLS) or unix://"),
             ("redis://h:99999", "invalid URL"),
             ("redis://h:0", "port must be an integer in 1..65535"),
             ("redis://h/notadb", "must be a non-negative integer, got \"notadb\""),

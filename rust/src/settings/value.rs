@@ -149,6 +149,14 @@ impl<'a> Given<'a> {
         }
     }
 
+    /// A file or directory path: non-empty text, as given (relative to the working directory).
+    pub fn path(&self) -> Result<std::path::PathBuf> {
+        match self.text()? {
+            "" => Err(self.refuse("a path")),
+            text => Ok(text.into()),
+        }
+    }
+
     /// A password: text, or an already wrapped secret.
     pub fn secret(&self) -> Result<Secret> {
         match self.value {
