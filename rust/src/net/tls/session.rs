@@ -42,8 +42,14 @@ pub struct Failure {
 
 enum State {
     Handshaking(Box<ClientConnection>),
-    Established { sealer: Sealer, opener: Opener },
+    Established(Box<Keys>),
     Failed,
+}
+
+/// The traffic keys, each direction's with its sequence number.
+struct Keys {
+    sealer: Sealer,
+    opener: Opener,
 }
 
 /// TLS on one connection.
@@ -192,10 +198,10 @@ impl TlsSession {
             permanent: true,
         })?;
         let protocol: Protocol = record::protocol(tls13, &secrets.tx.1);
-        self.state = State::Established {
+        self.state = State::Established(Box::new(Keys {
             sealer: Sealer::new(protocol, secrets.tx.0, &secrets.tx.1),
             opener: Opener::new(protocol, secrets.rx.0, &secrets.rx.1),
-        };
+        }));
         Ok(Progress::Done)
     }
 
@@ -215,7 +221,7 @@ impl TlsSession {
     /// were sealed (they are the connection's now: the caller's memory is no longer read).
     /// Stops when the socket would block with enough sealed bytes waiting.
     pub fn send<const N: usize>(&mut self, stream: &Stream, iov: &IoVecs<'_, N>) -> io::Result<usize> {
-        let State::Established { sealer, .. } = &mut self.state else {
+        let State::Established(keys) = &mut self.state else {
             return Err(io::Error::new(io::ErrorKind::NotConnected, "TLS is not established"));
         };
         let slices: Vec<&[u8]> = iov.slices().filter(|s| !s.is_empty()).collect();
@@ -239,7 +245,7 @@ impl TlsSession {
                     }
                     Some(&rest[..take])
                 });
-                sealer.seal(content::APPLICATION_DATA, parts, &mut self.outgoing).map_err(record_io_error)?;
+                keys.sealer.seal(content::APPLICATION_DATA, parts, &mut self.outgoing).map_err(record_io_error)?;
             }
             while self.flushed < self.outgoing.len() {
                 let mut iov = IoVecs::<1>::new();
@@ -304,7 +310,7 @@ impl TlsSession {
 
     /// Opens the next whole record, if one is there. Control records are handled here.
     fn open_next(&mut self) -> io::Result<bool> {
-        let State::Established { opener, .. } = &mut self.state else {
+        let State::Established(keys) = &mut self.state else {
             return Err(io::Error::new(io::ErrorKind::NotConnected, "TLS is not established"));
         };
         let unopened = self.unopened.clone();
@@ -315,12 +321,15 @@ impl TlsSession {
             return Ok(false);
         }
         let at = unopened.start;
-        let opened = opener.open(&mut self.incoming[at..at + len]).map_err(record_io_error)?;
+        let opened = keys.opener.open(&mut self.incoming[at..at + len]).map_err(record_io_error)?;
         self.unopened.start += len;
         let plaintext = at + opened.plaintext.start..at + opened.plaintext.end;
         match opened.typ {
             content::APPLICATION_DATA => self.plaintext = plaintext,
-            content::ALERT => self.on_alert(&self.incoming[plaintext].to_vec())?,
+            content::ALERT => {
+                let description = self.incoming[plaintext].get(1).copied().unwrap_or(0);
+                self.on_alert(AlertDescription::from(description))?;
+            }
             // After the handshake: session tickets (unused: resumption is off) and TLS 1.2
             // renegotiation requests (declined by ignoring them, which RFC 5246 allows).
             content::HANDSHAKE => {
@@ -338,8 +347,7 @@ impl TlsSession {
         Ok(true)
     }
 
-    fn on_alert(&mut self, alert: &[u8]) -> io::Result<()> {
-        let description = AlertDescription::from(alert.get(1).copied().unwrap_or(0));
+    fn on_alert(&mut self, description: AlertDescription) -> io::Result<()> {
         if description == AlertDescription::CloseNotify {
             self.peer_closed = true;
             return Ok(());
