@@ -9,7 +9,7 @@
 
 use super::config::TlsConfig;
 use super::record::{self, Opener, Protocol, RecordError, Sealer, content};
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::memory::RawBuf;
 use crate::net::{Endpoint, IoVecs, Stream};
 use rustls::{AlertDescription, CertificateError, ClientConnection, ProtocolVersion};
@@ -111,8 +111,8 @@ impl TlsSession {
             Endpoint::Unix { .. } => "localhost",
         };
         let name = config.server_name(host).map_err(|err| permanent(err.context(endpoint)))?;
-        let conn = ClientConnection::new(config.client_config(), name)
-            .map_err(|err| permanent(Error::new(ErrorKind::Tls, format!("TLS to {endpoint}: {err}"))))?;
+        let conn =
+            ClientConnection::new(config.client_config(), name).map_err(|err| permanent(Error::tls(endpoint, err)))?;
         Ok(TlsSession {
             endpoint: endpoint.clone(),
             state: State::Handshaking(Box::new(conn)),
@@ -193,10 +193,9 @@ impl TlsSession {
             unreachable!("establish runs once, at the end of the handshake")
         };
         let tls13 = conn.protocol_version() == Some(ProtocolVersion::TLSv1_3);
-        let secrets = conn.dangerous_extract_secrets().map_err(|err| Failure {
-            error: Error::new(ErrorKind::Tls, format!("TLS to {}: {err}", self.endpoint)),
-            permanent: true,
-        })?;
+        let secrets = conn
+            .dangerous_extract_secrets()
+            .map_err(|err| Failure { error: Error::tls(&self.endpoint, err), permanent: true })?;
         let protocol: Protocol = record::protocol(tls13, &secrets.tx.1);
         self.state = State::Established(Box::new(Keys {
             sealer: Sealer::new(protocol, secrets.tx.0, &secrets.tx.1),
@@ -353,7 +352,7 @@ impl TlsSession {
             return Ok(());
         }
         if let Some(why) = refused_client_certificate(description) {
-            self.refusal = Some(Error::new(ErrorKind::Tls, format!("{} {why}", self.endpoint)));
+            self.refusal = Some(Error::tls(&self.endpoint, format!("the server {why}")));
         }
         Err(io::Error::new(io::ErrorKind::ConnectionAborted, format!("the server sent the TLS alert {description:?}")))
     }
@@ -395,10 +394,10 @@ fn plaintext_reply(first: &[u8]) -> Option<String> {
 
 fn answered_in_plaintext(endpoint: &Endpoint, shown: &str) -> Failure {
     Failure {
-        error: Error::new(
-            ErrorKind::Tls,
+        error: Error::tls(
+            endpoint,
             format!(
-                "{endpoint} answered the TLS hello in plaintext (\"{shown}\"): this port does not speak TLS; \
+                "the server answered the TLS hello in plaintext (\"{shown}\"): this port does not speak TLS; \
                  use redis:// for it, or the server's tls-port for rediss://"
             ),
         ),
@@ -433,14 +432,14 @@ fn handshake_failure(endpoint: &Endpoint, err: &rustls::Error, first_bytes: &[u8
         rustls::Error::InvalidCertificate(cert) => certificate_problem(cert),
         rustls::Error::AlertReceived(description) => match refused_client_certificate(*description) {
             Some(why) => {
-                return Failure { error: Error::new(ErrorKind::Tls, format!("{endpoint} {why}")), permanent: true };
+                return Failure { error: Error::tls(endpoint, format!("the server {why}")), permanent: true };
             }
             None => format!("the server refused the TLS handshake (alert {description:?})"),
         },
         rustls::Error::PeerIncompatible(why) => format!("the server's TLS is incompatible with this client's: {why:?}"),
         other => format!("the TLS handshake failed: {other}"),
     };
-    Failure { error: Error::new(ErrorKind::Tls, format!("TLS to {endpoint}: {why}")), permanent: true }
+    Failure { error: Error::tls(endpoint, why), permanent: true }
 }
 
 fn certificate_problem(cert: &CertificateError) -> String {
