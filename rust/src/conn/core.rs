@@ -550,13 +550,23 @@ impl ConnCore {
         }
     }
 
-    /// A plaintext connection that broke in its handshake before any reply: how a TLS port
-    /// answers plaintext (Redis and Valkey reset it at once), said where it may be that.
-    fn plaintext_at_tls_port_hint(&self) -> &'static str {
-        if self.state == ConnState::Handshaking && !self.received_any && self.options.tls.is_none() {
-            " (before any reply: if this port speaks TLS, use rediss:// or ssl=True)"
-        } else {
-            ""
+    /// What a connection that broke in its handshake before any reply may mean: a TLS port
+    /// resets a plaintext hello at once (Redis, Valkey); a server that requires a client
+    /// certificate (TLS 1.3) closes a connection without one right after the TLS handshake,
+    /// often without saying why.
+    fn broken_before_any_reply_hint(&self) -> &'static str {
+        if self.state != ConnState::Handshaking || self.received_any {
+            return "";
+        }
+        match &self.options.tls {
+            None => " (before any reply: if this port speaks TLS, use rediss:// or ssl=True)",
+            Some(tls) if tls.options().certfile.is_none() => {
+                " (right after the TLS handshake: if the server requires client certificates, set ssl_certfile and \
+                 ssl_keyfile)"
+            }
+            Some(_) => {
+                " (right after the TLS handshake: the server may have refused this client's certificate; see its log)"
+            }
         }
     }
 
@@ -569,14 +579,14 @@ impl ConnCore {
             self.state = ConnState::Disconnected;
             return;
         }
-        let hint = self.plaintext_at_tls_port_hint();
+        let hint = self.broken_before_any_reply_hint();
         let err = Error::connection_lost(&self.options.endpoint, format!("the server closed the connection{hint}"));
         self.connection_broke(now, err, out);
     }
 
     /// A send or receive failed.
     pub fn on_io_error(&mut self, now: Instant, err: io::Error, out: &mut Vec<Completion>) {
-        let hint = self.plaintext_at_tls_port_hint();
+        let hint = self.broken_before_any_reply_hint();
         let err = Error::connection_lost(&self.options.endpoint, format!("{err}{hint}"));
         self.connection_broke(now, err, out);
     }
