@@ -8,6 +8,7 @@ the benchmark's default of I/O threads."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from types import TracebackType
 
 from lmcache_resp.servers import HOST, RedisCluster, RedisServer, server_binary, server_version
@@ -37,6 +38,7 @@ class EmbeddedRedis:
         executable: str = "redis-server",
         unix_socket: bool = False,
         cluster: bool = False,
+        tls: bool = False,
     ) -> None:
         self.io_threads = recommended_io_threads() if io_threads is None else io_threads
         self.executable = executable
@@ -44,15 +46,24 @@ class EmbeddedRedis:
         self.port = 0
         self.unix_socket = unix_socket
         self.cluster = cluster
+        self.tls = tls
         self._server: RedisServer | None = None
 
     @property
     def unix_path(self) -> str | None:
         return None if self._server is None else self._server.unix_path
 
+    @property
+    def ca_certs(self) -> Path | None:
+        """The CA that signed a TLS server's certificate (made for this server), else None."""
+        if self._server is None or self._server.certs is None:
+            return None
+        return self._server.certs.ca
+
     def start(self) -> EmbeddedRedis:
         self._server = RedisServer(
-            io_threads=self.io_threads, unix_socket=self.unix_socket, cluster=self.cluster, server=self.executable
+            io_threads=self.io_threads, unix_socket=self.unix_socket, cluster=self.cluster, server=self.executable,
+            tls=self.tls,
         )
         self.port = self._server.port
         return self

@@ -125,6 +125,10 @@ def test_bad_values_are_rejected_naming_the_option(
         (["--url", "redis://h:1", "--server", "valkey"], "--cluster/--shards/--unix/--server configure the throwaway servers"),
         (["--cluster", "3", "--unix"], "give one of --cluster, --shards and --unix"),
         (["--cluster", "2"], "--cluster"),
+        (["--tls", "--url", "redis://h:1"], "use --url rediss://"),
+        (["--tls", "--cluster", "3"], "--tls starts one throwaway TLS server"),
+        (["--tls", "--compare", "lmcache"], "LMCache's C++ RESP connector has no TLS"),
+        (["--tls", "--dead-server"], "--tls cannot be combined with --bridge or --dead-server"),
     ],
 )
 def test_settings_that_do_not_fit_are_rejected(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
@@ -174,6 +178,21 @@ def test_throwaway_server_is_started_and_stopped(capsys: pytest.CaptureFixture[s
     assert out.rstrip().splitlines()[-1] == "All tests passed"
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_tls_runs_ours_and_redis_py_over_tls(capsys: pytest.CaptureFixture[str], requires_tls: None) -> None:
+    """--tls: a TLS-only throwaway server on certificates made for the run; ours and redis-py
+    both connect over TLS (a plaintext client could not), every byte checked."""
+    status, out, err = run_main(capsys, *TINY, "--tls", "--compare", "redis-py", "--json")
+    assert status == 0, out + err
+    report = json.loads(out)
+    assert report["verified"] is True and report["server"]["tls"] is True
+    assert {c["name"]: c["failure"] for c in report["clients"]} == {"lmcache_resp": None, "redis-py": None}
+    status, out, err = run_main(capsys, *TINY, "--tls", "--compare", "redis-py")
+    assert status == 0, out + err
+    assert re.search(r"started a throwaway redis-server \S+ on 127\.0\.0\.1:\d+ \(.*TLS only", out), out
+    assert "ConnectionPool of TLS connections" in out
+    assert out.rstrip().splitlines()[-1] == "All tests passed"
 
 
 def test_json_output_shape(capsys: pytest.CaptureFixture[str]) -> None:

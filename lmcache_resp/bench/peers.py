@@ -94,6 +94,14 @@ class RedisPyPeer:
             kwargs.update(connection_class=redis.UnixDomainSocketConnection, path=s.unix_path)
         else:
             kwargs.update(host=s.host, port=s.port)
+        self.tls = bool(s.ssl)
+        if s.ssl:
+            # redis-py's TLS (Python's ssl module over OpenSSL), with the same files and checks.
+            kwargs.update(
+                connection_class=redis.SSLConnection, ssl_ca_certs=s.ssl_ca_certs, ssl_ca_path=s.ssl_ca_path,
+                ssl_certfile=s.ssl_certfile, ssl_keyfile=s.ssl_keyfile, ssl_check_hostname=s.ssl_check_hostname,
+                ssl_cert_reqs=s.ssl_cert_reqs or "required",
+            )
         # hiredis's packer copies every value into one bytes object; redis-py's own serializer
         # sends memoryviews as they are. The faster choice is the fair one.
         self.packer = "hiredis packer (copies values)"
@@ -116,7 +124,8 @@ class RedisPyPeer:
 
     def describe(self) -> str:
         return (f"redis-py {self.version} ({self.parser} parser, {self.packer}), {self.num_workers} threads over "
-                "one ConnectionPool, each its tile of keys one command at a time")
+                f"one ConnectionPool{' of TLS connections' if self.tls else ''}, each its tile of keys one command "
+                "at a time")
 
     def _parallel(self, work: Callable[[range], None]) -> None:
         for future in [self.executor.submit(work, tile) for tile in self.tiles]:
@@ -204,6 +213,10 @@ class RedisBenchmarkPeer:
         self.base = [executable, *where, "-c", str(num_workers), "-n", str(len(workload.keys)), "-q", "--csv"]
         if s.db:
             self.base += ["--dbnum", str(s.db)]
+        if s.ssl:
+            self.base += ["--tls"] + (["--cacert", s.ssl_ca_certs] if s.ssl_ca_certs else [])
+            self.base += ["--cert", s.ssl_certfile, "--key", s.ssl_keyfile] if s.ssl_certfile and s.ssl_keyfile else []
+            self.base += ["--insecure"] if s.ssl_cert_reqs == "none" else []
         # The password travels in the environment (REDISCLI_AUTH), never on the command line.
         self.env = dict(os.environ)
         self.env.pop("REDISCLI_AUTH", None)

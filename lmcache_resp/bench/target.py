@@ -58,12 +58,14 @@ class Target:
             "password": s.password if s.password is not None else "",
             "db": s.db,
             "timeout": s.timeout,
+            **tls_kwargs(s),
         }
 
     def describe(self) -> dict[str, Any]:
         """For the JSON report: where, what, never the password."""
         return {
             "embedded": self.embedded,
+            "tls": self.settings.ssl,
             "endpoint": self.endpoint,
             "endpoints": self.settings.endpoints,
             "cluster": self.settings.cluster,
@@ -72,6 +74,22 @@ class Target:
             "username": self.settings.username,
             "db": self.settings.db,
         }
+
+
+def tls_kwargs(settings: RespSettings) -> dict[str, Any]:
+    """The resolved TLS settings as keywords for another front (files by path: never their
+    contents); empty without TLS."""
+    if not settings.ssl:
+        return {}
+    given = {
+        "ssl_ca_certs": settings.ssl_ca_certs, "ssl_ca_path": settings.ssl_ca_path,
+        "ssl_certfile": settings.ssl_certfile, "ssl_keyfile": settings.ssl_keyfile,
+        "ssl_server_name": settings.ssl_server_name,
+    }
+    return {
+        "ssl": True, "ssl_check_hostname": settings.ssl_check_hostname, "ssl_cert_reqs": settings.ssl_cert_reqs,
+        **{name: value for name, value in given.items() if value is not None},
+    }
 
 
 class KeyLedger:
@@ -139,7 +157,8 @@ def _embedded(options: Options, console: Console) -> Iterator[Target]:
         with _embedded_many(options, console) as target:
             yield target
         return
-    server = EmbeddedRedis(io_threads=options.io_threads, unix_socket=options.unix, executable=options.server)
+    server = EmbeddedRedis(io_threads=options.io_threads, unix_socket=options.unix, executable=options.server,
+                           tls=options.tls)
     name = _server_name(options)
     try:
         server.start()
@@ -148,11 +167,15 @@ def _embedded(options: Options, console: Console) -> Iterator[Target]:
     try:
         version = server.version()
         where = f"{server.host}:{server.port}" + (f" and {server.unix_path}" if server.unix_path else "")
+        tls = f", TLS only, certificates of a test CA in {server.ca_certs.parent}" if server.ca_certs else ""
         console.say(
             f"started a throwaway {name} {version} on {where} "
-            f"(no persistence, io-threads {server.io_threads}); it is stopped at the end"
+            f"(no persistence, io-threads {server.io_threads}{tls}); it is stopped at the end"
         )
-        if server.unix_path is not None:
+        if server.ca_certs is not None:
+            settings = _resolve(host=server.host, port=server.port, username="", password="", timeout=options.timeout,
+                                ssl=True, ssl_ca_certs=str(server.ca_certs))
+        elif server.unix_path is not None:
             settings = _resolve(unix_path=server.unix_path, username="", password="", timeout=options.timeout)
         else:
             settings = _resolve(host=server.host, port=server.port, username="", password="", timeout=options.timeout)
