@@ -176,6 +176,9 @@ pub struct ConnCore {
     recoveries_at_backoff: u64,
     /// Bytes arrived on this connection since it connected.
     received_any: bool,
+    /// When a TLS handshake the server has not answered gets its nudge (see
+    /// [`ConnCore::take_tls_nudge`]).
+    tls_nudge_at: Option<Instant>,
 }
 
 impl ConnCore {
@@ -214,6 +217,7 @@ impl ConnCore {
             health: None,
             recoveries_at_backoff: 0,
             received_any: false,
+            tls_nudge_at: None,
         }
     }
 
@@ -362,6 +366,7 @@ impl ConnCore {
             }
             ConnState::TlsHandshaking { since } => {
                 wake = earliest(wake, Some(since + self.options.connect_timeout));
+                wake = earliest(wake, self.tls_nudge_at);
                 Interest { read: true, write: self.write_blocked }
             }
             ConnState::Handshaking | ConnState::Ready => Interest { read: true, write: self.write_blocked },
@@ -448,9 +453,26 @@ impl ConnCore {
         self.received_any = false;
         if self.options.tls.is_some() {
             self.state = ConnState::TlsHandshaking { since: now };
+            self.tls_nudge_at = Some(now + self.options.connect_timeout / 2);
             return;
         }
         self.start_handshake(now);
+    }
+
+    /// Whether the driver should nudge the TLS handshake now (once per connection): half of
+    /// `connect_timeout` has passed without the server's hello. A plaintext Redis or Valkey
+    /// reads a TLS hello as the start of an inline command and waits, silent, for its end of
+    /// line; the driver sends one (`\r\n`, outside TLS), which a plaintext server answers with
+    /// an error reply at once, so the handshake fails as "answered in plaintext" instead of
+    /// timing out. A TLS server that slow is given up on anyway at the deadline.
+    pub fn take_tls_nudge(&mut self, now: Instant) -> bool {
+        match (self.state, self.tls_nudge_at) {
+            (ConnState::TlsHandshaking { .. }, Some(at)) if at <= now => {
+                self.tls_nudge_at = None;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The TLS handshake completed: AUTH/SELECT/PING follow over TLS.

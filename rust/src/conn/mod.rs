@@ -205,6 +205,11 @@ impl Conn {
 
     /// Fails what is overdue (see [`ConnCore::handle_timeout`]).
     pub fn expire(&mut self, now: Instant, out: &mut Vec<Completion>) {
+        if self.core.take_tls_nudge(now) {
+            if let (Some(stream), Some(tls)) = (&self.stream, &mut self.tls) {
+                tls.nudge(stream);
+            }
+        }
         self.core.handle_timeout(now, out);
         self.sync_socket();
     }

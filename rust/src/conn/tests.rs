@@ -846,7 +846,7 @@ fn tls_handshake_comes_between_connect_and_ping() {
     assert!(rig.core.recv_target(rig.now, &mut rig.out).is_none());
     let (interest, wake) = rig.core.interest(rig.now);
     assert!(interest.read, "the driver reads the server's hello");
-    assert_eq!(wake, Some(rig.now + Duration::from_secs(1)), "by connect_timeout");
+    assert_eq!(wake, Some(rig.now + Duration::from_millis(500)), "by half the connect_timeout (the nudge)");
     rig.core.on_tls_established(rig.now);
     assert_eq!(rig.state(), ConnState::Handshaking);
     assert_eq!(rig.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n");
@@ -867,6 +867,7 @@ fn a_silent_tls_handshake_times_out_as_a_failed_attempt() {
     rig.keys_only(Op::Exists, b"k");
     rig.core.poll_connect(rig.now).unwrap();
     rig.core.on_connected(rig.now);
+    assert!(rig.core.take_tls_nudge(rig.now + Duration::from_millis(250)));
     let (_, wake) = rig.core.interest(rig.now);
     assert_eq!(wake, Some(rig.now + Duration::from_millis(500)));
     rig.advance(Duration::from_millis(499));
@@ -955,4 +956,24 @@ fn a_reset_before_any_reply_suggests_tls() {
     rig.core.on_io_error(rig.now, io::Error::from(io::ErrorKind::ConnectionReset), &mut rig.out);
     rig.advance(TIMEOUT);
     assert!(!rig.failure(tag).message().contains("TLS"));
+}
+
+/// TlsHandshaking: half of connect_timeout without the server's hello asks the driver, once, to
+/// nudge it (a plaintext server then answers, and the handshake fails as "answered in
+/// plaintext"); the deadline stays where it was.
+#[test]
+fn a_silent_tls_handshake_is_nudged_once_halfway_to_its_deadline() {
+    let mut rig = Rig::with(tls_options(), 1, PipelineLimits::default());
+    rig.keys_only(Op::Exists, b"k");
+    rig.core.poll_connect(rig.now).unwrap();
+    rig.core.on_connected(rig.now);
+    let (_, wake) = rig.core.interest(rig.now);
+    assert_eq!(wake, Some(rig.now + Duration::from_millis(500)), "woken for the nudge");
+    assert!(!rig.core.take_tls_nudge(rig.now + Duration::from_millis(499)));
+    assert!(rig.core.take_tls_nudge(rig.now + Duration::from_millis(500)));
+    assert!(!rig.core.take_tls_nudge(rig.now + Duration::from_millis(600)), "once");
+    let (_, wake) = rig.core.interest(rig.now + Duration::from_millis(600));
+    assert_eq!(wake, Some(rig.now + Duration::from_secs(1)), "then the deadline");
+    rig.core.on_tls_established(rig.now);
+    assert!(!rig.core.take_tls_nudge(rig.now + Duration::from_secs(2)), "never outside the TLS handshake");
 }

@@ -21,6 +21,9 @@ use std::sync::Arc;
 const INCOMING_CAPACITY: usize = 128 << 10;
 /// Sealed records wait here for the socket; sealing stops once this much is waiting.
 const OUTGOING_LIMIT: usize = 256 << 10;
+/// What [`TlsSession::nudge`] sends: more than the longest inline command Redis and Valkey
+/// read (64 KiB, `PROTO_INLINE_MAX_SIZE`) before they answer "too big inline request".
+const NUDGE_LEN: usize = (64 << 10) + 1024;
 
 /// Where the handshake stands after a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +70,8 @@ pub struct TlsSession {
     /// Bytes of `outgoing` the socket took.
     flushed: usize,
     peer_closed: bool,
+    /// The server was sent a bare end of line during the handshake (see [`TlsSession::nudge`]).
+    nudged: bool,
     /// A fatal alert the server sent after the handshake (TLS 1.3 servers refuse a client's
     /// certificate only then), as a failure to report.
     refusal: Option<Error>,
@@ -82,7 +87,7 @@ struct SocketIo<'a> {
 impl Read for SocketIo<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.stream.recv(buf)?;
-        let keep = (16 - self.first_bytes.len().min(16)).min(n);
+        let keep = (48 - self.first_bytes.len().min(48)).min(n);
         self.first_bytes.extend_from_slice(&buf[..keep]);
         Ok(n)
     }
@@ -123,15 +128,17 @@ impl TlsSession {
             outgoing: Vec::with_capacity(OUTGOING_LIMIT + 2 * (record::MAX_PLAINTEXT + 64)),
             flushed: 0,
             peer_closed: false,
+            nudged: false,
             refusal: None,
         })
     }
 
     /// Whether sealed bytes (or handshake messages) wait for the socket to take them.
     pub fn wants_write(&self) -> bool {
+        let waiting = self.flushed < self.outgoing.len();
         match &self.state {
-            State::Handshaking(conn) => conn.wants_write(),
-            _ => self.flushed < self.outgoing.len(),
+            State::Handshaking(conn) => conn.wants_write() || waiting,
+            _ => waiting,
         }
     }
 
@@ -148,9 +155,33 @@ impl TlsSession {
         self.refusal.clone()
     }
 
+    /// Sends filler outside TLS to a server that has not answered the hello (see
+    /// `ConnCore::take_tls_nudge`). A plaintext Redis or Valkey takes the hello for the start
+    /// of an inline command whose end of line it cannot see (its search stops at the hello's
+    /// first NUL byte), so it waits; past 64 KiB of it, it answers "-ERR Protocol error: too
+    /// big inline request" at once, which the handshake reports as a plaintext reply. After
+    /// the nudge any other failure of this handshake is transient: a slow TLS server rejects
+    /// the stray bytes through no fault of its own.
+    pub fn nudge(&mut self, stream: &Stream) {
+        if matches!(self.state, State::Handshaking(_)) && self.first_bytes.is_empty() && !self.nudged {
+            self.nudged = true;
+            self.outgoing.resize(self.outgoing.len() + NUDGE_LEN, b' ');
+            // What the socket does not take now goes with the next handshake step.
+            let _ = self.flush(stream);
+        }
+    }
+
     /// Moves the handshake on as far as the socket allows.
     pub fn handshake(&mut self, stream: &Stream) -> Result<Progress, Failure> {
-        let State::Handshaking(conn) = &mut self.state else { return Ok(Progress::Done) };
+        if !matches!(self.state, State::Handshaking(_)) {
+            return Ok(Progress::Done);
+        }
+        match self.flush(stream) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(Progress::Pending),
+            Err(err) => return Err(transient(Error::connection_lost(&self.endpoint, err))),
+        }
+        let State::Handshaking(conn) = &mut self.state else { unreachable!("checked above") };
         let endpoint = &self.endpoint;
         let mut io = SocketIo { stream, first_bytes: &mut self.first_bytes };
         loop {
@@ -178,7 +209,11 @@ impl TlsSession {
                     if let Err(err) = conn.process_new_packets() {
                         // Tell the server why (rustls queued an alert), if the socket takes it.
                         let _ = conn.write_tls(&mut io);
-                        return Err(handshake_failure(endpoint, &err, io.first_bytes));
+                        let mut failure = handshake_failure(endpoint, &err, io.first_bytes);
+                        if self.nudged && plaintext_reply(io.first_bytes).is_none() {
+                            failure.permanent = false;
+                        }
+                        return Err(failure);
                     }
                 }
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(Progress::Pending),
@@ -451,9 +486,10 @@ fn certificate_problem(cert: &CertificateError) -> String {
                                               name it lists, or set ssl_server_name"
             .into(),
         CertificateError::NotValidForNameContext { expected, presented } => format!(
-            "the server's certificate is not valid for {expected:?} (it lists {}): connect by a name it lists, or \
+            "the server's certificate is not valid for {} (it lists {}): connect by a name it lists, or \
              set ssl_server_name",
-            presented.join(", ")
+            expected.to_str(),
+            presented.iter().map(|name| presented_name(name)).collect::<Vec<_>>().join(", ")
         ),
         CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
             "the server's certificate has expired".into()
@@ -462,5 +498,43 @@ fn certificate_problem(cert: &CertificateError) -> String {
             "the server's certificate is not valid yet (check the clocks)".into()
         }
         other => format!("the server's certificate was refused: {other:?}"),
+    }
+}
+
+/// A name the certificate lists, as webpki's Debug shows it (`DnsName("a.example")`,
+/// `IpAddress(10.0.0.1)`), without the wrapper: what a user would type as a host.
+fn presented_name(shown: &str) -> &str {
+    for (open, close) in [("DnsName(\"", "\")"), ("IpAddress(", ")")] {
+        if let Some(name) = shown.strip_prefix(open).and_then(|rest| rest.strip_suffix(close)) {
+            return name;
+        }
+    }
+    shown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::pki_types::ServerName;
+
+    #[test]
+    fn a_wrong_host_names_the_host_and_the_listed_names_as_a_user_writes_them() {
+        let ip = CertificateError::NotValidForNameContext {
+            expected: ServerName::try_from("127.0.0.1").unwrap(),
+            presented: vec!["DnsName(\"wrong.example\")".into(), "IpAddress(10.0.0.1)".into(), "DirectoryName".into()],
+        };
+        assert_eq!(
+            certificate_problem(&ip),
+            "the server's certificate is not valid for 127.0.0.1 (it lists wrong.example, 10.0.0.1, DirectoryName): \
+             connect by a name it lists, or set ssl_server_name"
+        );
+        let dns = CertificateError::NotValidForNameContext {
+            expected: ServerName::try_from("cache.example").unwrap(),
+            presented: vec!["DnsName(\"*.other.example\")".into()],
+        };
+        assert!(certificate_problem(&dns).starts_with(
+            "the server's certificate is not valid for cache.example (it lists \
+                                                       *.other.example)"
+        ));
     }
 }
