@@ -170,4 +170,6 @@ class RespConnector(Closeable):
 
     def __repr__(self) -> str:
         state = ", closed" if self._native.closed else ""
-        return f"RespConnector({self._native.endpoint!r}, num_workers={self._native.num_workers}{state})"
+        # Through a bridge (no settings here), the bridge's settings say whether it is TLS.
+        tls = ", tls" if self._settings is not None and self._settings.ssl else ""
+        return f"RespConnector({self._native.endpoint!r}{tls}, num_workers={self._native.num_workers}{state})"

@@ -289,7 +289,8 @@ class _RespRemoteConnectorImpl:
         return connector.capacity_stats if isinstance(connector, RespConnector) else None
 
     def __repr__(self) -> str:
-        return f"{PLUGIN_CLASS}({self._settings.endpoint!r}, num_workers={self._settings.num_workers})"
+        tls = ", tls" if self._settings.ssl else ""
+        return f"{PLUGIN_CLASS}({self._settings.endpoint!r}{tls}, num_workers={self._settings.num_workers})"
 
     # -- internals ---------------------------------------------------------------------------
 

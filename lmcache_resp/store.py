@@ -253,8 +253,9 @@ class PagedRespStore(Closeable):
         state = ", closed" if self._native.closed else ""
         if s is None:
             return f"PagedRespStore({self._native.endpoint!r}, page_size={self._native.page_size}{state})"
+        tls = ", tls" if s.ssl else ""
         return (
-            f"PagedRespStore({s.endpoint!r}, page_size={self._native.page_size}, "
+            f"PagedRespStore({s.endpoint!r}{tls}, page_size={self._native.page_size}, "
             f"num_pages={self._native.num_pages}, num_workers={self._native.num_workers}{state})"
         )
 
