@@ -93,10 +93,12 @@ class EngineFailedError(RespError):
 
 class TlsError(RespError):
     """TLS with the server failed: its certificate is not trusted (unknown CA, wrong host
-    name, expired), a plaintext server behind a ``rediss://`` URL or a TLS server behind
-    ``redis://``, or the server refused this client's certificate. The message names the
-    endpoint and the reason. Permanent: never retried, never a fallback to plaintext, and not
-    a ``ConnectionError`` (fix the certificates or the URL; waiting does not help)."""
+    name, expired), a plaintext server answered a ``rediss://`` URL's hello, or the server
+    refused this client's certificate. The message names the endpoint and the reason.
+    Permanent: never retried, never a fallback to plaintext, and not a ``ConnectionError``
+    (fix the certificates or the URL; waiting does not help). A TLS server behind
+    ``redis://`` resets the connection without a word, which is a ``RespConnectionError``
+    whose message says to use ``rediss://``."""
 
 
 class BatchError(RespError):
