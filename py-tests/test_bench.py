@@ -14,6 +14,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ from lmcache_resp.bench.workload import CORRUPT_ENV, Workload
 
 TINY = ["--chunk-mb", "0.0625", "--num-keys", "8", "--rounds", "1"]
 LMCACHE_PEER_PYTHON = "/tmp/lmcache-peer/bin/python"
+# A Python with LMCache 0.5.6 itself, for its redis-py-based connector (scripts/test-lmcache.sh).
+LMCACHE_PYTHON = str(Path(__file__).resolve().parents[1] / "target/lmcache-0.5.6/venv/bin/python")
 
 
 @pytest.fixture(autouse=True)
@@ -567,6 +570,35 @@ def test_lmcache_peer_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
     ours, lmcache = doc["clients"]
     assert lmcache["name"] == "lmcache" and lmcache["failure"] is None, lmcache
     assert lmcache["ops"]["get"]["median"] > 0 and len(lmcache["ops"]["set"]["samples"]) == 1
+
+
+def test_lmcache_redis_connector_url_carries_the_runs_tls_settings(tls_certs: Any) -> None:
+    """--compare lmcache-redis hands LMCache's RedisConnector the URL an LMCache user would
+    write: rediss:// with redis-py's query parameters, the password percent-encoded."""
+    from lmcache_resp import RespSettings
+    from lmcache_resp.bench.lmcache_redis import connector_url
+    from lmcache_resp.bench.target import Target
+
+    plain = Target(RespSettings.resolve(host="10.0.0.5", port=6380, password="p@ss/w", db=2), embedded=False)
+    assert connector_url(plain) == "redis://:p%40ss%2Fw@10.0.0.5:6380/2"
+    ca = str(tls_certs.ca)
+    tls = Target(RespSettings.resolve("rediss://cache.example:6380", ssl_ca_certs=ca, ssl_check_hostname=False),
+                 embedded=False)
+    assert connector_url(tls) == (
+        "rediss://cache.example:6380/0?" + urllib.parse.urlencode(
+            {"ssl_ca_certs": ca, "ssl_cert_reqs": "required", "ssl_check_hostname": "false"})
+    )
+
+
+@pytest.mark.skipif(not os.access(LMCACHE_PYTHON, os.X_OK), reason="no LMCache venv (scripts/test-lmcache.sh builds it)")
+def test_lmcache_redis_peer_side_by_side_over_tls(capsys: pytest.CaptureFixture[str], requires_tls: None) -> None:
+    status, out, err = run_main(capsys, *TINY, "--tls", "--compare", "lmcache-redis", "--lmcache-redis-python",
+                                LMCACHE_PYTHON, "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    ours, peer = doc["clients"]
+    assert peer["name"] == "lmcache-redis" and peer["failure"] is None, peer
+    assert peer["ops"]["get"]["median"] > 0 and set(peer["ops"]) == {"set", "get", "exists"}
 
 
 class _Terminal:

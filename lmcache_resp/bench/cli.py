@@ -43,7 +43,7 @@ __all__ = ["build_parser", "main", "parse_options"]
 # swapping would measure the disk.
 MEMORY_SHARE = 0.6
 # Peers that hold a second copy of the data: redis-py its GET results, the LMCache driver its pool.
-COPYING_PEERS = ("redis-py", "lmcache")
+COPYING_PEERS = ("redis-py", "lmcache", "lmcache-redis")
 MAX_CHUNK_MIB = 512.0  # Redis's proto-max-bulk-len default
 MIN_CHUNK_BYTES = 64
 
@@ -198,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     extra.add_argument("--plot", type=Path, metavar="FILE.png", help="draw the sweep (implies --sweep; needs matplotlib)")
     extra.add_argument("--compare", type=_choices(PEERS), default=(), help=f"peers side by side: comma list of {','.join(PEERS)}")
     extra.add_argument("--lmcache-python", metavar="PATH", help="a Python that can import LMCache's connector (lmcache_peer)")
+    extra.add_argument("--lmcache-redis-python", metavar="PATH",
+                       help="a Python with LMCache installed, for --compare lmcache-redis (LMCache's redis-py-based "
+                            "RedisConnector, over TLS with --tls or a rediss:// URL); default: this one"),
     extra.add_argument("--ceiling", action="store_true", help="also measure the loopback socket ceiling (no Redis in the path)")
     extra.add_argument("--bridge", action="store_true",
                        help="K client processes through one bridge (python -m lmcache_resp.bridge) against K "
@@ -241,7 +244,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     if args.tls and (args.bridge or args.dead_server):
         parser.error("--tls cannot be combined with --bridge or --dead-server")
     if args.tls and "lmcache" in args.compare:
-        parser.error("--tls: LMCache's C++ RESP connector has no TLS (compare with --compare redis-py, redis-py over TLS)")
+        parser.error("--tls: LMCache's C++ RESP connector has no TLS (over TLS, compare with --compare redis-py or "
+                     "lmcache-redis, LMCache's redis-py-based connector)")
     if sum(map(bool, (args.cluster, args.shards, args.unix))) > 1:
         parser.error("give one of --cluster, --shards and --unix")
     if not given_server and (args.username or args.password):
@@ -256,6 +260,11 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
             parser.error("--lmcache-python is only used with --compare lmcache")
         if not (os.path.isfile(args.lmcache_python) and os.access(args.lmcache_python, os.X_OK)):
             parser.error(f"--lmcache-python: {args.lmcache_python!r} is not an executable file")
+    if args.lmcache_redis_python is not None:
+        if "lmcache-redis" not in args.compare:
+            parser.error("--lmcache-redis-python is only used with --compare lmcache-redis")
+        if not (os.path.isfile(args.lmcache_redis_python) and os.access(args.lmcache_redis_python, os.X_OK)):
+            parser.error(f"--lmcache-redis-python: {args.lmcache_redis_python!r} is not an executable file")
     if args.clients is not None and not args.bridge:
         parser.error("--clients needs --bridge")
     if args.bridge and (sweep or args.compare or args.ceiling):
@@ -301,6 +310,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         plot=args.plot,
         compare=tuple(args.compare),
         lmcache_python=args.lmcache_python,
+        lmcache_redis_python=args.lmcache_redis_python,
         ceiling=args.ceiling,
         timeout=args.timeout if args.timeout is not None else (DEFAULT_DEAD_TIMEOUT_S if args.dead_server else DEFAULT_TIMEOUT_S),
         io_threads=args.io_threads,

@@ -31,7 +31,7 @@ PASSWORD_ENV = "LMCACHE_RESP_PASSWORD"
 # Run in this order whatever order they are asked in: GET and EXISTS need the SET before them.
 ALL_OPS = ("set", "get", "exists", "delete")
 DEFAULT_OPS = ("set", "get", "exists")
-PEERS = ("redis-py", "lmcache", "redis-benchmark")
+PEERS = ("redis-py", "lmcache", "redis-benchmark", "lmcache-redis")
 DEFAULT_SWEEP_CHUNKS = tuple(int(mib * MiB) for mib in (0.25, 0.5, 1, 2, 4, 8, 16, 32, 80))
 DEFAULT_SWEEP_WORKERS = (1, 2, 4, 8, 16)
 # Each sweep point moves at most this much per batch: keys are capped per chunk size.
@@ -69,6 +69,8 @@ class Options:
     plot: Path | None = None
     compare: tuple[str, ...] = ()
     lmcache_python: str | None = None
+    # The Python for --compare lmcache-redis (LMCache's RedisConnector); None: this one.
+    lmcache_redis_python: str | None = None
     ceiling: bool = False
     timeout: float = 60.0
     io_threads: int | None = None

@@ -32,6 +32,7 @@ from lmcache_resp.bench import pattern
 from lmcache_resp.bench.errors import BenchError, PeerFailed
 from lmcache_resp.bench.options import ALL_OPS, Options
 from lmcache_resp.bench.lmcache_native import LMCachePeer
+from lmcache_resp.bench.lmcache_redis import LMCacheRedisPeer
 from lmcache_resp.bench.measure import Driver, OpSample, cpu_seconds, timed
 from lmcache_resp.bench.ours import OursDriver
 from lmcache_resp.bench.target import KeyLedger, Target
@@ -52,6 +53,8 @@ def make_peer(name: str, options: Options, target: Target, ours: OursDriver, led
         return RedisPyPeer(target, workload(), ours.buffers, num_workers=options.num_workers)
     if name == "lmcache":
         return LMCachePeer(target, workload(), num_workers=options.num_workers, python=options.lmcache_python)
+    if name == "lmcache-redis":
+        return LMCacheRedisPeer(target, workload(), ledger, python=options.lmcache_redis_python)
     if name == "redis-benchmark":
         return RedisBenchmarkPeer(target, w, ledger.key("redis-benchmark"), num_workers=options.num_workers)
     raise ValueError(f"unknown peer {name!r}")

@@ -103,6 +103,13 @@ class KeyLedger:
         self._keys.update(dict.fromkeys(names))
         return names
 
+    def register(self, names: list[str]) -> None:
+        """Full key names a peer chose itself (LMCache's connector names its keys), registered
+        before they are written."""
+        if not all(name.startswith(self.prefix) for name in names):
+            raise ValueError("a peer's keys must carry the run's prefix")
+        self._keys.update(dict.fromkeys(names))
+
     def key(self, name: str) -> str:
         full = f"{self.prefix}{name}"
         self._keys[full] = None
