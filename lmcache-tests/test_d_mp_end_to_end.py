@@ -389,3 +389,29 @@ def test_a_wrong_password_is_a_clear_refusal_not_a_hang(secure_server: RedisServ
     assert "Created native plugin L2 adapter: lmcache_resp.RespConnector" not in output
     print(f"refused after {took:.1f} s (including the server's start)")
     assert took < 60
+
+
+def test_mp_server_over_mutual_tls_retrieves_every_byte(tmp_path: Path) -> None:
+    """LMCache's server with our adapter against a TLS-only redis-server that requires client
+    certificates: the CA and the client's files in adapter_params under redis-py's names, every
+    byte stored and retrieved over TLS, and the settings line shows the TLS paths, never a key."""
+    server_dir = tmp_path / "redis-tls"
+    with RedisServer(server_dir, tls=True, tls_auth_clients="yes") as redis:
+        assert redis.certs is not None
+        document = direct_adapter(redis)
+        params = document["adapter_params"]
+        params.update(redis.tls_kwargs(client_cert=True))
+        params["host"] = "127.0.0.1"
+        with lmcache_server(document, tmp_path) as server:
+            engine = Engine(server)
+            try:
+                round_trip(engine, redis, base=3000, seed=4)
+            finally:
+                engine.close()
+            output = server.output()
+        line = next((l for l in output.splitlines() if "RespConnector: settings {" in l), None)
+        assert line is not None, output[-3000:]
+        assert "'ssl': True" in line or '"ssl": true' in line, line
+        assert str(redis.certs.client_key) in line, line  # the path, as given
+        key_body = redis.certs.client_key.read_text().splitlines()[1]
+        assert key_body not in output and "PRIVATE KEY" not in output
