@@ -562,7 +562,8 @@ def test_a_plaintext_server_behind_rediss_is_a_tls_error_at_half_the_connect_tim
         text = fails_twice_alike(build, TlsError, 0.9)  # the nudge at 0.25 s, then the answer
         assert time.monotonic() - started >= 2 * 0.2, "each waited for a TLS answer first"
         assert text == (f"TLS with 127.0.0.1:{redis_server.port} failed: the server answered the TLS hello in plaintext "
-                        '("-ERR Protocol er"): this port does not speak TLS; use redis:// for it, or the server\'s '
+                        '("-ERR Protocol error: too big inline request\\r\\n"): this port does not speak TLS; use '
+                        "redis:// for it, or the server's "
                         "tls-port for rediss://"), name
     assert redis_server.redis_py().ping(), "the plaintext server is unharmed"
 
