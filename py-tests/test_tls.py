@@ -739,3 +739,35 @@ def test_a_tls_cluster_round_trips_keys_across_every_slot_owner(tls_cluster: Red
         assert store.exists([*keys[:10], "absent"]) == [True] * 10 + [False]
         assert store.delete(keys[:150]) == [True] * 150
         assert sum(int(tls_cluster.command(node, "DBSIZE")) for node in tls_cluster.primaries()) == count - 150  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [
+        ("tls-protocols TLSv1.3", "tls-ciphersuites TLS_AES_128_GCM_SHA256"),
+        ("tls-protocols TLSv1.3", "tls-ciphersuites TLS_AES_256_GCM_SHA384"),
+        ("tls-protocols TLSv1.3", "tls-ciphersuites TLS_CHACHA20_POLY1305_SHA256"),
+        ("tls-protocols TLSv1.2", "tls-ciphers ECDHE-ECDSA-AES128-GCM-SHA256"),
+        ("tls-protocols TLSv1.2", "tls-ciphers ECDHE-ECDSA-AES256-GCM-SHA384"),
+        ("tls-protocols TLSv1.2", "tls-ciphers ECDHE-ECDSA-CHACHA20-POLY1305"),
+    ],
+    ids=["1.3-aes128", "1.3-aes256", "1.3-chacha", "1.2-aes128", "1.2-aes256", "1.2-chacha"],
+)
+def test_every_protocol_and_suite_the_record_layer_speaks_against_openssl(
+    tls_server_factory: Callable[..., RedisServer], conf: tuple[str, str]
+) -> None:
+    """The record layer is ours (rust/src/net/tls/record.rs): each TLS version and AEAD it
+    implements, against a server that offers only that one (OpenSSL's side of the records),
+    with values around the 16 KiB record size and one of several records, byte-exact."""
+    server = tls_server_factory(conf=conf)
+    for directive in conf:
+        name, value = directive.split()
+        assert server.redis_py().config_get(name) == {name: value}, "the server offers only this one"
+    with RedisClient("127.0.0.1", server.port, **server.tls_kwargs()) as client:
+        for size in (0, 1, 16383, 16384, 16385, 3 * 16384 + 7, 1 << 20):
+            value = pattern(size, size + 11)
+            client.set(b"suite", value)
+            out = bytearray(size + 1)
+            assert client.get(b"suite", out) == size
+            assert bytes(out[:size]) == value and out[size] == 0
+        assert server.redis_py().get(b"suite") == pattern(1 << 20, (1 << 20) + 11)
