@@ -108,8 +108,14 @@ fn read_while_writing(
     let mut old = pattern(6 * PIECE, 1);
     set(&engine, b"chunk", &mut old);
     proxy.count_commands(b"WATCH");
-    let inside = server.clone();
-    proxy.before_command(b"GETRANGE", nth, every, move || writer(&inside));
+    // Weak: the proxy keeps its callback for its whole life, and a strong reference there would
+    // keep the server from ever being stopped (it outlived the test process).
+    let inside = Arc::downgrade(&server);
+    proxy.before_command(b"GETRANGE", nth, every, move || {
+        if let Some(server) = inside.upgrade() {
+            writer(&server);
+        }
+    });
     let mut dest = vec![0u8; 6 * PIECE];
     let outcome = get(&engine, b"chunk", &mut dest, true);
     (outcome, dest, proxy)
