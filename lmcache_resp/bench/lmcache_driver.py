@@ -163,13 +163,14 @@ class Session:
         return mismatches
 
 
-def serve() -> None:
+def serve(session_type: Callable[[], Any] = Session) -> None:
+    """Answers requests on stdin with ``session_type()``'s replies on stdout, until ``close``."""
     # Replies go to a private copy of stdout; fd 1 becomes stderr, so whatever the connector
     # (or torch) prints cannot break the JSON-lines channel.
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    session = Session()
+    session = session_type()
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -29,7 +29,7 @@ from lmcache_resp.bench.measure import OpSample
 from lmcache_resp.bench.target import Target
 from lmcache_resp.bench.workload import Workload
 
-__all__ = ["LMCachePeer", "SubprocessChannel"]
+__all__ = ["DriverRounds", "LMCachePeer", "SubprocessChannel"]
 
 DRIVER = Path(__file__).resolve().with_name("lmcache_driver.py")
 SETUP_HINT = (
@@ -131,7 +131,53 @@ def _in_process_available() -> bool:
         return False
 
 
-class LMCachePeer:
+class DriverRounds:
+    """The rounds of a peer whose driver (lmcache_driver.py, lmcache_redis_driver.py) answers
+    JSON-line requests on ``channel``: each op one batch of all keys, GETs verified by the
+    driver; DELETE runs where the peer supports it."""
+
+    channel: _Channel
+    workload: Workload
+    timeout: float
+    supported_ops: Sequence[str]
+
+    def _call(self, op: str, round_index: int, keys: int, payload_bytes: int, repeat: int = 1) -> tuple[OpSample, dict[str, Any]]:
+        # The driver bounds its own wait by the timeout; the margin covers filling the pool
+        # and verifying it.
+        reply = self.channel.request(
+            {"op": op, "round": round_index, "repeat": repeat}, repeat * self.timeout + 60 + self.workload.batch_bytes / 2e8
+        )
+        if not reply.get("ok"):
+            raise PeerFailed(f"{op.upper()}: {reply.get('error') or 'failed'}")
+        return OpSample(op, max(float(reply["seconds"]), 1e-9), keys, payload_bytes, float(reply["cpu_seconds"])), reply
+
+    def run_round(self, round_index: int, ops: Sequence[str]) -> dict[str, OpSample]:
+        w, n = self.workload, len(self.workload.keys)
+        samples: dict[str, OpSample] = {}
+        samples["set"], _ = self._call("set", round_index, n, w.batch_bytes)
+        if "get" in ops:
+            sample, reply = self._call("get", round_index, n, w.batch_bytes)
+            mismatches = reply.get("mismatches") or []
+            if mismatches:
+                first = mismatches[0]
+                where = f" at byte offset {first['offset']}" if first.get("offset") is not None else ""
+                raise PeerFailed(f"GET read back wrong data ({len(mismatches)}+ keys): key {first['key']!r}: "
+                                 f"{first['reason']}{where}")
+            samples["get"] = sample
+        if "exists" in ops:
+            repeat = w.exists_repeat
+            samples["exists"], reply = self._call("exists", round_index, n * repeat, 0, repeat=repeat)
+            if reply.get("true_count") != n * repeat:
+                raise PeerFailed(f"EXISTS found {reply.get('true_count')} of {n * repeat} keys just written")
+        if "delete" in self.supported_ops:
+            samples["delete"], _ = self._call("delete", round_index, n, 0)
+        return samples
+
+    def close(self) -> None:
+        self.channel.close({"op": "close"})
+
+
+class LMCachePeer(DriverRounds):
     name = "lmcache"
     supported_ops = ALL_OPS
 
@@ -186,37 +232,3 @@ class LMCachePeer:
     def describe(self) -> str:
         return (f"LMCache C++ connector {self.client_name}, {self.num_workers} workers, one batch per op, "
                 f"{self.where}")
-
-    def _call(self, op: str, round_index: int, keys: int, payload_bytes: int, repeat: int = 1) -> tuple[OpSample, dict[str, Any]]:
-        # The driver bounds its own wait by the timeout; the margin covers filling the pool
-        # and verifying it.
-        reply = self.channel.request(
-            {"op": op, "round": round_index, "repeat": repeat}, repeat * self.timeout + 60 + self.workload.batch_bytes / 2e8
-        )
-        if not reply.get("ok"):
-            raise PeerFailed(f"{op.upper()}: {reply.get('error') or 'failed'}")
-        return OpSample(op, max(float(reply["seconds"]), 1e-9), keys, payload_bytes, float(reply["cpu_seconds"])), reply
-
-    def run_round(self, round_index: int, ops: Sequence[str]) -> dict[str, OpSample]:
-        w, n = self.workload, len(self.workload.keys)
-        samples: dict[str, OpSample] = {}
-        samples["set"], _ = self._call("set", round_index, n, w.batch_bytes)
-        if "get" in ops:
-            sample, reply = self._call("get", round_index, n, w.batch_bytes)
-            mismatches = reply.get("mismatches") or []
-            if mismatches:
-                first = mismatches[0]
-                where = f" at byte offset {first['offset']}" if first.get("offset") is not None else ""
-                raise PeerFailed(f"GET read back wrong data ({len(mismatches)}+ keys): key {first['key']!r}: "
-                                 f"{first['reason']}{where}")
-            samples["get"] = sample
-        if "exists" in ops:
-            repeat = w.exists_repeat
-            samples["exists"], reply = self._call("exists", round_index, n * repeat, 0, repeat=repeat)
-            if reply.get("true_count") != n * repeat:
-                raise PeerFailed(f"EXISTS found {reply.get('true_count')} of {n * repeat} keys just written")
-        samples["delete"], _ = self._call("delete", round_index, n, 0)
-        return samples
-
-    def close(self) -> None:
-        self.channel.close({"op": "close"})

@@ -15,15 +15,12 @@ import importlib.util
 import os
 import sys
 import urllib.parse
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from lmcache_resp.bench.errors import BenchError, PeerFailed
-from lmcache_resp.bench.lmcache_native import INIT_GRACE_SECONDS, SubprocessChannel
-from lmcache_resp.bench.measure import OpSample
+from lmcache_resp.bench.lmcache_native import INIT_GRACE_SECONDS, DriverRounds, SubprocessChannel
 from lmcache_resp.bench.options import PASSWORD_ENV
-from lmcache_resp.bench.target import KeyLedger, Target
+from lmcache_resp.bench.target import KeyLedger, Target, redis_py_tls_kwargs
 from lmcache_resp.bench.workload import Workload
 
 __all__ = ["LMCacheRedisPeer", "connector_url"]
@@ -45,13 +42,8 @@ def connector_url(target: Target) -> str:
     password = urllib.parse.quote(s.password.reveal(), safe="") if s.password is not None else ""
     auth = f"{user}:{password}@" if password else ""
     host = f"[{s.host}]" if ":" in s.host else s.host
-    query: dict[str, str] = {}
-    if s.ssl:
-        given = {"ssl_ca_certs": s.ssl_ca_certs, "ssl_ca_path": s.ssl_ca_path, "ssl_certfile": s.ssl_certfile,
-                 "ssl_keyfile": s.ssl_keyfile}
-        query.update({k: v for k, v in given.items() if v is not None})
-        query["ssl_cert_reqs"] = s.ssl_cert_reqs or "required"
-        query["ssl_check_hostname"] = "true" if s.ssl_check_hostname else "false"
+    query = {name: str(value).lower() if isinstance(value, bool) else str(value)
+             for name, value in redis_py_tls_kwargs(s).items()}
     scheme = "rediss" if s.ssl else "redis"
     suffix = f"?{urllib.parse.urlencode(query)}" if query else ""
     return f"{scheme}://{auth}{host}:{s.port}/{s.db}{suffix}"
@@ -64,7 +56,7 @@ def _in_process_available() -> bool:
         return False
 
 
-class LMCacheRedisPeer:
+class LMCacheRedisPeer(DriverRounds):
     name = "lmcache-redis"
     supported_ops = ("set", "get", "exists")
 
@@ -100,34 +92,3 @@ class LMCacheRedisPeer:
     def describe(self) -> str:
         return (f"LMCache {self.version} {self.client_name} (redis-py asyncio{', TLS' if self.tls else ''}), "
                 f"LMCache's batched_put and one get/exists per key gathered on its loop, {self.where}")
-
-    def _call(self, op: str, round_index: int, keys: int, payload_bytes: int, repeat: int = 1) -> tuple[OpSample, dict[str, Any]]:
-        reply = self.channel.request(
-            {"op": op, "round": round_index, "repeat": repeat}, repeat * self.timeout + 60 + self.workload.batch_bytes / 2e8
-        )
-        if not reply.get("ok"):
-            raise PeerFailed(f"{op.upper()}: {reply.get('error') or 'failed'}")
-        return OpSample(op, max(float(reply["seconds"]), 1e-9), keys, payload_bytes, float(reply["cpu_seconds"])), reply
-
-    def run_round(self, round_index: int, ops: Sequence[str]) -> dict[str, OpSample]:
-        w, n = self.workload, len(self.workload.keys)
-        samples: dict[str, OpSample] = {}
-        samples["set"], _ = self._call("set", round_index, n, w.batch_bytes)
-        if "get" in ops:
-            sample, reply = self._call("get", round_index, n, w.batch_bytes)
-            mismatches = reply.get("mismatches") or []
-            if mismatches:
-                first = mismatches[0]
-                where = f" at byte offset {first['offset']}" if first.get("offset") is not None else ""
-                raise PeerFailed(f"GET read back wrong data ({len(mismatches)}+ keys): key {first['key']!r}: "
-                                 f"{first['reason']}{where}")
-            samples["get"] = sample
-        if "exists" in ops:
-            repeat = w.exists_repeat
-            samples["exists"], reply = self._call("exists", round_index, n * repeat, 0, repeat=repeat)
-            if reply.get("true_count") != n * repeat:
-                raise PeerFailed(f"EXISTS found {reply.get('true_count')} of {n * repeat} keys just written")
-        return samples
-
-    def close(self) -> None:
-        self.channel.close({"op": "close"})

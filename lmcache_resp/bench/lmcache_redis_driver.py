@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.util
-import json
 import os
 import resource
 import sys
@@ -44,7 +43,7 @@ _driver = _sibling("lmcache_driver")
 MAX_REPORTED_MISMATCHES: int = _driver.MAX_REPORTED_MISMATCHES
 load_pattern = _driver.load_pattern
 
-__all__ = ["RedisSession", "serve"]
+__all__ = ["RedisSession"]
 
 
 def _cpu_seconds() -> float:
@@ -190,26 +189,9 @@ class RedisSession:
                 self.loop.call_soon_threadsafe(self.loop.stop)
 
 
-def serve() -> None:
-    # As lmcache_driver.serve: replies on a private copy of stdout, everything else to stderr.
-    replies = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    session = RedisSession()
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        reply = session.handle(request)
-        replies.write(json.dumps(reply) + "\n")
-        replies.flush()
-        if request.get("op") == "close":
-            break
-
-
 if __name__ == "__main__":
     # Run by path, Python puts this folder first on sys.path, where its sibling modules could
     # shadow LMCache's own imports.
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    serve()
+    _driver.serve(RedisSession)

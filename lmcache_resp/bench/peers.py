@@ -35,7 +35,7 @@ from lmcache_resp.bench.lmcache_native import LMCachePeer
 from lmcache_resp.bench.lmcache_redis import LMCacheRedisPeer
 from lmcache_resp.bench.measure import Driver, OpSample, cpu_seconds, timed
 from lmcache_resp.bench.ours import OursDriver
-from lmcache_resp.bench.target import KeyLedger, Target
+from lmcache_resp.bench.target import KeyLedger, Target, redis_py_tls_kwargs
 from lmcache_resp.bench.workload import Workload
 
 __all__ = ["RedisBenchmarkPeer", "RedisPyPeer", "make_peer", "parse_rps"]
@@ -100,11 +100,7 @@ class RedisPyPeer:
         self.tls = bool(s.ssl)
         if s.ssl:
             # redis-py's TLS (Python's ssl module over OpenSSL), with the same files and checks.
-            kwargs.update(
-                connection_class=redis.SSLConnection, ssl_ca_certs=s.ssl_ca_certs, ssl_ca_path=s.ssl_ca_path,
-                ssl_certfile=s.ssl_certfile, ssl_keyfile=s.ssl_keyfile, ssl_check_hostname=s.ssl_check_hostname,
-                ssl_cert_reqs=s.ssl_cert_reqs or "required",
-            )
+            kwargs.update(connection_class=redis.SSLConnection, **redis_py_tls_kwargs(s))
         # hiredis's packer copies every value into one bytes object; redis-py's own serializer
         # sends memoryviews as they are. The faster choice is the fair one.
         self.packer = "hiredis packer (copies values)"

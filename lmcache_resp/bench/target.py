@@ -22,7 +22,7 @@ from lmcache_resp.bench.errors import BenchError
 from lmcache_resp.bench.options import Options
 from lmcache_resp.bench.console import Console
 
-__all__ = ["KeyLedger", "Target", "open_target", "peer_target"]
+__all__ = ["KeyLedger", "Target", "open_target", "peer_target", "redis_py_tls_kwargs", "tls_kwargs"]
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,8 @@ class Target:
 
 
 def tls_kwargs(settings: RespSettings) -> dict[str, Any]:
-    """The resolved TLS settings as keywords for another front (files by path: never their
-    contents); empty without TLS."""
+    """The resolved TLS settings as keywords in redis-py's names, for another front or a peer
+    (files by path: never their contents); empty without TLS."""
     if not settings.ssl:
         return {}
     given = {
@@ -87,9 +87,15 @@ def tls_kwargs(settings: RespSettings) -> dict[str, Any]:
         "ssl_server_name": settings.ssl_server_name,
     }
     return {
-        "ssl": True, "ssl_check_hostname": settings.ssl_check_hostname, "ssl_cert_reqs": settings.ssl_cert_reqs,
-        **{name: value for name, value in given.items() if value is not None},
+        "ssl": True, **{name: value for name, value in given.items() if value is not None},
+        "ssl_cert_reqs": settings.ssl_cert_reqs, "ssl_check_hostname": settings.ssl_check_hostname,
     }
+
+
+def redis_py_tls_kwargs(settings: RespSettings) -> dict[str, Any]:
+    """:func:`tls_kwargs` as redis-py's SSL connections take them: the connection class says
+    TLS, and redis-py has no server-name override."""
+    return {name: value for name, value in tls_kwargs(settings).items() if name not in ("ssl", "ssl_server_name")}
 
 
 class KeyLedger:
