@@ -89,18 +89,17 @@ impl TlsConfig {
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|err| Error::invalid(format!("TLS configuration: {err}")))?;
-        let builder = if options.verify_certificate {
-            let roots = Arc::new(trust_anchors(&options)?);
-            let verifier = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
-                .build()
-                .map_err(|err| Error::invalid(format!("TLS trust anchors: {err}")))?;
-            if options.check_hostname {
-                builder.with_webpki_verifier(verifier)
-            } else {
-                builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyHostName { inner: verifier }))
-            }
-        } else {
-            builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerification { provider }))
+        let chain = match options.verify_certificate {
+            true => Some(
+                WebPkiServerVerifier::builder_with_provider(Arc::new(trust_anchors(&options)?), provider.clone())
+                    .build()
+                    .map_err(|err| Error::invalid(format!("TLS trust anchors: {err}")))?,
+            ),
+            false => None,
+        };
+        let builder = match (chain, options.check_hostname) {
+            (Some(chain), true) => builder.with_webpki_verifier(chain),
+            (chain, _) => builder.dangerous().with_custom_certificate_verifier(Arc::new(Relaxed { chain, provider })),
         };
         let mut client = match (&options.certfile, &options.keyfile) {
             (Some(certfile), Some(keyfile)) => {
@@ -212,14 +211,17 @@ fn private_key(file: &Path) -> Result<PrivateKeyDer<'static>> {
     PrivateKeyDer::from_pem_slice(&text).map_err(|_| unreadable(&"no PEM private key in the file"))
 }
 
-/// `ssl_check_hostname=False`: the chain must still lead to a trusted CA, but the certificate
-/// may name any host.
+/// Verification relaxed on purpose. `ssl_check_hostname=False` (`chain` set): the chain must
+/// still lead to a trusted CA, but the certificate may name any host. `ssl_cert_reqs="none"`
+/// (`chain` None): any certificate is accepted. Either way the handshake's signatures are
+/// checked, so the peer holds the key of the certificate it sent, whoever it is.
 #[derive(Debug)]
-struct AnyHostName {
-    inner: Arc<WebPkiServerVerifier>,
+struct Relaxed {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    provider: Arc<CryptoProvider>,
 }
 
-impl ServerCertVerifier for AnyHostName {
+impl ServerCertVerifier for Relaxed {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -229,54 +231,13 @@ impl ServerCertVerifier for AnyHostName {
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
         use rustls::CertificateError::{NotValidForName, NotValidForNameContext};
-        match self.inner.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
+        let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(NotValidForName | NotValidForNameContext { .. })) => {
                 Ok(ServerCertVerified::assertion())
             }
             other => other,
         }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
-}
-
-/// `ssl_cert_reqs="none"`: any certificate is accepted (the handshake's signatures are still
-/// checked, so the peer holds the key of the certificate it sent, whoever it is).
-#[derive(Debug)]
-struct NoVerification {
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
