@@ -255,45 +255,36 @@ impl TlsSession {
     /// were sealed (they are the connection's now: the caller's memory is no longer read).
     /// Stops when the socket would block with enough sealed bytes waiting.
     pub fn send<const N: usize>(&mut self, stream: &Stream, iov: &IoVecs<'_, N>) -> io::Result<usize> {
-        let State::Established(keys) = &mut self.state else {
+        if !matches!(self.state, State::Established(_)) {
             return Err(io::Error::new(io::ErrorKind::NotConnected, "TLS is not established"));
-        };
-        let slices: Vec<&[u8]> = iov.slices().filter(|s| !s.is_empty()).collect();
+        }
         let total = iov.total_len();
-        let (mut entry, mut offset, mut consumed) = (0usize, 0usize, 0usize);
+        let mut slices = iov.slices().filter(|s| !s.is_empty());
+        let mut current: &[u8] = &[];
+        let mut consumed = 0;
         loop {
             while consumed < total && self.outgoing.len() - self.flushed < OUTGOING_LIMIT {
+                let State::Established(keys) = &mut self.state else { unreachable!("checked above") };
                 let mut want = record::MAX_PLAINTEXT.min(total - consumed);
                 consumed += want;
                 let parts = std::iter::from_fn(|| {
                     if want == 0 {
                         return None;
                     }
-                    let rest = &slices[entry][offset..];
-                    let take = rest.len().min(want);
-                    want -= take;
-                    offset += take;
-                    if offset == slices[entry].len() {
-                        entry += 1;
-                        offset = 0;
+                    if current.is_empty() {
+                        current = slices.next()?;
                     }
-                    Some(&rest[..take])
+                    let (part, rest) = current.split_at(current.len().min(want));
+                    (current, want) = (rest, want - part.len());
+                    Some(part)
                 });
                 keys.sealer.seal(content::APPLICATION_DATA, parts, &mut self.outgoing).map_err(record_io_error)?;
             }
-            while self.flushed < self.outgoing.len() {
-                let mut iov = IoVecs::<1>::new();
-                iov.push_slice(&self.outgoing[self.flushed..]);
-                match stream.send(iov.as_slice()) {
-                    Ok(n) => self.flushed += n,
-                    Err(err) if err.kind() == io::ErrorKind::WouldBlock && consumed > 0 => return Ok(consumed),
-                    Err(err) => return Err(err),
-                }
-            }
-            self.outgoing.clear();
-            self.flushed = 0;
-            if consumed == total {
-                return Ok(consumed);
+            match self.flush(stream) {
+                Ok(()) if consumed == total => return Ok(consumed),
+                Ok(()) => {}
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock && consumed > 0 => return Ok(consumed),
+                Err(err) => return Err(err),
             }
         }
     }
