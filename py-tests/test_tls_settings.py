@@ -36,40 +36,13 @@ TLS_FIELDS = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl
 VERIFICATION_OFF = "TLS certificate verification is off (ssl_cert_reqs='none')"
 
 # A throwaway test CA (ECDSA P-256, self-signed, valid to 2126) and a client certificate it
-# signed, with its key: test material only, trusted by nothing (the same as in
-# rust/src/settings/tests.rs).
-TEST_CA = """-----BEGIN CERTIFICATE-----
-MIIBtjCCAV2gAwIBAgIUH245i0kxjIK+6gnQhbkSrXSV6vUwCgYIKoZIzj0EAwIw
-KDEmMCQGA1UEAwwdbG1jYWNoZS1yZXNwIHNldHRpbmdzIHRlc3QgQ0EwIBcNMjYx
-MjAxMTUzMzA5WhgPMjEyNjExMDcxNTMzMDlaMCgxJjAkBgNVBAMMHWxtY2FjaGUt
-cmVzcCBzZXR0aW5ncyB0ZXN0IENBMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE
-uf3qpqPS8kZqGVlyOgrUd5G9/GUMYfKZn5uKurFaicCGq4hjQErOt0dQ1wHnlDFC
-6ajc0nLfL4DGenQACFD7RKNjMGEwHQYDVR0OBBYEFFFzQ1sbmnnso5eDQixGhUaw
-Nm1FMB8GA1UdIwQYMBaAFFFzQ1sbmnnso5eDQixGhUawNm1FMA8GA1UdEwEB/wQF
-MAMBAf8wDgYDVR0PAQH/BAQDAgEGMAoGCCqGSM49BAMCA0cAMEQCIEKBfTTV0uQQ
-QF0XR1gZE6t1KhbwnLXILJwBARgYqhIrAiBIP2Gt8lgZNKGk6Cx6udJ/oE3fvits
-yEjdNbjzZWsstg==
------END CERTIFICATE-----
-"""
-TEST_CLIENT_CERT = """-----BEGIN CERTIFICATE-----
-MIIBujCCAWCgAwIBAgIUHJy/sjzmc4ZuU+Bj8g+aef6nXa4wCgYIKoZIzj0EAwIw
-KDEmMCQGA1UEAwwdbG1jYWNoZS1yZXNwIHNldHRpbmdzIHRlc3QgQ0EwIBcNMjYx
-MjAxMTUzMzA5WhgPMjEyNjExMDcxNTMzMDlaMCwxKjAoBgNVBAMMIWxtY2FjaGUt
-cmVzcCBzZXR0aW5ncyB0ZXN0IGNsaWVudDBZMBMGByqGSM49AgEGCCqGSM49AwEH
-A0IABBAw2B3z+D4yt6CvaAueUu7to+Zys4V+XAybcMGnBZ+ZXjmVtF/RybicpXZp
-zS6sDDlInygw8mu8IPDWIftQuQOjYjBgMAkGA1UdEwQCMAAwEwYDVR0lBAwwCgYI
-KwYBBQUHAwIwHQYDVR0OBBYEFF0txgBaDAIGZZPmrtaNMHC6FI3JMB8GA1UdIwQY
-MBaAFFFzQ1sbmnnso5eDQixGhUawNm1FMAoGCCqGSM49BAMCA0gAMEUCIQDmCjDb
-8mwB7G949B4w1xAksHsnd+PHFJAqWs1S+3aaggIgSbCZyfAUopxUNUWAyaaDmWt4
-GTSZ/87lM0dE7MA6Ois=
------END CERTIFICATE-----
-"""
-TEST_CLIENT_KEY_BODY = [
-    "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgPJ9bMmga6qXmz5eu",
-    "WtPSqSUD0Hewuax2zsYMNYX18GKhRANCAAQQMNgd8/g+Mregr2gLnlLu7aPmcrOF",
-    "flwMm3DBpwWfmV45lbRf0cm4nKV2ac0urAw5SJ8oMPJrvCDw1iH7ULkD",
-]
-TEST_CLIENT_KEY = "-----BEGIN PRIVATE KEY-----\n" + "\n".join(TEST_CLIENT_KEY_BODY) + "\n-----END PRIVATE KEY-----\n"
+# signed, with its key: test material only, trusted by nothing; rust/src/settings/tests.rs
+# uses the same files.
+TEST_DATA = Path(__file__).resolve().parents[1] / "rust/src/settings/testdata"
+TEST_CA = (TEST_DATA / "ca.pem").read_text()
+TEST_CLIENT_CERT = (TEST_DATA / "client.pem").read_text()
+TEST_CLIENT_KEY = (TEST_DATA / "client.key").read_text()
+TEST_CLIENT_KEY_BODY = [line for line in TEST_CLIENT_KEY.splitlines() if not line.startswith("-----")]
 
 
 class Files(types.SimpleNamespace):

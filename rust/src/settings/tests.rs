@@ -210,42 +210,15 @@ fn display_never_shows_the_password() {
 // -- TLS ------------------------------------------------------------------------------------------
 
 /// A throwaway test CA (ECDSA P-256, self-signed, valid to 2126), and a client certificate it
-/// signed with its key: test material only, trusted by nothing.
-const TEST_CA: &str = "-----BEGIN CERTIFICATE-----
-MIIBtjCCAV2gAwIBAgIUH245i0kxjIK+6gnQhbkSrXSV6vUwCgYIKoZIzj0EAwIw
-KDEmMCQGA1UEAwwdbG1jYWNoZS1yZXNwIHNldHRpbmdzIHRlc3QgQ0EwIBcNMjYx
-MjAxMTUzMzA5WhgPMjEyNjExMDcxNTMzMDlaMCgxJjAkBgNVBAMMHWxtY2FjaGUt
-cmVzcCBzZXR0aW5ncyB0ZXN0IENBMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE
-uf3qpqPS8kZqGVlyOgrUd5G9/GUMYfKZn5uKurFaicCGq4hjQErOt0dQ1wHnlDFC
-6ajc0nLfL4DGenQACFD7RKNjMGEwHQYDVR0OBBYEFFFzQ1sbmnnso5eDQixGhUaw
-Nm1FMB8GA1UdIwQYMBaAFFFzQ1sbmnnso5eDQixGhUawNm1FMA8GA1UdEwEB/wQF
-MAMBAf8wDgYDVR0PAQH/BAQDAgEGMAoGCCqGSM49BAMCA0cAMEQCIEKBfTTV0uQQ
-QF0XR1gZE6t1KhbwnLXILJwBARgYqhIrAiBIP2Gt8lgZNKGk6Cx6udJ/oE3fvits
-yEjdNbjzZWsstg==
------END CERTIFICATE-----
-";
-const TEST_CLIENT_CERT: &str = "-----BEGIN CERTIFICATE-----
-MIIBujCCAWCgAwIBAgIUHJy/sjzmc4ZuU+Bj8g+aef6nXa4wCgYIKoZIzj0EAwIw
-KDEmMCQGA1UEAwwdbG1jYWNoZS1yZXNwIHNldHRpbmdzIHRlc3QgQ0EwIBcNMjYx
-MjAxMTUzMzA5WhgPMjEyNjExMDcxNTMzMDlaMCwxKjAoBgNVBAMMIWxtY2FjaGUt
-cmVzcCBzZXR0aW5ncyB0ZXN0IGNsaWVudDBZMBMGByqGSM49AgEGCCqGSM49AwEH
-A0IABBAw2B3z+D4yt6CvaAueUu7to+Zys4V+XAybcMGnBZ+ZXjmVtF/RybicpXZp
-zS6sDDlInygw8mu8IPDWIftQuQOjYjBgMAkGA1UdEwQCMAAwEwYDVR0lBAwwCgYI
-KwYBBQUHAwIwHQYDVR0OBBYEFF0txgBaDAIGZZPmrtaNMHC6FI3JMB8GA1UdIwQY
-MBaAFFFzQ1sbmnnso5eDQixGhUawNm1FMAoGCCqGSM49BAMCA0gAMEUCIQDmCjDb
-8mwB7G949B4w1xAksHsnd+PHFJAqWs1S+3aaggIgSbCZyfAUopxUNUWAyaaDmWt4
-GTSZ/87lM0dE7MA6Ois=
------END CERTIFICATE-----
-";
-/// The body lines of [`TEST_CLIENT_KEY`], which no output may contain.
-const TEST_CLIENT_KEY_BODY: [&str; 3] = [
-    "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgPJ9bMmga6qXmz5eu",
-    "WtPSqSUD0Hewuax2zsYMNYX18GKhRANCAAQQMNgd8/g+Mregr2gLnlLu7aPmcrOF",
-    "flwMm3DBpwWfmV45lbRf0cm4nKV2ac0urAw5SJ8oMPJrvCDw1iH7ULkD",
-];
+/// signed with its key: test material only, trusted by nothing (py-tests/test_tls_settings.py
+/// reads the same files).
+const TEST_CA: &str = include_str!("testdata/ca.pem");
+const TEST_CLIENT_CERT: &str = include_str!("testdata/client.pem");
+const TEST_CLIENT_KEY: &str = include_str!("testdata/client.key");
 
-fn test_client_key() -> String {
-    format!("-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n", TEST_CLIENT_KEY_BODY.join("\n"))
+/// The body lines of [`TEST_CLIENT_KEY`], which no output may contain.
+fn test_client_key_body() -> Vec<&'static str> {
+    TEST_CLIENT_KEY.lines().filter(|line| !line.starts_with("-----")).collect()
 }
 
 /// A directory of this test's own, removed at the end.
@@ -266,11 +239,7 @@ impl TempDir {
 
     /// The CA as `name`, the client certificate and its key: their paths.
     fn certs(&self, name: &str) -> (String, String, String) {
-        (
-            self.file(name, TEST_CA),
-            self.file("client.pem", TEST_CLIENT_CERT),
-            self.file("client.key", &test_client_key()),
-        )
+        (self.file(name, TEST_CA), self.file("client.pem", TEST_CLIENT_CERT), self.file("client.key", TEST_CLIENT_KEY))
     }
 }
 
@@ -511,7 +480,7 @@ fn tls_settings_print_paths_and_switches_never_key_material() {
     ]);
     let s = resolve(&given, Some("rediss://h:6380"), &[]).unwrap();
     let shown = format!("{s} | {s:?} | {:?}", s.connect_options(s.endpoint()));
-    for line in TEST_CLIENT_KEY_BODY {
+    for line in test_client_key_body() {
         assert!(!shown.contains(line), "key material in {shown}");
     }
     assert!(!shown.contains("hunter2") && !shown.contains("MIIB"), "{shown}");
