@@ -688,6 +688,51 @@ impl RedisCluster {
         }
     }
 
+    /// Moves `slots` slots from node `from` to node `to` (indices into [`RedisCluster::nodes`])
+    /// with `redis-cli --cluster reshard`, while another thread runs `check(round)` over and
+    /// over: until the reshard has ended, and at least three times. Returns the rounds run and
+    /// redis-cli's output; a panic in `check` (a wrong byte, a lost key) fails the call.
+    pub fn reshard_while(
+        &self,
+        from: usize,
+        to: usize,
+        slots: usize,
+        mut check: impl FnMut(usize) + Send + 'static,
+    ) -> (usize, String) {
+        let id = |node: &ClusterNode| {
+            String::from_utf8(self.raw_command(node, &[b"CLUSTER", b"MYID"])).unwrap()[5..45].to_string()
+        };
+        let (from_id, to_id) = (id(&self.nodes[from]), id(&self.nodes[to]));
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let checker = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut rounds = 0;
+                while !done.load(std::sync::atomic::Ordering::Acquire) || rounds < 3 {
+                    check(rounds);
+                    rounds += 1;
+                }
+                rounds
+            })
+        };
+        let out = self.cli(&[
+            "--cluster",
+            "reshard",
+            &format!("127.0.0.1:{}", self.nodes[from].port),
+            "--cluster-from",
+            &from_id,
+            "--cluster-to",
+            &to_id,
+            "--cluster-slots",
+            &slots.to_string(),
+            "--cluster-yes",
+            "--cluster-pipeline",
+            "10",
+        ]);
+        done.store(true, std::sync::atomic::Ordering::Release);
+        (checker.join().expect("no wrong byte, no lost key"), out)
+    }
+
     /// Runs `redis-cli -c` (following redirects, as a cluster client) against the seed node;
     /// returns its stdout. The password travels in the environment, not on the command line.
     /// The cli is the one the launcher created the cluster with (DIR/cli): the server's own

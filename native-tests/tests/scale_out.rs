@@ -11,7 +11,6 @@ use lmcache_resp_core::settings::Settings;
 use lmcache_resp_core::{ErrorKind, RawBuf};
 use redis_harness::{ClusterNode, RedisCluster, RedisServer, dead_port, pattern};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 fn tcp(port: u16) -> Endpoint {
@@ -109,44 +108,17 @@ fn live_reshard(piece_bytes: usize) {
     round_trip(&engine, &keys, 100, size);
     let values: Vec<Vec<u8>> = (0..keys.len()).map(|i| pattern(size, 100 + i as u64)).collect();
     // Move 3000 slots from the first primary to the second while batches run.
-    let nodes = cluster.nodes().to_vec();
-    let id = |node: &ClusterNode| {
-        String::from_utf8(cluster.raw_command(node, &[b"CLUSTER", b"MYID"])).unwrap()[5..45].to_string()
-    };
-    let (from, to) = (id(&nodes[0]), id(&nodes[1]));
-    let done = Arc::new(AtomicBool::new(false));
-    let reader = {
-        let (engine, keys, values, done) = (engine.clone(), keys.clone(), values.clone(), done.clone());
-        std::thread::spawn(move || {
-            let mut rounds = 0;
-            while !done.load(Ordering::Acquire) || rounds < 3 {
-                let mut got: Vec<Vec<u8>> = (0..keys.len()).map(|_| vec![0u8; size]).collect();
-                let read = run(&engine, Op::Get, &keys, &mut got);
-                for (i, outcome) in read.outcomes.iter().enumerate() {
-                    assert_eq!(*outcome, Outcome::Hit(size), "key {i} during the reshard (round {rounds})");
-                    assert!(got[i] == values[i], "key {i}: wrong bytes during the reshard");
-                }
-                rounds += 1;
+    let (rounds, out) = cluster.reshard_while(0, 1, 3000, {
+        let (engine, keys, values) = (engine.clone(), keys.clone(), values.clone());
+        move |round| {
+            let mut got: Vec<Vec<u8>> = (0..keys.len()).map(|_| vec![0u8; size]).collect();
+            let read = run(&engine, Op::Get, &keys, &mut got);
+            for (i, outcome) in read.outcomes.iter().enumerate() {
+                assert_eq!(*outcome, Outcome::Hit(size), "key {i} during the reshard (round {round})");
+                assert!(got[i] == values[i], "key {i}: wrong bytes during the reshard");
             }
-            rounds
-        })
-    };
-    let out = cluster.cli(&[
-        "--cluster",
-        "reshard",
-        &format!("127.0.0.1:{}", nodes[0].port),
-        "--cluster-from",
-        &from,
-        "--cluster-to",
-        &to,
-        "--cluster-slots",
-        "3000",
-        "--cluster-yes",
-        "--cluster-pipeline",
-        "10",
-    ]);
-    done.store(true, Ordering::Release);
-    let rounds = reader.join().expect("no wrong byte, no lost key");
+        }
+    });
     assert!(rounds >= 3, "{rounds} rounds");
     assert!(out.contains("Moving slot"), "{out}");
     // Writes go to the new owners too.

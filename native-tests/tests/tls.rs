@@ -25,7 +25,6 @@ use redis_harness::{
 };
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// TLS records carry at most this much plaintext.
@@ -42,6 +41,13 @@ fn tls_server(tls: TlsServer) -> RedisServer {
 /// A TLS server on `certs` (shared with other servers of the test).
 fn tls_server_on(certs: &TestCerts, auth_clients: AuthClients, presents: ServerCert) -> RedisServer {
     tls_server(TlsServer { auth_clients, presents, certs: Some(certs.clone()) })
+}
+
+/// A server presenting each of the test certificates: the valid one, the expired one and the
+/// one for another host.
+fn one_server_per_certificate(certs: &TestCerts) -> [RedisServer; 3] {
+    [ServerCert::Valid, ServerCert::Expired, ServerCert::WrongHost]
+        .map(|presents| tls_server_on(certs, AuthClients::No, presents))
 }
 
 fn path(file: &Path) -> Value {
@@ -432,9 +438,7 @@ fn each_certificate_problem_fails_the_first_connection_naming_the_endpoint_and_t
     }
     let dir = tempfile::tempdir().unwrap();
     let certs = TestCerts::generate(dir.path());
-    let valid = tls_server_on(&certs, AuthClients::No, ServerCert::Valid);
-    let expired = tls_server_on(&certs, AuthClients::No, ServerCert::Expired);
-    let wrong_host = tls_server_on(&certs, AuthClients::No, ServerCert::WrongHost);
+    let [valid, expired, wrong_host] = one_server_per_certificate(&certs);
     let other_ca = vec![("ssl_ca_certs", path(&certs.other_ca))];
     let cases = [
         (
@@ -466,9 +470,7 @@ fn verification_relaxed_on_purpose_accepts_only_what_it_says() {
     }
     let dir = tempfile::tempdir().unwrap();
     let certs = TestCerts::generate(dir.path());
-    let valid = tls_server_on(&certs, AuthClients::No, ServerCert::Valid);
-    let expired = tls_server_on(&certs, AuthClients::No, ServerCert::Expired);
-    let wrong_host = tls_server_on(&certs, AuthClients::No, ServerCert::WrongHost);
+    let [valid, expired, wrong_host] = one_server_per_certificate(&certs);
     let with = |extra: &[(&'static str, Value)]| -> Vec<(&'static str, Value)> {
         trusting(&certs).into_iter().chain(extra.iter().cloned()).collect()
     };
@@ -802,43 +804,17 @@ fn a_tls_cluster_resharded_under_load_reads_every_byte_right() {
     let values: Vec<Vec<u8>> = (0..keys.len()).map(|i| pattern(size, 300 + i as u64)).collect();
     assert!(run(&engine, Op::Set, &keys, &mut values.clone()).all_succeeded());
     let nodes = cluster.nodes().to_vec();
-    let id = |node: &ClusterNode| {
-        String::from_utf8(cluster.raw_command(node, &[b"CLUSTER", b"MYID"])).unwrap()[5..45].to_string()
-    };
-    let (from, to) = (id(&nodes[0]), id(&nodes[1]));
-    let done = Arc::new(AtomicBool::new(false));
-    let reader = {
-        let (engine, keys, values, done) = (engine.clone(), keys.clone(), values.clone(), done.clone());
-        std::thread::spawn(move || {
-            let mut rounds = 0;
-            while !done.load(Ordering::Acquire) || rounds < 3 {
-                let mut got: Vec<Vec<u8>> = (0..keys.len()).map(|_| vec![0u8; size]).collect();
-                let read = run(&engine, Op::Get, &keys, &mut got);
-                for (i, outcome) in read.outcomes.iter().enumerate() {
-                    assert_eq!(*outcome, Outcome::Hit(size), "key {i} during the reshard (round {rounds})");
-                    assert!(got[i] == values[i], "key {i}: wrong bytes during the reshard");
-                }
-                rounds += 1;
+    let (rounds, out) = cluster.reshard_while(0, 1, 2000, {
+        let (engine, keys, values) = (engine.clone(), keys.clone(), values.clone());
+        move |round| {
+            let mut got: Vec<Vec<u8>> = (0..keys.len()).map(|_| vec![0u8; size]).collect();
+            let read = run(&engine, Op::Get, &keys, &mut got);
+            for (i, outcome) in read.outcomes.iter().enumerate() {
+                assert_eq!(*outcome, Outcome::Hit(size), "key {i} during the reshard (round {round})");
+                assert!(got[i] == values[i], "key {i}: wrong bytes during the reshard");
             }
-            rounds
-        })
-    };
-    let out = cluster.cli(&[
-        "--cluster",
-        "reshard",
-        &format!("127.0.0.1:{}", nodes[0].port),
-        "--cluster-from",
-        &from,
-        "--cluster-to",
-        &to,
-        "--cluster-slots",
-        "2000",
-        "--cluster-yes",
-        "--cluster-pipeline",
-        "10",
-    ]);
-    done.store(true, Ordering::Release);
-    let rounds = reader.join().expect("no wrong byte, no lost key");
+        }
+    });
     assert!(rounds >= 3, "{rounds} rounds");
     assert!(out.contains("Moving slot"), "{out}");
     assert!(engine.cluster().unwrap().refreshes() > 0, "MOVED made the engine re-read the map");
