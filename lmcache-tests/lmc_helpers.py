@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -32,6 +33,7 @@ __all__ = [
     "load_non_mp_example",
     "pattern",
     "run_on",
+    "stop_process_group",
 ]
 
 # Before LMCache is imported anywhere: no usage telemetry from test runs.
@@ -107,3 +109,16 @@ def bridge_example(port: int, directory: Path, *, num_pages: int, extra: tuple[s
     finally:
         bridge.terminate()
         bridge.wait(30)
+
+
+def stop_process_group(process: subprocess.Popen[bytes], grace: float = 30) -> None:
+    """Ends a server started in a session of its own (``start_new_session=True``), with every
+    process it started: SIGTERM to the group, SIGKILL once ``grace`` seconds have passed."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from typing import Any
 import pytest
 import torch
 
-from lmc_helpers import RedisServer, bridge_example, free_port, load_mp_example, pattern
+from lmc_helpers import RedisServer, bridge_example, free_port, load_mp_example, pattern, stop_process_group
 
 from lmcache.v1.distributed.api import MemoryLayoutDesc, ObjectKey
 from lmcache.v1.distributed.l2_adapters import create_l2_adapter
@@ -257,13 +256,7 @@ def test_the_lmcache_server_loads_the_example(redis_server: RedisServer, tmp_pat
         clients = redis_server.redis_py().client_list()
         assert len(clients) >= 1 + 8  # ours (redis-py) + the connector's 8 I/O workers
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_process_group(process)
 
 
 def test_the_mp_adapter_through_a_bridge_verifies_every_byte(redis_server: RedisServer, tmp_path: Any) -> None:

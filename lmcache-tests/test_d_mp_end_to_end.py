@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ import pytest
 import torch
 import zmq
 
-from lmc_helpers import RedisServer, bridge_example, free_port, load_mp_example
+from lmc_helpers import RedisServer, bridge_example, free_port, load_mp_example, stop_process_group
 
 from lmcache.integration.vllm.vllm_multi_process_adapter import (
     LMCacheMPSchedulerAdapter,
@@ -96,13 +95,7 @@ def lmcache_server(adapter: dict[str, Any], tmp_path: Path, env: dict[str, str] 
             server.wait_for("Created native plugin L2 adapter: lmcache_resp.RespConnector")
         yield server
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_process_group(process)
 
 
 def direct_adapter(redis: RedisServer) -> dict[str, Any]:
