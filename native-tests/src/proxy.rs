@@ -1,11 +1,14 @@
 //! A TCP proxy in front of a real redis-server that can break a connection in the middle of a
-//! reply (the network fault, injected between a real client and a real server), and run a
-//! hook just before a chosen command reaches the server (a writer that strikes between two
-//! commands of a client, deterministically).
+//! reply (the network fault, injected between a real client and a real server), run a hook
+//! just before a chosen command reaches the server (a writer that strikes between two
+//! commands of a client, deterministically), and hold a chosen command on its way (a request
+//! the client has sent that the server has not seen).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 type Hook = Box<dyn FnOnce() + Send>;
 
@@ -25,11 +28,36 @@ struct Watch {
     hook: Box<dyn FnMut() + Send>,
 }
 
+/// Armed: the chunk from a client that holds the next occurrence of `pattern`, and everything
+/// its connection sends after it, wait until `released`; then they go on in one write.
+struct Hold {
+    pattern: &'static [u8],
+    released: Arc<AtomicBool>,
+}
+
+/// A command held on its way to the server (see [`CuttingProxy::hold_command`]); released when
+/// told, or when dropped.
+pub struct Held(Arc<AtomicBool>);
+
+impl Held {
+    /// Lets the held command, and what its connection sent after it, go on to the server.
+    pub fn release(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
 #[derive(Default)]
 struct State {
     armed: Option<Cut>,
     cuts: usize,
     watch: Option<Watch>,
+    hold: Option<Hold>,
     /// Occurrences of each counted pattern seen from clients so far.
     counted: Vec<(&'static [u8], usize)>,
 }
@@ -77,6 +105,15 @@ impl CuttingProxy {
         self.state.lock().unwrap().watch = Some(Watch { pattern, nth, every, hook: Box::new(hook) });
     }
 
+    /// Holds the next chunk a client sends that holds `pattern` (and everything after it on that
+    /// connection) until the returned [`Held`] is released: the client has sent it, the server
+    /// has not seen it. Released, all of it reaches the server in one write.
+    pub fn hold_command(&self, pattern: &'static [u8]) -> Held {
+        let released = Arc::new(AtomicBool::new(false));
+        self.state.lock().unwrap().hold = Some(Hold { pattern, released: released.clone() });
+        Held(released)
+    }
+
     /// Counts occurrences of `pattern` in what clients send from now on.
     pub fn count_commands(&self, pattern: &'static [u8]) {
         self.state.lock().unwrap().counted.push((pattern, 0));
@@ -89,17 +126,22 @@ impl CuttingProxy {
 }
 
 /// Counts patterns in what a client sends, and runs the armed hook when its command comes
-/// (the commands tests watch for are short and not split across reads on loopback).
-fn before_forwarding(state: &Mutex<State>, chunk: &[u8]) {
+/// (the commands tests watch for are short and not split across reads on loopback). Returns
+/// the flag to wait for when the chunk is to be held.
+fn before_forwarding(state: &Mutex<State>, chunk: &[u8]) -> Option<Arc<AtomicBool>> {
     let occurrences = |pattern: &[u8]| chunk.windows(pattern.len()).filter(|w| *w == pattern).count();
     let mut guard = state.lock().unwrap();
     for (pattern, count) in &mut guard.counted {
         *count += occurrences(pattern);
     }
-    let Some(watch) = guard.watch.as_mut() else { return };
+    let held = match &guard.hold {
+        Some(hold) if occurrences(hold.pattern) > 0 => guard.hold.take().map(|hold| hold.released),
+        _ => None,
+    };
+    let Some(watch) = guard.watch.as_mut() else { return held };
     let seen = occurrences(watch.pattern);
     if seen == 0 {
-        return;
+        return held;
     }
     let due = watch.nth <= seen;
     watch.nth = watch.nth.saturating_sub(seen);
@@ -111,6 +153,7 @@ fn before_forwarding(state: &Mutex<State>, chunk: &[u8]) {
             guard.watch = None;
         }
     }
+    held
 }
 
 fn forward(client: TcpStream, server: TcpStream, state: Arc<Mutex<State>>) {
@@ -119,8 +162,20 @@ fn forward(client: TcpStream, server: TcpStream, state: Arc<Mutex<State>>) {
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 64 * 1024];
         while let Ok(n @ 1..) = client_in.read(&mut buf) {
-            before_forwarding(&commands, &buf[..n]);
-            if server_out.write_all(&buf[..n]).is_err() {
+            let mut chunk = buf[..n].to_vec();
+            if let Some(released) = before_forwarding(&commands, &chunk) {
+                while !released.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                // What the client sent meanwhile goes with it, in one write: the server reads
+                // and answers it all at once.
+                client_in.set_read_timeout(Some(Duration::from_millis(20))).ok();
+                while let Ok(more @ 1..) = client_in.read(&mut buf) {
+                    chunk.extend_from_slice(&buf[..more]);
+                }
+                client_in.set_read_timeout(None).ok();
+            }
+            if server_out.write_all(&chunk).is_err() {
                 break;
             }
         }

@@ -168,3 +168,79 @@ fn a_connection_cut_mid_piece_starts_the_read_over_and_it_is_a_whole_hit() {
     assert_eq!(proxy.cuts(), 1);
     assert_eq!(proxy.count(b"WATCH"), 2, "the WATCH died with its connection: the read started over");
 }
+
+/// Issue #26: a read whose deadline passed with its `MULTI` sent and its `EXEC` not (a GET due
+/// later held the pipeline's other place) left its connection inside `MULTI`: later commands
+/// answered `+QUEUED`, a SET was queued instead of stored, GETs failed. Now the `MULTI` leaves
+/// only with its `EXEC`, and an `EXEC` or `UNWATCH` that expires unsent drops the connection.
+#[test]
+fn a_read_that_times_out_before_its_exec_leaves_no_connection_in_a_transaction() {
+    const BIG_PIECE: usize = 128 << 10;
+    const SMALL: usize = 100 << 10;
+    let server = Arc::new(RedisServer::start());
+    let proxy = CuttingProxy::start(server.port());
+    let mut settings = server.settings();
+    settings.endpoints = vec![Endpoint::Tcp { host: "127.0.0.1".into(), port: proxy.port() }];
+    settings.num_workers = 1;
+    // One connection besides the express one: the read's home, where GETs into 100 KiB go too.
+    settings.connections_per_worker = 1;
+    settings.get_piece_bytes = BIG_PIECE;
+    // Two requests in flight: a GET and a MULTI fill it, and an EXEC sent apart would wait.
+    settings.pipeline.max_inflight_requests = 2;
+    settings.timeout = Duration::from_secs(3);
+    let engine = Arc::new(Engine::start(EngineConfig::new(settings)).unwrap());
+    let mut big = pattern(6 * BIG_PIECE, 1);
+    set(&engine, b"big", &mut big);
+
+    // Late in the read's time, before its last piece reaches the server, a GET of another key
+    // is queued on the same connection (due 1.5 s after the read) ...
+    let (late_tx, late_rx) = std::sync::mpsc::channel();
+    let getter = engine.clone();
+    proxy.before_command(b"GETRANGE", 6, false, move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        let (getter, late_tx) = (getter.clone(), late_tx.clone());
+        std::thread::spawn(move || late_tx.send(get(&getter, b"late-get", &mut vec![0u8; SMALL], false)).unwrap());
+        std::thread::sleep(Duration::from_millis(300));
+    });
+    // ... and held on its way, with whatever follows it, until past the read's deadline: the
+    // server then answers it (and, before the fix, the MULTI sent with it) in one reply.
+    let held = proxy.hold_command(b"late-get");
+    let started = std::time::Instant::now();
+    let reader = {
+        let engine = engine.clone();
+        std::thread::spawn(move || get(&engine, b"big", &mut vec![0u8; 6 * BIG_PIECE], true))
+    };
+    std::thread::sleep(Duration::from_millis(3600).saturating_sub(started.elapsed()));
+    held.release();
+    let Outcome::Failed(err) = reader.join().unwrap() else { panic!("the read had no time to end otherwise") };
+    assert!(matches!(err.kind(), ErrorKind::PartialRead | ErrorKind::Timeout), "{err}");
+    assert_eq!(late_rx.recv_timeout(Duration::from_secs(10)).unwrap(), Outcome::Miss);
+
+    // Every later command is itself: a SET is stored, a plain GET and a read in pieces are
+    // whole hits.
+    let mut value = pattern(SMALL, 3);
+    set(&engine, b"after", &mut value);
+    let mut stored = format!("${SMALL}\r\n").into_bytes();
+    stored.extend_from_slice(&value);
+    stored.extend_from_slice(b"\r\n");
+    assert!(server.raw_command(&[b"GET", b"after"]) == stored, "the SET is stored, byte for byte");
+    let mut dest = vec![0u8; SMALL];
+    assert_eq!(get(&engine, b"after", &mut dest, true), Outcome::Hit(SMALL));
+    assert!(dest == value);
+    let mut dest = vec![0u8; 6 * BIG_PIECE];
+    assert_eq!(get(&engine, b"big", &mut dest, true), Outcome::Hit(6 * BIG_PIECE));
+    assert!(dest == big);
+    // And the server holds no transaction and no WATCH for any connection.
+    let list = String::from_utf8(server.raw_command(&[b"CLIENT", b"LIST"])).unwrap();
+    let clients: Vec<&str> = list.lines().filter(|line| line.contains("addr=")).collect();
+    assert!(clients.len() >= 3, "the engine's two connections and this one: {list}");
+    for client in clients {
+        let field = |name: &str| client.split(' ').find_map(|f| f.strip_prefix(name)).unwrap_or_default();
+        assert!(!field("flags=").contains('x'), "a connection inside MULTI: {client}");
+        // Outside MULTI Redis says -1, Valkey 0: no command is queued either way.
+        assert!(matches!(field("multi="), "-1" | "0"), "commands queued in a MULTI: {client}");
+        if client.contains(" watch=") {
+            assert_eq!(field("watch="), "0", "a connection left watching: {client}");
+        }
+    }
+}

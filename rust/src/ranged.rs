@@ -11,11 +11,12 @@
 //! 2. **Pieces**: `GETRANGE key start end`, one per piece, spread over the connections to the
 //!    server, each received straight into its place in the destination. They are sent only
 //!    once the probe has answered, so the server runs them after the `WATCH`.
-//! 3. **Verify**, on the home connection, once every piece has arrived: `MULTI` and `EXEC`. An
-//!    empty `EXEC` reply says no one wrote the key since the `WATCH`: every piece is of the
-//!    same version, and the GET is a hit. A nil reply says it was replaced or deleted: the
-//!    read starts again, at most [`MAX_ATTEMPTS`] times, and then fails with
-//!    [`ErrorKind::PartialRead`] (never a hit made of two versions).
+//! 3. **Verify**, on the home connection, once every piece has arrived: `MULTI` and `EXEC`,
+//!    bound to leave the connection together ([`Request::leaves_with_next`]). An empty `EXEC`
+//!    reply says no one wrote the key since the `WATCH`: every piece is of the same version,
+//!    and the GET is a hit. A nil reply says it was replaced or deleted: the read starts
+//!    again, at most [`MAX_ATTEMPTS`] times, and then fails with [`ErrorKind::PartialRead`]
+//!    (never a hit made of two versions).
 //!
 //! A value no larger than a piece (the length is known after the probe) is read with one
 //! plain `GET` instead, which is atomic by itself. A `WATCH` belongs to its connection: a home
@@ -23,6 +24,10 @@
 //! reads wait for it, and if the connection drops, the commands bound to it fail and the read
 //! starts again. In Redis Cluster a redirect of any part restarts the read where the key lives
 //! now (`MOVED`), or on the node importing it, behind `ASKING` (`ASK`).
+//!
+//! No state outlives a read on its connections: its commands carry the caller's deadline, and
+//! one that expires unsent while the server holds the read's `WATCH` (or `MULTI`) drops the
+//! connection ([`Scope`]).
 //!
 //! The requests of a ranged read carry tags with [`INTERNAL_TAG`] set: their completions come
 //! back here ([`RangedReads::route_completions`]), never to the batch the GET belongs to.
@@ -328,7 +333,8 @@ impl RangedReads {
             (Phase::Probing, false) => self.after_probe(id, conns),
             (Phase::Reading, false) => {
                 let home = session.home.expect("a read in progress holds its home");
-                let multi = session.command(id, Part::Multi, Command::Multi.header());
+                // MULTI leaves only with its EXEC: a connection is never left inside MULTI.
+                let multi = session.command(id, Part::Multi, Command::Multi.header()).leaving_with_next();
                 let exec = session.command(id, Part::Exec, Command::Exec.header());
                 session.phase = Phase::Verifying;
                 session.pending = 2;

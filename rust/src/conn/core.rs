@@ -165,8 +165,8 @@ pub struct ConnCore {
     handoffs: Vec<(Request, Handoff)>,
     /// A `WATCH` scope was sent on this connection and not closed yet.
     scope_open: bool,
-    /// The connection dropped with a scope open: requests meant for it fail until a new one
-    /// opens.
+    /// The connection dropped with a scope open, or a scope's `WATCH` failed before it was
+    /// sent: requests meant for it fail until a new one opens.
     scope_lost: bool,
     /// The server's health, shared with every connection to it: while it is down, new
     /// requests fail at once (see [`crate::health`]).
@@ -303,7 +303,7 @@ impl ConnCore {
             Scope::Within | Scope::Closes if self.scope_lost => {
                 let err = Error::connection_lost(
                     &self.options.endpoint,
-                    "the connection dropped since the WATCH this command belongs with",
+                    "the WATCH this command belongs with was lost (its connection dropped, or it was never sent)",
                 );
                 out.push(request.completion(Outcome::Failed(err)));
                 return;
@@ -408,11 +408,23 @@ impl ConnCore {
             if self.state == ConnState::Handshaking && !matches!(request.kind, Kind::Handshake(_)) {
                 break;
             }
+            // The request bound to one already on its way (an EXEC behind its MULTI) goes
+            // whatever the limits say: a MULTI must never wait on the wire for its EXEC.
+            let bound = in_flight > 0 && self.queue[in_flight - 1].leaves_with_next;
+            // A request and the one bound to it are one unit for the limits and the gather list.
+            let (cost, frames) = match self.queue.get(in_flight + 1) {
+                Some(next) if request.leaves_with_next => (request.pipeline_cost() + next.pipeline_cost(), 2),
+                _ => (request.pipeline_cost(), 1),
+            };
             if offset == 0
                 && in_flight > 0
-                && (inflight_bytes + request.pipeline_cost() > self.limits.max_inflight_bytes
-                    || in_flight >= self.limits.max_inflight_requests)
+                && !bound
+                && (inflight_bytes + cost > self.limits.max_inflight_bytes
+                    || in_flight + frames > self.limits.max_inflight_requests)
             {
+                break;
+            }
+            if frames == 2 && !iov.is_empty() && iov.room() < 6 {
                 break;
             }
             if !push_frame(iov, request, offset) {
@@ -674,10 +686,11 @@ impl ConnCore {
     }
 
     /// Fails requests that have not started to go out (the store is closing). Requests on the
-    /// wire finish normally or at their deadline.
+    /// wire finish normally or at their deadline, and so does one bound to them (an `EXEC`
+    /// whose `MULTI` left).
     pub fn fail_unsent(&mut self, err: &Error, out: &mut Vec<Completion>) {
-        let first_unsent = self.sent + usize::from(self.write_offset > 0);
-        let unsent: Vec<Request> = self.queue.drain(first_unsent..).collect();
+        let first = self.first_uncommitted();
+        let unsent: Vec<Request> = self.queue.drain(first..).collect();
         for request in unsent {
             self.finish(request, Outcome::Failed(err.clone()), out);
         }
@@ -693,40 +706,113 @@ impl ConnCore {
         }
     }
 
-    fn expire_unsent(&mut self, now: Instant, out: &mut Vec<Completion>) {
+    /// The first request that has not started to leave and is not bound to one that has (see
+    /// [`Request::leaves_with_next`]): those before it are on their way.
+    fn first_uncommitted(&self) -> usize {
         let first_unsent = self.sent + usize::from(self.write_offset > 0);
-        if !self.queue.iter().skip(first_unsent).any(|r| r.deadline <= now) {
-            return;
-        }
-        let rest: Vec<Request> = self.queue.drain(first_unsent..).collect();
-        for request in rest {
-            if request.deadline > now {
-                self.queue.push_back(request);
-                continue;
-            }
-            let why = match &self.last_error {
-                Some(last) => format!(" (last connection error: {last})"),
-                None => String::new(),
-            };
-            let what = request.describe();
-            let message = match (&self.options.endpoint, self.awaits_addresses()) {
-                (Endpoint::Tcp { host, .. }, true) => format!(
-                    "timed out before {what} could be sent to {}: the lookup of its host name {host} has not \
-                     finished",
-                    self.options.endpoint
-                ),
-                _ => format!("timed out before {what} could be sent to {}{why}", self.options.endpoint),
-            };
-            self.finish(request, Outcome::Failed(Error::new(ErrorKind::Timeout, message)), out);
+        match first_unsent.checked_sub(1).map(|on_its_way| &self.queue[on_its_way]) {
+            Some(leader) if leader.leaves_with_next && first_unsent < self.queue.len() => first_unsent + 1,
+            _ => first_unsent,
         }
     }
 
+    /// Fails the requests not yet sent whose deadline passed (a request bound to the next one
+    /// fails with it). A `WATCH` scope needs more, or the server would keep state no one
+    /// closes: a command of a scope the server holds (its `WATCH` left, the `EXEC` or
+    /// `UNWATCH` that closes it did not), or an `EXEC` whose `MULTI` left, that expires here
+    /// drops the connection, since only a fresh one is known to hold no `WATCH` and no
+    /// `MULTI`; and the rest of a scope whose `WATCH` expired here fails with it (an `EXEC`
+    /// without its `WATCH` would vouch for nothing).
+    fn expire_unsent(&mut self, now: Instant, out: &mut Vec<Completion>) {
+        let first = self.sent + usize::from(self.write_offset > 0);
+        if !self.queue.iter().skip(first).any(|r| r.deadline <= now) {
+            return;
+        }
+        // Whether the server holds a scope when the next request reaches it (the one partly
+        // written will have reached it).
+        let mut open = self.queue.range(self.sent..first).fold(self.scope_open, |open, r| match r.scope {
+            Scope::Opens => true,
+            Scope::Closes => false,
+            Scope::None | Scope::Within => open,
+        });
+        let leader_left = first > 0 && self.queue[first - 1].leaves_with_next;
+        let rest: Vec<Request> = self.queue.drain(first..).collect();
+        let mut expired: Vec<bool> = rest.iter().map(|r| r.deadline <= now).collect();
+        for i in (0..rest.len().saturating_sub(1)).filter(|&i| rest[i].leaves_with_next) {
+            let either = expired[i] || expired[i + 1];
+            (expired[i], expired[i + 1]) = (either, either);
+        }
+        // The WATCH of the scope being walked expired here.
+        let mut orphaned = false;
+        // An expired command leaves a scope, or a MULTI, on the server.
+        let mut stranded = leader_left && expired.first() == Some(&true);
+        for (request, expired) in rest.into_iter().zip(expired) {
+            let scoped = matches!(request.scope, Scope::Within | Scope::Closes);
+            let lost = orphaned && scoped;
+            stranded |= expired && open && scoped;
+            match request.scope {
+                Scope::Opens => {
+                    orphaned = expired;
+                    open |= !expired;
+                }
+                Scope::Closes => (orphaned, open) = (false, false),
+                Scope::None | Scope::Within => {}
+            }
+            if !expired && !lost {
+                self.queue.push_back(request);
+                continue;
+            }
+            let what = request.describe();
+            let err = match lost {
+                true => Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "{what} to {} failed: the WATCH it belongs with timed out before it was sent",
+                        self.options.endpoint
+                    ),
+                ),
+                false => self.unsent_timeout(&what),
+            };
+            self.finish(request, Outcome::Failed(err), out);
+        }
+        // Commands of the expired WATCH's scope queued later fail at once.
+        self.scope_lost |= orphaned;
+        if stranded {
+            let err = Error::connection_lost(
+                &self.options.endpoint,
+                "dropped because a command of a WATCH or MULTI it held timed out before it was sent, which left \
+                 that WATCH or MULTI with nothing to end it",
+            );
+            self.drop_connection(now, &err, out);
+        }
+    }
+
+    /// The error of a request whose deadline passed before it could be sent.
+    fn unsent_timeout(&self, what: &str) -> Error {
+        let why = match &self.last_error {
+            Some(last) => format!(" (last connection error: {last})"),
+            None => String::new(),
+        };
+        let message = match (&self.options.endpoint, self.awaits_addresses()) {
+            (Endpoint::Tcp { host, .. }, true) => format!(
+                "timed out before {what} could be sent to {}: the lookup of its host name {host} has not finished",
+                self.options.endpoint
+            ),
+            _ => format!("timed out before {what} could be sent to {}{why}", self.options.endpoint),
+        };
+        Error::new(ErrorKind::Timeout, message)
+    }
+
     /// Why a request newly queued here must fail at once: its server is known to be down.
+    /// The rest of a `WATCH` scope is never refused: its fate is its `WATCH`'s (refused with
+    /// it, see [`ConnCore::refuse`], or bound to this connection), and refusing an `EXEC` or
+    /// `UNWATCH` whose `WATCH` left would leave that `WATCH` on the connection.
     fn refusal(&self, request: &Request) -> Option<Error> {
         let health = self.health.as_ref().filter(|h| h.is_down())?;
-        match request.kind {
-            Kind::User(_) | Kind::Command => health.refusal(Instant::now()),
-            Kind::Handshake(_) | Kind::Asking => None,
+        match (request.kind, request.scope) {
+            (_, Scope::Within | Scope::Closes) => None,
+            (Kind::User(_) | Kind::Command, _) => health.refusal(Instant::now()),
+            (Kind::Handshake(_) | Kind::Asking, _) => None,
         }
     }
 
@@ -735,6 +821,10 @@ impl ConnCore {
     /// route goes back to the worker once, which refreshes the slot map: a failover may have
     /// moved its slot to a live node.
     fn refuse(&mut self, request: Request, err: Error, out: &mut Vec<Completion>) {
+        if request.scope == Scope::Opens {
+            // The commands of a refused WATCH's scope fail at once as they are queued.
+            self.scope_lost = true;
+        }
         let movable = matches!(request.kind, Kind::User(op) if op.is_idempotent()) && request.reroutes == 0;
         if self.hands_off && movable {
             self.handoffs.push((request, Handoff::Retry(err)));

@@ -87,12 +87,20 @@ pub struct Request {
     /// Its place in a `WATCH` ... `EXEC` scope, which holds only on the connection it was
     /// opened on (see [`Scope`]).
     pub scope: Scope,
+    /// Goes out only together with the request queued right behind it (`MULTI` with its
+    /// `EXEC`; that one is queued with `push`, never behind an `ASKING`): the pipeline limits
+    /// never send it alone, and once it has left, the other goes next whatever they say (should
+    /// the socket not take it before its deadline, the connection is dropped). A server must
+    /// never be left inside a `MULTI`.
+    pub leaves_with_next: bool,
 }
 
 /// A request's part in a `WATCH` scope (a ranged read's check that no one wrote its key).
 /// Such requests mean something only on the connection the scope was opened on: when it
 /// drops they fail, sent or not, and are never retried or moved elsewhere; and until a new
-/// scope opens, requests meant to run inside the lost one fail at once.
+/// scope opens, requests meant to run inside the lost one fail at once. No scope outlives
+/// its commands: one of them that times out before it is sent while the server holds the
+/// scope drops the connection, and a down server's health never refuses them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
     /// An ordinary request.
@@ -142,6 +150,13 @@ impl Request {
         self
     }
 
+    /// The same request, bound to leave with the one queued right behind it (see
+    /// [`Request::leaves_with_next`]).
+    pub fn leaving_with_next(mut self) -> Request {
+        self.leaves_with_next = true;
+        self
+    }
+
     /// The `ASKING` that must precede a request redirected by `-ASK`.
     pub fn asking(deadline: Instant) -> Request {
         Request::unsent(Kind::Asking, crate::resp::Command::Asking.header(), deadline)
@@ -161,6 +176,7 @@ impl Request {
             reroutes: 0,
             slot: 0,
             scope: Scope::None,
+            leaves_with_next: false,
         }
     }
 

@@ -4,12 +4,13 @@
 
 use super::core::{ConnCore, ConnState, Handoff, PipelineLimits, ReconnectPolicy};
 use super::reader::RecvTarget;
-use super::request::{Completion, Outcome, Request};
+use super::request::{Completion, Outcome, Request, Scope};
 use crate::cluster::RedirectKind;
 use crate::error::ErrorKind;
 use crate::memory::RawBuf;
 use crate::net::{ConnectOptions, Endpoint, IoVecs};
 use crate::op::Op;
+use crate::resp::{Command, Reply};
 use crate::secret::Secret;
 use std::io;
 use std::sync::Arc;
@@ -821,6 +822,205 @@ fn in_a_cluster_a_request_for_a_down_node_goes_back_once_for_a_fresh_map_then_fa
     rig.core.push(request.rerouted(), &mut rig.out);
     assert!(rig.core.take_handoffs().is_empty());
     assert!(rig.failure(tag).message().contains("10.0.0.5:6379 is down since"));
+}
+
+// -- WATCH scopes: no WATCH and no MULTI outlives its commands -------------------------------
+
+/// What a ranged read queues on its home connection: a command of its `WATCH` scope, due
+/// `due` from now.
+fn scoped(rig: &mut Rig, command: Command<'_>, scope: Scope, due: Duration) -> u64 {
+    let tag = rig.tag();
+    rig.push(Request::command(command.header(), tag, rig.now + due).in_scope(scope))
+}
+
+/// The check at the end of a ranged read: `MULTI`, bound to leave with its `EXEC`.
+fn multi_exec(rig: &mut Rig, due: Duration) -> (u64, u64) {
+    let multi = rig.tag();
+    let request = Request::command(Command::Multi.header(), multi, rig.now + due).in_scope(Scope::Within);
+    rig.push(request.leaving_with_next());
+    (multi, scoped(rig, Command::Exec, Scope::Closes, due))
+}
+
+/// A `WATCH` sent and answered: the server holds the scope.
+fn watching(rig: &mut Rig, due: Duration) {
+    let watch = scoped(rig, Command::Watch { key: b"big" }, Scope::Opens, due);
+    if rig.state() != ConnState::Ready {
+        rig.ready();
+    }
+    assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$5\r\nWATCH\r\n$3\r\nbig\r\n");
+    rig.deliver(b"+OK\r\n", 100);
+    assert_eq!(rig.outcome(watch), Outcome::Reply(Reply::Simple(b"OK".to_vec())));
+}
+
+/// A GET that holds its connection's front past the ranged read's deadline.
+fn later_get(rig: &mut Rig, len: usize, due: Duration) -> u64 {
+    let mut page = vec![0u8; len].into_boxed_slice();
+    // SAFETY: as in `Rig::get`: the page lives in the rig for the whole test.
+    let dest = unsafe { RawBuf::new(page.as_mut_ptr(), page.len()) };
+    rig.pages.push(page);
+    let tag = rig.tag();
+    rig.push(Request::new(Op::Get, b"other", Some(dest), tag, rig.now + due))
+}
+
+/// A ranged read's deadline, before the GET's behind which its commands wait.
+const READ_DUE: Duration = Duration::from_secs(1);
+
+const MULTI_EXEC: &[u8] = b"*1\r\n$5\r\nMULTI\r\n*1\r\n$4\r\nEXEC\r\n";
+
+#[test]
+fn a_multi_never_leaves_without_its_exec_at_the_pipeline_limits() {
+    let far = Instant::now() + Duration::from_secs(60);
+    let mut page = [0u8; 100];
+    // SAFETY: the request is only measured, never sent; `page` outlives it.
+    let dest = unsafe { RawBuf::new(page.as_mut_ptr(), page.len()) };
+    let get_cost = Request::new(Op::Get, b"other", Some(dest), 0, far).pipeline_cost();
+    let multi_cost = Request::command(Command::Multi.header(), 0, far).pipeline_cost();
+    // Room for the GET and a MULTI, not for its EXEC too; then room for two requests only.
+    for limits in [
+        PipelineLimits { max_inflight_bytes: get_cost + multi_cost + 10, max_inflight_requests: 256 },
+        PipelineLimits { max_inflight_bytes: 1 << 20, max_inflight_requests: 2 },
+    ] {
+        let mut rig = Rig::with(options(None, 0), 1, limits);
+        watching(&mut rig, TIMEOUT);
+        let get = later_get(&mut rig, 100, TIMEOUT);
+        assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$3\r\nGET\r\n$5\r\nother\r\n");
+        let (multi, exec) = multi_exec(&mut rig, TIMEOUT);
+        assert!(rig.take_sent(usize::MAX).is_empty(), "{limits:?}: the MULTI waits for room for its EXEC too");
+        rig.deliver(&bulk(&[7u8; 100]), 100);
+        assert_eq!(rig.outcome(get), Outcome::Hit(100));
+        assert_eq!(rig.take_sent(usize::MAX), MULTI_EXEC, "{limits:?}: together");
+        rig.deliver(b"+OK\r\n*0\r\n", 100);
+        assert_eq!(rig.outcome(multi), Outcome::Reply(Reply::Simple(b"OK".to_vec())));
+        assert_eq!(rig.outcome(exec), Outcome::Reply(Reply::Array(Vec::new())));
+    }
+}
+
+#[test]
+fn an_exec_whose_multi_left_goes_out_next_whatever_the_limits() {
+    // One request in flight at most, and the socket took the MULTI and not a byte of its EXEC.
+    let limits = PipelineLimits { max_inflight_bytes: 1 << 20, max_inflight_requests: 1 };
+    let mut rig = Rig::with(options(None, 0), 1, limits);
+    let (multi, exec) = multi_exec(&mut rig, TIMEOUT);
+    rig.ready();
+    let multi_len = b"*1\r\n$5\r\nMULTI\r\n".len();
+    assert_eq!(rig.take_sent(multi_len), b"*1\r\n$5\r\nMULTI\r\n");
+    let get = later_get(&mut rig, 100, TIMEOUT);
+    // The limit lets the EXEC go all the same, and holds the GET queued behind it.
+    rig.core.on_writable();
+    assert_eq!(rig.take_sent(usize::MAX), b"*1\r\n$4\r\nEXEC\r\n");
+    rig.deliver(b"+OK\r\n*0\r\n", 100);
+    assert_eq!(rig.outcome(exec), Outcome::Reply(Reply::Array(Vec::new())));
+    rig.outcome(multi);
+    assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$3\r\nGET\r\n$5\r\nother\r\n");
+    rig.deliver(b"$-1\r\n", 100);
+    assert_eq!(rig.outcome(get), Outcome::Miss);
+}
+
+/// Ready -> Disconnected: the connection is dropped, and `get` (on the wire, idempotent) goes
+/// out again on a fresh one.
+fn dropped_and_get_retried(rig: &mut Rig, get: u64) {
+    assert_eq!(rig.state(), ConnState::Disconnected, "the connection is dropped");
+    assert!(rig.out.iter().all(|c| c.tag != get), "the GET on the wire is retried");
+    rig.ready();
+    assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$3\r\nGET\r\n$5\r\nother\r\n", "nothing of the old scope");
+    rig.deliver(&bulk(&[1u8; 10]), 100);
+    assert_eq!(rig.outcome(get), Outcome::Hit(10));
+}
+
+#[test]
+fn an_exec_that_expires_unsent_while_its_watch_holds_drops_the_connection() {
+    // The original failure: the pipeline limit keeps the EXEC back behind a GET that answers
+    // late, and the ranged read's deadline comes first.
+    let limits = PipelineLimits { max_inflight_bytes: 1 << 20, max_inflight_requests: 2 };
+    let mut rig = Rig::with(options(None, 0), 1, limits);
+    watching(&mut rig, READ_DUE);
+    let get = later_get(&mut rig, 100, TIMEOUT);
+    rig.take_sent(usize::MAX);
+    let (multi, exec) = multi_exec(&mut rig, READ_DUE);
+    rig.take_sent(usize::MAX);
+    rig.advance(Duration::from_secs(1));
+    for tag in [multi, exec] {
+        let err = rig.failure(tag);
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+        assert!(err.message().starts_with("timed out before "), "{err}");
+    }
+    dropped_and_get_retried(&mut rig, get);
+}
+
+#[test]
+fn an_exec_that_expires_unsent_after_its_multi_left_drops_the_connection() {
+    let mut rig = Rig::new();
+    let get = later_get(&mut rig, 100, TIMEOUT);
+    let (multi, exec) = multi_exec(&mut rig, READ_DUE);
+    rig.ready();
+    let get_len = b"*2\r\n$3\r\nGET\r\n$5\r\nother\r\n".len();
+    rig.take_sent(get_len + b"*1\r\n$5\r\nMULTI\r\n".len());
+    rig.advance(Duration::from_secs(1));
+    assert_eq!(rig.failure(exec).kind(), ErrorKind::Timeout);
+    let err = rig.failure(multi);
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(err.message().contains("dropped because a command of a WATCH or MULTI it held timed out"), "{err}");
+    dropped_and_get_retried(&mut rig, get);
+}
+
+#[test]
+fn an_unwatch_that_expires_unsent_drops_the_connection() {
+    let mut rig = Rig::new();
+    watching(&mut rig, READ_DUE);
+    let get = later_get(&mut rig, 100, TIMEOUT);
+    let unwatch = scoped(&mut rig, Command::Unwatch, Scope::Closes, READ_DUE);
+    // The socket takes the GET, then blocks.
+    rig.take_sent(b"*2\r\n$3\r\nGET\r\n$5\r\nother\r\n".len());
+    assert!(rig.core.is_write_blocked());
+    rig.advance(Duration::from_secs(1));
+    assert_eq!(rig.failure(unwatch).kind(), ErrorKind::Timeout);
+    dropped_and_get_retried(&mut rig, get);
+}
+
+#[test]
+fn a_watch_that_expires_unsent_takes_its_scope_with_it_and_keeps_the_connection() {
+    let mut rig = Rig::new();
+    let get = later_get(&mut rig, 100, TIMEOUT);
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    rig.core.on_send_blocked();
+    let watch = scoped(&mut rig, Command::Watch { key: b"big" }, Scope::Opens, READ_DUE);
+    // A command of the scope due later than its WATCH: without the WATCH it must not run.
+    let strlen = scoped(&mut rig, Command::Strlen { key: b"big" }, Scope::Within, TIMEOUT);
+    rig.advance(Duration::from_secs(1));
+    assert_eq!(rig.failure(watch).kind(), ErrorKind::Timeout);
+    let err = rig.failure(strlen);
+    assert!(err.message().contains("the WATCH it belongs with timed out before it was sent"), "{err}");
+    assert_eq!(rig.state(), ConnState::Ready, "the server holds no scope: the connection stays");
+    // Commands of the lost scope queued later fail at once; a new WATCH opens a new one.
+    let unwatch = scoped(&mut rig, Command::Unwatch, Scope::Closes, TIMEOUT);
+    assert!(rig.failure(unwatch).message().contains("the WATCH this command belongs with was lost"));
+    scoped(&mut rig, Command::Watch { key: b"big" }, Scope::Opens, TIMEOUT);
+    rig.core.on_writable();
+    assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$5\r\nWATCH\r\n$3\r\nbig\r\n");
+    rig.deliver(&bulk(&[1u8; 10]), 100);
+    assert_eq!(rig.outcome(get), Outcome::Hit(10));
+}
+
+#[test]
+fn a_down_server_never_refuses_the_command_that_ends_a_watch() {
+    let (mut rig, _, _board, health) = two_sharing_health();
+    watching(&mut rig, TIMEOUT);
+    health.mark_down(rig.now, &crate::error::Error::new(ErrorKind::Connection, "refused"));
+    let (multi, exec) = multi_exec(&mut rig, TIMEOUT);
+    assert!(rig.out.is_empty(), "queued, not refused: the WATCH they end is on this connection");
+    assert_eq!(rig.take_sent(usize::MAX), MULTI_EXEC);
+    rig.deliver(b"+OK\r\n*0\r\n", 100);
+    rig.outcome(multi);
+    assert_eq!(rig.outcome(exec), Outcome::Reply(Reply::Array(Vec::new())));
+    // A new WATCH is refused, and the rest of its scope with it.
+    let watch = scoped(&mut rig, Command::Watch { key: b"big" }, Scope::Opens, TIMEOUT);
+    assert!(rig.failure(watch).message().contains("is down since"));
+    let strlen = scoped(&mut rig, Command::Strlen { key: b"big" }, Scope::Within, TIMEOUT);
+    assert!(rig.failure(strlen).message().contains("the WATCH this command belongs with was lost"));
+    let unwatch = scoped(&mut rig, Command::Unwatch, Scope::Closes, TIMEOUT);
+    rig.failure(unwatch);
+    assert!(rig.take_sent(usize::MAX).is_empty());
 }
 
 // -- TLS: the handshake is a state of its own ------------------------------------------------

@@ -43,7 +43,10 @@ impl Model {
                 Outcome::Reply(Reply::Simple(b"OK".to_vec()))
             }
             "STRLEN" => Outcome::Reply(Reply::Integer(len as i64)),
-            "MULTI" => Outcome::Reply(Reply::Simple(b"OK".to_vec())),
+            "MULTI" => {
+                assert!(request.leaves_with_next, "a MULTI leaves its connection only with its EXEC");
+                Outcome::Reply(Reply::Simple(b"OK".to_vec()))
+            }
             "EXEC" => match self.watch.remove(&conn) {
                 Some(true) => Outcome::Reply(Reply::NilArray),
                 _ => Outcome::Reply(Reply::Array(Vec::new())),
