@@ -27,7 +27,9 @@
 //!
 //! No state outlives a read on its connections: its commands carry the caller's deadline, and
 //! one that expires unsent while the server holds the read's `WATCH` (or `MULTI`) drops the
-//! connection ([`Scope`]).
+//! connection ([`Scope`]). A hit leaves the destination past its length as it was; a value that
+//! became shorter than what an aborted attempt wrote there fails with
+//! [`ErrorKind::PartialRead`].
 //!
 //! The requests of a ranged read carry tags with [`INTERNAL_TAG`] set: their completions come
 //! back here ([`RangedReads::route_completions`]), never to the batch the GET belongs to.
@@ -145,8 +147,9 @@ struct Session {
     problem: Option<Problem>,
     /// What the read ends with once the UNWATCH in flight is answered.
     ending: Option<Outcome>,
-    /// Pieces were sent: the destination may hold bytes of the value.
-    touched: bool,
+    /// Pieces were sent for this many bytes (the longest attempt's length): the destination
+    /// may hold bytes of the value up to here.
+    written: usize,
 }
 
 /// The ranged reads of one worker (or one blocking client).
@@ -211,7 +214,7 @@ impl RangedReads {
             length: None,
             problem: None,
             ending: None,
-            touched: false,
+            written: 0,
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -370,6 +373,12 @@ impl RangedReads {
             let err = Error::value_too_large(length as u64, dest.len() as u64);
             return self.unwatch_then_end(id, Outcome::Failed(err), conns);
         }
+        if length < session.written {
+            // An earlier attempt wrote past this value's end: no hit can leave the rest of the
+            // page as it was.
+            let err = session.shorter_than_written(length);
+            return self.unwatch_then_end(id, Outcome::Failed(err), conns);
+        }
         if length <= piece_bytes {
             // One reply holds it: a plain GET, atomic by itself (an empty string and a missing
             // key both have length 0; GET tells them apart).
@@ -390,7 +399,7 @@ impl RangedReads {
             .collect();
         session.phase = Phase::Reading;
         session.pending = pieces.len();
-        session.touched = true;
+        session.written = session.written.max(length);
         let node = session.node;
         for piece in pieces {
             let conn = conns
@@ -459,7 +468,7 @@ impl RangedReads {
             }
             return self.begin(id, conns);
         }
-        let key: String = String::from_utf8_lossy(&session.key).chars().take(80).collect();
+        let key = session.key_text();
         let err = match problem {
             Problem::Changed => Error::new(
                 ErrorKind::PartialRead,
@@ -488,13 +497,15 @@ impl RangedReads {
         self.free.push(id);
         let outcome = match outcome {
             // Pieces may have written part of a value into the destination: only a whole,
-            // verified value may be read from it now.
-            Outcome::Miss if session.touched => Outcome::Failed(Error::new(
+            // verified value may be read from it now, and only one that covers every byte an
+            // aborted attempt may have written (past a hit's length, the page is as it was).
+            Outcome::Hit(length) if length < session.written => Outcome::Failed(session.shorter_than_written(length)),
+            Outcome::Miss if session.written > 0 => Outcome::Failed(Error::new(
                 ErrorKind::PartialRead,
                 "GET: the value was deleted or changed length while it was read in pieces; the destination holds \
                  part of it: do not read it",
             )),
-            Outcome::Failed(err) if session.touched && err.kind() != ErrorKind::PartialRead => {
+            Outcome::Failed(err) if session.written > 0 && err.kind() != ErrorKind::PartialRead => {
                 Outcome::Failed(Error::new(
                     ErrorKind::PartialRead,
                     format!(
@@ -543,6 +554,25 @@ impl Session {
             .with_exact_length(self.user.exact_length);
         whole.slot = self.user.slot;
         whole
+    }
+
+    /// The error of a read whose value became shorter than what an aborted attempt wrote into
+    /// the destination: past the new value's end it holds bytes of the earlier one.
+    fn shorter_than_written(&self, length: usize) -> Error {
+        let key = self.key_text();
+        Error::new(
+            ErrorKind::PartialRead,
+            format!(
+                "GET {key:?}: the value was replaced by a shorter one ({length} bytes) while it was read in pieces; \
+                 the destination holds bytes of the earlier {}-byte value past the new one's end: do not read it",
+                self.written
+            ),
+        )
+    }
+
+    /// The key as messages show it: lossy text, at most 80 characters.
+    fn key_text(&self) -> String {
+        String::from_utf8_lossy(&self.key).chars().take(80).collect()
     }
 
     /// Files what one part of the current attempt came back with.

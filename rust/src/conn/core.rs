@@ -939,7 +939,7 @@ impl ConnCore {
 
     fn finish(&mut self, request: Request, outcome: Outcome, out: &mut Vec<Completion>) {
         let outcome = match outcome {
-            Outcome::Failed(err) if request.wrote_partially && err.kind() != ErrorKind::PartialRead => {
+            Outcome::Failed(err) if request.partially_written > 0 && err.kind() != ErrorKind::PartialRead => {
                 Outcome::Failed(Error::new(
                     ErrorKind::PartialRead,
                     format!("{err}; part of a value had already been received into the destination: do not read it"),
@@ -1015,10 +1015,12 @@ impl ConnCore {
     }
 
     /// The reader is about to forget a payload it was receiving into the oldest request's
-    /// destination: that request must not end in a miss.
+    /// destination: that request must not end in a miss, nor in a hit shorter than that.
     fn note_partial_write(&mut self) {
-        if self.reader.wrote_partially() && self.sent > 0 {
-            self.queue[0].wrote_partially = true;
+        let written = self.reader.partially_written();
+        if written > 0 && self.sent > 0 {
+            let front = &mut self.queue[0];
+            front.partially_written = front.partially_written.max(written);
         }
     }
 
@@ -1109,8 +1111,17 @@ fn user_outcome(op: Op, event: ReadEvent, request: &Request, endpoint: &impl std
     };
     match outcome {
         // The retry answered after an earlier attempt had written part of a value: only a
-        // value that was received whole into the destination is good.
-        Outcome::Miss if request.wrote_partially => Outcome::Failed(Error::new(
+        // value that was received whole into the destination is good, and only one at least
+        // as long as what was written (past a hit's end the destination is as it was).
+        Outcome::Hit(len) if len < request.partially_written => Outcome::Failed(Error::new(
+            ErrorKind::PartialRead,
+            format!(
+                "GET: the connection to {endpoint} broke while the value was being received, and the retry \
+                 found a shorter one ({len} bytes): past its end the destination holds bytes of the earlier value; \
+                 do not read it"
+            ),
+        )),
+        Outcome::Miss if request.partially_written > 0 => Outcome::Failed(Error::new(
             ErrorKind::PartialRead,
             format!(
                 "GET: the connection to {endpoint} broke while the value was being received, and the retry \

@@ -96,10 +96,14 @@ impl Reader {
         self.parser.reply_too_large().then(|| self.parser.limits().max_reply_bytes)
     }
 
-    /// Part of a payload has been written into the oldest request's destination and the rest
-    /// has not arrived: if the connection breaks now, the destination holds a partial value.
-    pub fn wrote_partially(&self) -> bool {
-        matches!(self.sink, Sink::Into { written, .. } if written > 0)
+    /// Bytes of a payload written so far into the oldest request's destination, the rest not
+    /// arrived yet (0: none): if the connection breaks now, the destination holds that much of
+    /// a partial value.
+    pub fn partially_written(&self) -> usize {
+        match self.sink {
+            Sink::Into { written, .. } => written,
+            _ => 0,
+        }
     }
 
     /// Turns buffered bytes into the next reply, without I/O. `dest` is where a bulk reply to
@@ -260,8 +264,8 @@ mod tests {
         let mut wire = b"$32768\r\n".to_vec();
         wire.extend(std::iter::repeat_n(9u8, 1000));
         assert!(feed(&mut reader, &wire, 512, Some(dest), false).is_empty());
-        assert!(reader.wrote_partially());
+        assert_eq!(reader.partially_written(), 1000);
         reader.reset();
-        assert!(!reader.wrote_partially() && reader.is_idle());
+        assert!(reader.partially_written() == 0 && reader.is_idle());
     }
 }

@@ -77,9 +77,10 @@ pub struct Request {
     /// GET: only a value of exactly the destination's length is received; any other length
     /// is a miss and leaves the destination untouched.
     pub exact_length: bool,
-    /// GET: an earlier attempt wrote part of a value into the destination before its
-    /// connection broke. The request may then end only in a hit or an error, never a miss.
-    pub wrote_partially: bool,
+    /// GET: bytes an earlier attempt wrote into the destination before its connection broke
+    /// (0: none). The request may then end only in an error or a hit at least that long: never
+    /// a miss, nor a shorter hit that leaves bytes of the earlier value past its end.
+    pub partially_written: usize,
     /// Times the request was sent on to another node (cluster redirects, failover).
     pub reroutes: u8,
     /// Redis Cluster: the key's hash slot, to route the request again after a failure.
@@ -172,7 +173,7 @@ impl Request {
             deadline,
             attempts: 0,
             exact_length: false,
-            wrote_partially: false,
+            partially_written: 0,
             reroutes: 0,
             slot: 0,
             scope: Scope::None,

@@ -389,6 +389,25 @@ fn a_torn_get_whose_retry_finds_no_value_is_a_partial_read_never_a_miss() {
 }
 
 #[test]
+fn a_torn_get_whose_retry_finds_a_shorter_value_is_a_partial_read_never_a_short_hit() {
+    let mut rig = Rig::new();
+    let (get, page) = rig.get(b"chunk", 64 * 1024, false);
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    let wire = bulk(&[7u8; 50_000]);
+    rig.deliver(&wire[..20_000], 4096);
+    rig.core.on_peer_closed(rig.now, &mut rig.out);
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    // The retry finds 1000 bytes: a hit of them would leave 19,000 of the old value behind.
+    rig.deliver(&bulk(&[9u8; 1000]), 4096);
+    let err = rig.failure(get);
+    assert_eq!(err.kind(), ErrorKind::PartialRead);
+    assert!(err.message().contains("the retry found a shorter one (1000 bytes)"), "{err}");
+    assert!(rig.pages[page][..1000].iter().all(|b| *b == 9), "the retry did write its value");
+}
+
+#[test]
 fn a_get_torn_twice_fails_as_a_partial_read() {
     let mut rig = Rig::new();
     let (get, _) = rig.get(b"chunk", 32 * 1024, false);

@@ -324,6 +324,56 @@ fn a_value_deleted_mid_read_is_a_partial_read_not_a_miss() {
 }
 
 #[test]
+fn a_value_replaced_by_a_shorter_one_mid_read_is_a_partial_read_never_a_hit_over_old_bytes() {
+    // Pieces of the 2500-byte value went into the page; the retry finds a shorter one, in
+    // pieces (1500) or in one GET (800): past its end the page would hold the old value.
+    for shorter in [1500, 800] {
+        let mut rig = Rig::new(Some(value(2500, 12)), vec![vec![0]]);
+        rig.get(14, 4000, false);
+        let mut pieces = 0;
+        rig.run(move |model, name| {
+            if name == "GETRANGE" {
+                pieces += 1;
+                if pieces == 2 {
+                    model.write(Some(value(shorter, 13)));
+                }
+            }
+        });
+        match rig.outcome(14) {
+            Outcome::Failed(err) => {
+                assert_eq!(err.kind(), ErrorKind::PartialRead, "{err}");
+                let says = format!("replaced by a shorter one ({shorter} bytes) while it was read in pieces");
+                assert!(err.message().contains(&says), "{err}");
+            }
+            other => panic!("{shorter} bytes: {other:?}"),
+        }
+        let after_retry = rig.model.log.iter().rposition(|l| l.ends_with("STRLEN")).unwrap();
+        assert!(
+            rig.model.log[after_retry..].iter().all(|l| !l.ends_with("GET") && !l.ends_with("GETRANGE")),
+            "nothing more is read once the value is known to be shorter: {:?}",
+            rig.model.log
+        );
+    }
+    // A longer one is a hit, and the page past its end is as it was.
+    let longer = value(3000, 14);
+    let mut rig = Rig::new(Some(value(2500, 12)), vec![vec![0]]);
+    let page = rig.get(15, 4000, false);
+    let mut pieces = 0;
+    let replacement = longer.clone();
+    rig.run(move |model, name| {
+        if name == "GETRANGE" {
+            pieces += 1;
+            if pieces == 2 {
+                model.write(Some(replacement.clone()));
+            }
+        }
+    });
+    assert_eq!(rig.outcome(15), Outcome::Hit(3000));
+    assert_eq!(&rig.pages[page][..3000], &longer[..]);
+    assert!(rig.pages[page][3000..].iter().all(|b| *b == 0x5a));
+}
+
+#[test]
 fn reads_sharing_a_home_connection_take_turns_at_watching() {
     let stored = value(2000, 9);
     let mut rig = Rig::new(Some(stored.clone()), vec![vec![0]]);
