@@ -126,6 +126,47 @@ fn live_reshard(piece_bytes: usize) {
     assert!(engine.cluster().unwrap().refreshes() > 0, "MOVED made the engine re-read the map");
 }
 
+/// `MOVED` and `ASK` answered to a read in pieces count in `stats()` as a whole GET's do
+/// (issue #26: a reshard's 808 `ASK`s reached the server, none the counters).
+#[test]
+fn redirects_of_reads_in_pieces_count_in_stats() {
+    let cluster = RedisCluster::start(3, 0);
+    let nodes = cluster.nodes().to_vec();
+    let mut settings = cluster_settings(&cluster);
+    settings.num_workers = 1;
+    settings.get_piece_bytes = 4096;
+    let engine = Engine::start(EngineConfig::new(settings)).unwrap();
+    let owner = |slot: u16| engine.cluster().unwrap().map().primary(slot).unwrap().clone();
+    let slot = (1..SLOT_COUNT).find(|&s| owner(s) == nodes[0].addr()).unwrap();
+    let key = key_in(slot, "pieces");
+    let mut value = vec![pattern(5 * 4096 + 7, 21)];
+    assert!(run(&engine, Op::Set, std::slice::from_ref(&key), &mut value).all_succeeded());
+    let redirects = || {
+        let stats = engine.stats();
+        (stats.endpoints.iter().map(|e| e.moved).sum::<u64>(), stats.endpoints.iter().map(|e| e.ask).sum::<u64>())
+    };
+    let read = || {
+        let mut got = vec![vec![0u8; value[0].len()]];
+        assert_eq!(
+            run(&engine, Op::Get, std::slice::from_ref(&key), &mut got).outcomes,
+            [Outcome::Hit(value[0].len())]
+        );
+        assert!(got == value, "the bytes read after the redirect");
+    };
+    assert_eq!(redirects(), (0, 0));
+    // The key's slot is being migrated to the second node and the key has gone there: the
+    // first node answers ASK.
+    start_moving_slot(&cluster, slot, &[&key], &nodes[0], &nodes[1]);
+    read();
+    let (moved, ask) = redirects();
+    assert!(ask >= 1 && moved == 0, "moved {moved}, ask {ask}");
+    // The slot belongs to the second node now; the engine's map still names the first: MOVED.
+    finish_moving_slot(&cluster, slot, &nodes[0], &nodes[1]);
+    read();
+    let (moved, ask_after) = redirects();
+    assert!(moved >= 1 && ask_after == ask, "moved {moved}, ask {ask_after}");
+}
+
 #[test]
 fn a_killed_primary_ends_in_success_or_a_clear_error_never_a_hang() {
     let cluster = RedisCluster::start(3, 1);
@@ -272,11 +313,29 @@ fn announce_hostname(cluster: &RedisCluster, node: &ClusterNode, hostname: &str,
 
 /// Moves the empty `slot` from `from` to `to`, as `redis-cli --cluster reshard` does.
 fn move_empty_slot(cluster: &RedisCluster, slot: u16, from: &ClusterNode, to: &ClusterNode) {
+    start_moving_slot(cluster, slot, &[], from, to);
+    finish_moving_slot(cluster, slot, from, to);
+}
+
+/// Starts moving `slot` from `from` to `to` and migrates `keys` (of that slot), as
+/// `redis-cli --cluster reshard` does: `from` then answers `ASK` for them.
+fn start_moving_slot(cluster: &RedisCluster, slot: u16, keys: &[&[u8]], from: &ClusterNode, to: &ClusterNode) {
     let slot = slot.to_string();
     let (from_id, to_id) = (node_id(cluster, from), node_id(cluster, to));
     let ok = |node: &ClusterNode, args: &[&[u8]]| assert_eq!(cluster.raw_command(node, args), b"+OK\r\n", "{args:?}");
     ok(to, &[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"IMPORTING", from_id.as_bytes()]);
     ok(from, &[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"MIGRATING", to_id.as_bytes()]);
+    let port = to.port.to_string();
+    for key in keys {
+        ok(from, &[b"MIGRATE", to.host.as_bytes(), port.as_bytes(), key, b"0", b"5000"]);
+    }
+}
+
+/// Ends a move [`start_moving_slot`] began: every node names `to` as the slot's owner.
+fn finish_moving_slot(cluster: &RedisCluster, slot: u16, from: &ClusterNode, to: &ClusterNode) {
+    let slot = slot.to_string();
+    let to_id = node_id(cluster, to);
+    let ok = |node: &ClusterNode, args: &[&[u8]]| assert_eq!(cluster.raw_command(node, args), b"+OK\r\n", "{args:?}");
     for node in [to, from] {
         ok(node, &[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"NODE", to_id.as_bytes()]);
     }

@@ -142,6 +142,9 @@ impl Worker {
                 self.metrics.after_drive(c, conn.endpoint());
                 let handoffs = conn.take_handoffs();
                 self.rerouted |= !handoffs.is_empty();
+                for (request, why) in &handoffs {
+                    self.metrics.on_handoff(request.tag, conn.endpoint(), why);
+                }
                 for (request, why) in handoffs {
                     self.reroute(now, request, why);
                 }
@@ -216,7 +219,6 @@ impl Worker {
     fn reroute(&mut self, now: Instant, request: Request, why: Handoff) {
         let Route::Cluster(view) = &*self.route else { unreachable!("only cluster connections hand requests back") };
         let view = view.clone();
-        self.metrics.on_handoff(request.tag, &why);
         if request.tag & ranged::INTERNAL_TAG != 0 {
             let mut why = why;
             let asked = match &why {

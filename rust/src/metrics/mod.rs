@@ -375,13 +375,18 @@ impl WorkerMetrics {
         stripped
     }
 
-    /// A cluster node handed a key back: a redirect, or a failure worth another try.
+    /// A cluster node, reached at `endpoint`, handed a request back: a redirect, or a failure
+    /// worth another try. A key's request counts under the node its tag names; a ranged
+    /// read's own requests (whose tags name no node) under `endpoint`.
     #[inline]
-    pub fn on_handoff(&mut self, tag: u64, why: &Handoff) {
-        if !ENABLED || tag_node(tag) == 0 {
+    pub fn on_handoff(&mut self, tag: u64, endpoint: &Endpoint, why: &Handoff) {
+        if !ENABLED {
             return;
         }
-        let cell = self.cell_of_tag(tag);
+        let cell = match tag_node(tag) {
+            0 => self.cell_named(endpoint),
+            _ => self.cell_of_tag(tag),
+        };
         match why {
             Handoff::Redirect(r) if r.kind == crate::cluster::RedirectKind::Ask => bump(&cell.ask, 1),
             Handoff::Redirect(_) => bump(&cell.moved, 1),
@@ -406,9 +411,12 @@ impl WorkerMetrics {
             let first = !std::mem::replace(&mut self.connected[conn], true);
             counts.reconnects = counts.connects - u32::from(first);
         }
+        self.cell_named(endpoint).add_hooks(counts);
+    }
+
+    fn cell_named(&mut self, endpoint: &Endpoint) -> &Arc<Cell> {
         let engine = &self.engine;
-        let cell = self.by_name.entry(endpoint.to_string()).or_insert_with_key(|name| engine.cell(name));
-        cell.add_hooks(counts);
+        self.by_name.entry(endpoint.to_string()).or_insert_with_key(|name| engine.cell(name))
     }
 }
 
