@@ -884,6 +884,9 @@ fn later_get(rig: &mut Rig, len: usize, due: Duration) -> u64 {
 /// A ranged read's deadline, before the GET's behind which its commands wait.
 const READ_DUE: Duration = Duration::from_secs(1);
 
+/// What [`later_get`] sends.
+const OTHER_GET: &[u8] = b"*2\r\n$3\r\nGET\r\n$5\r\nother\r\n";
+
 const MULTI_EXEC: &[u8] = b"*1\r\n$5\r\nMULTI\r\n*1\r\n$4\r\nEXEC\r\n";
 
 #[test]
@@ -902,7 +905,7 @@ fn a_multi_never_leaves_without_its_exec_at_the_pipeline_limits() {
         let mut rig = Rig::with(options(None, 0), 1, limits);
         watching(&mut rig, TIMEOUT);
         let get = later_get(&mut rig, 100, TIMEOUT);
-        assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$3\r\nGET\r\n$5\r\nother\r\n");
+        assert_eq!(rig.take_sent(usize::MAX), OTHER_GET);
         let (multi, exec) = multi_exec(&mut rig, TIMEOUT);
         assert!(rig.take_sent(usize::MAX).is_empty(), "{limits:?}: the MULTI waits for room for its EXEC too");
         rig.deliver(&bulk(&[7u8; 100]), 100);
@@ -930,7 +933,7 @@ fn an_exec_whose_multi_left_goes_out_next_whatever_the_limits() {
     rig.deliver(b"+OK\r\n*0\r\n", 100);
     assert_eq!(rig.outcome(exec), Outcome::Reply(Reply::Array(Vec::new())));
     rig.outcome(multi);
-    assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$3\r\nGET\r\n$5\r\nother\r\n");
+    assert_eq!(rig.take_sent(usize::MAX), OTHER_GET);
     rig.deliver(b"$-1\r\n", 100);
     assert_eq!(rig.outcome(get), Outcome::Miss);
 }
@@ -941,7 +944,7 @@ fn dropped_and_get_retried(rig: &mut Rig, get: u64) {
     assert_eq!(rig.state(), ConnState::Disconnected, "the connection is dropped");
     assert!(rig.out.iter().all(|c| c.tag != get), "the GET on the wire is retried");
     rig.ready();
-    assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$3\r\nGET\r\n$5\r\nother\r\n", "nothing of the old scope");
+    assert_eq!(rig.take_sent(usize::MAX), OTHER_GET, "nothing of the old scope");
     rig.deliver(&bulk(&[1u8; 10]), 100);
     assert_eq!(rig.outcome(get), Outcome::Hit(10));
 }
@@ -972,7 +975,7 @@ fn an_exec_that_expires_unsent_after_its_multi_left_drops_the_connection() {
     let get = later_get(&mut rig, 100, TIMEOUT);
     let (multi, exec) = multi_exec(&mut rig, READ_DUE);
     rig.ready();
-    let get_len = b"*2\r\n$3\r\nGET\r\n$5\r\nother\r\n".len();
+    let get_len = OTHER_GET.len();
     rig.take_sent(get_len + b"*1\r\n$5\r\nMULTI\r\n".len());
     rig.advance(Duration::from_secs(1));
     assert_eq!(rig.failure(exec).kind(), ErrorKind::Timeout);
@@ -989,7 +992,7 @@ fn an_unwatch_that_expires_unsent_drops_the_connection() {
     let get = later_get(&mut rig, 100, TIMEOUT);
     let unwatch = scoped(&mut rig, Command::Unwatch, Scope::Closes, READ_DUE);
     // The socket takes the GET, then blocks.
-    rig.take_sent(b"*2\r\n$3\r\nGET\r\n$5\r\nother\r\n".len());
+    rig.take_sent(OTHER_GET.len());
     assert!(rig.core.is_write_blocked());
     rig.advance(Duration::from_secs(1));
     assert_eq!(rig.failure(unwatch).kind(), ErrorKind::Timeout);

@@ -184,6 +184,20 @@ impl Rig {
         assert!(self.reads.is_empty(), "every read ended");
     }
 
+    /// Runs the reads, `value` replacing the key's just before the `nth` piece (from 1) reaches
+    /// the model.
+    fn run_writing_before_piece(&mut self, nth: usize, value: Option<Vec<u8>>) {
+        let mut pieces = 0;
+        self.run(move |model, name| {
+            if name == "GETRANGE" {
+                pieces += 1;
+                if pieces == nth {
+                    model.write(value.clone());
+                }
+            }
+        });
+    }
+
     fn outcome(&mut self, tag: u64) -> Outcome {
         let at = self.out.iter().position(|c| c.tag == tag).unwrap_or_else(|| panic!("no completion for {tag}"));
         self.out.remove(at).outcome
@@ -269,16 +283,7 @@ fn a_value_replaced_between_pieces_is_read_again_whole() {
     let (old, new) = (value(2500, 5), value(2500, 6));
     let mut rig = Rig::new(Some(old), vec![vec![0]]);
     let page = rig.get(5, 2500, true);
-    let mut pieces = 0;
-    let replacement = new.clone();
-    rig.run(move |model, name| {
-        if name == "GETRANGE" {
-            pieces += 1;
-            if pieces == 2 {
-                model.write(Some(replacement.clone()));
-            }
-        }
-    });
+    rig.run_writing_before_piece(2, Some(new.clone()));
     assert_eq!(rig.outcome(5), Outcome::Hit(2500));
     assert_eq!(&rig.pages[page][..], &new[..], "the page holds one version, the new one");
     assert_eq!(rig.model.log.iter().filter(|l| l.ends_with("WATCH") && !l.ends_with("UNWATCH")).count(), 2);
@@ -308,15 +313,7 @@ fn a_value_that_keeps_changing_is_a_partial_read_never_a_mixed_hit() {
 fn a_value_deleted_mid_read_is_a_partial_read_not_a_miss() {
     let mut rig = Rig::new(Some(value(2500, 8)), vec![vec![0]]);
     rig.get(8, 4000, false);
-    let mut pieces = 0;
-    rig.run(move |model, name| {
-        if name == "GETRANGE" {
-            pieces += 1;
-            if pieces == 1 {
-                model.write(None);
-            }
-        }
-    });
+    rig.run_writing_before_piece(1, None);
     match rig.outcome(8) {
         Outcome::Failed(err) => assert_eq!(err.kind(), ErrorKind::PartialRead, "{err}"),
         other => panic!("{other:?}"),
@@ -330,15 +327,7 @@ fn a_value_replaced_by_a_shorter_one_mid_read_is_a_partial_read_never_a_hit_over
     for shorter in [1500, 800] {
         let mut rig = Rig::new(Some(value(2500, 12)), vec![vec![0]]);
         rig.get(14, 4000, false);
-        let mut pieces = 0;
-        rig.run(move |model, name| {
-            if name == "GETRANGE" {
-                pieces += 1;
-                if pieces == 2 {
-                    model.write(Some(value(shorter, 13)));
-                }
-            }
-        });
+        rig.run_writing_before_piece(2, Some(value(shorter, 13)));
         match rig.outcome(14) {
             Outcome::Failed(err) => {
                 assert_eq!(err.kind(), ErrorKind::PartialRead, "{err}");
@@ -358,16 +347,7 @@ fn a_value_replaced_by_a_shorter_one_mid_read_is_a_partial_read_never_a_hit_over
     let longer = value(3000, 14);
     let mut rig = Rig::new(Some(value(2500, 12)), vec![vec![0]]);
     let page = rig.get(15, 4000, false);
-    let mut pieces = 0;
-    let replacement = longer.clone();
-    rig.run(move |model, name| {
-        if name == "GETRANGE" {
-            pieces += 1;
-            if pieces == 2 {
-                model.write(Some(replacement.clone()));
-            }
-        }
-    });
+    rig.run_writing_before_piece(2, Some(longer.clone()));
     assert_eq!(rig.outcome(15), Outcome::Hit(3000));
     assert_eq!(&rig.pages[page][..3000], &longer[..]);
     assert!(rig.pages[page][3000..].iter().all(|b| *b == 0x5a));
