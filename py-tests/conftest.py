@@ -290,6 +290,11 @@ class BridgeProcess:
             assert self.process.poll() is None, self.log.read_text()
             assert time.monotonic() < deadline, "the bridge did not start listening"
             time.sleep(0.05)
+        # The socket listens before the metrics endpoint is up: wait for that too.
+        while "--metrics" in self.args and "bridge: metrics at http" not in self.log.read_text():
+            assert self.process.poll() is None, self.log.read_text()
+            assert time.monotonic() < deadline, "the bridge did not start serving its metrics"
+            time.sleep(0.05)
 
     def _listening(self) -> bool:
         try:

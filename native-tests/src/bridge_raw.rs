@@ -9,6 +9,7 @@ use lmcache_resp_core::conn::Outcome;
 use lmcache_resp_core::op::Op;
 use lmcache_resp_core::ring::{Consumer, Producer, PushError};
 use std::collections::HashMap;
+use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -97,7 +98,12 @@ impl RawClient {
     pub fn try_submit(&mut self, submission: &Submission<'_>) -> bool {
         let mut record = Vec::new();
         submission.encode(&mut record);
-        match self.submit.try_push(&[&record]) {
+        self.try_submit_record(&record)
+    }
+
+    /// Pushes one encoded batch record without waiting; false if the ring has no room now.
+    pub fn try_submit_record(&mut self, record: &[u8]) -> bool {
+        match self.submit.try_push(&[record]) {
             Ok(()) => {
                 self.submit.publish();
                 self.signal.signal();
@@ -157,6 +163,13 @@ impl RawClient {
         let _ = rustix::event::poll(&mut fds, Some(&timeout));
     }
 
+    /// Closes this client's signal socket, and only it: its control socket and its mapping of
+    /// its region stay.
+    pub fn close_signal(&mut self) {
+        let (stand_in, _) = SignalEnd::pair().unwrap();
+        drop(std::mem::replace(&mut self.signal, stand_in));
+    }
+
     /// Whether the bridge has closed this client's control socket (waiting up to `timeout`),
     /// with the last message it sent first, if any.
     pub fn dropped_within(&self, timeout: Duration) -> Option<Option<Control>> {
@@ -178,6 +191,37 @@ impl RawClient {
 impl AsFd for RawClient {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.control.as_fd()
+    }
+}
+
+/// One request sent over and over on a control socket without waiting and without reading a
+/// reply: what a client that floods requests and never reads does.
+pub struct RequestFlood {
+    frame: Vec<u8>,
+    /// Bytes written so far (the stream of frames, back to back).
+    written: usize,
+}
+
+impl RequestFlood {
+    pub fn new(request: &Control) -> RequestFlood {
+        RequestFlood { frame: request.encode(), written: 0 }
+    }
+
+    /// Writes what the socket takes now (it must be non-blocking).
+    pub fn push(&mut self, control: &UnixStream) {
+        loop {
+            let mut bytes = self.frame[self.written % self.frame.len()..].to_vec();
+            bytes.extend(self.frame.repeat(1024));
+            match (&*control).write(&bytes) {
+                Ok(n) => self.written += n,
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Requests sent whole so far.
+    pub fn sent(&self) -> usize {
+        self.written / self.frame.len()
     }
 }
 
@@ -229,6 +273,120 @@ impl TestBridge {
         while self.server.clients() != n {
             assert!(Instant::now() < deadline, "{} clients attached, not {n}", self.server.clients());
             std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Whether this process may run peers as another user (it is root); says so when it may not.
+pub fn root_or_skip(test: &str) -> bool {
+    let root = rustix::process::geteuid().is_root();
+    if !root {
+        eprintln!("{test}: skipped: needs root, to run peers as uid 65534");
+    }
+    root
+}
+
+/// What a [`ForeignPeer`] does.
+#[derive(Clone, Copy, Debug)]
+pub enum PeerPlan {
+    /// Opens this many connections, says nothing on them, and holds them.
+    HoldSilent(usize),
+    /// Connects, says `Hello`, closes, and again, until it is ended.
+    Churn,
+}
+
+/// Connections to a bridge from a child process running as another uid and gid: what a
+/// process of another user on the host does. The child is forked, and between fork and its
+/// end makes raw system calls only (no allocation, no lock: the test process has threads).
+pub struct ForeignPeer {
+    pid: libc::pid_t,
+}
+
+impl ForeignPeer {
+    /// Starts the child as `uid`/`gid` (the socket and its directory must let it in) and waits
+    /// until its plan is under way: its connections open, or its churn started.
+    pub fn start(path: &Path, uid: u32, gid: u32, plan: PeerPlan) -> ForeignPeer {
+        use std::os::unix::ffi::OsStrExt;
+        // SAFETY (for the zeroed struct): sockaddr_un is plain data; all zeroes is valid.
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        let bytes = path.as_os_str().as_bytes();
+        assert!(bytes.len() < addr.sun_path.len(), "socket path too long");
+        for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+            *dst = *src as libc::c_char;
+        }
+        let addr_len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        let hello = Control::Hello { version: PROTOCOL_VERSION, pid: 1, submission_ring_bytes: 0 }.encode();
+        let mut pipe = [0; 2];
+        // SAFETY: `pipe` has room for the two descriptors pipe2 writes.
+        assert_eq!(unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) }, 0, "pipe2");
+        // SAFETY: both descriptors are fresh and ours alone.
+        let (ready_r, ready_w) = unsafe {
+            use std::os::fd::FromRawFd;
+            (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1]))
+        };
+        let ready = pipe[1];
+        // SAFETY: the child runs only async-signal-safe system calls on memory prepared above
+        // (the address, the hello, the pipe's fd) and ends with _exit, never returning into
+        // the test harness.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            // SAFETY: as above: raw system calls on prepared memory, then _exit.
+            unsafe {
+                if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+                    libc::_exit(2);
+                }
+                let connect = || {
+                    let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+                    let ok = fd >= 0 && libc::connect(fd, (&raw const addr).cast(), addr_len) == 0;
+                    (fd, ok)
+                };
+                match plan {
+                    PeerPlan::HoldSilent(count) => {
+                        for _ in 0..count {
+                            if !connect().1 {
+                                libc::_exit(3);
+                            }
+                        }
+                        libc::write(ready, b"!".as_ptr().cast(), 1);
+                        loop {
+                            libc::pause();
+                        }
+                    }
+                    PeerPlan::Churn => {
+                        libc::write(ready, b"!".as_ptr().cast(), 1);
+                        loop {
+                            let (fd, ok) = connect();
+                            if ok {
+                                libc::send(fd, hello.as_ptr().cast(), hello.len(), libc::MSG_NOSIGNAL);
+                            }
+                            if fd >= 0 {
+                                libc::close(fd);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        drop(ready_w);
+        let peer = ForeignPeer { pid };
+        let mut byte = [0u8; 1];
+        let mut fds = [rustix::event::PollFd::new(&ready_r, rustix::event::PollFlags::IN)];
+        let timeout = rustix::event::Timespec { tv_sec: 10, tv_nsec: 0 };
+        let _ = rustix::event::poll(&mut fds, Some(&timeout));
+        let got = rustix::io::read(&ready_r, &mut byte).unwrap_or(0);
+        assert_eq!(got, 1, "the peer as uid {uid} did not get going ({plan:?}): it could not switch user or connect");
+        peer
+    }
+}
+
+impl Drop for ForeignPeer {
+    fn drop(&mut self) {
+        // SAFETY: the pid is our child's; killing and reaping it touches nothing else.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
         }
     }
 }

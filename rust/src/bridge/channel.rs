@@ -93,26 +93,33 @@ fn protocol(why: String) -> Error {
 }
 
 /// A client's frames as the bridge reads them, without blocking: bytes are read as they
-/// arrive (a slow or trickling peer costs only itself), and a frame longer than
-/// [`MAX_CLIENT_FRAME`] is refused before it is buffered.
+/// arrive (a slow or trickling peer costs only itself), a frame longer than
+/// [`MAX_CLIENT_FRAME`] is refused before it is buffered, and frames are taken one at a time,
+/// so the bridge reads no more of a client than it is ready to answer.
 #[derive(Default)]
 pub struct Inbox {
     buf: Vec<u8>,
+    /// Where the next frame starts in `buf`.
+    at: usize,
 }
 
 /// What reading a client's socket gave.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Received {
-    /// Complete frames, in order (possibly none yet).
-    Frames(Vec<Control>),
+    /// The socket is open (bytes may or may not have come).
+    Open,
     /// The peer closed its end.
     Closed,
 }
 
 impl Inbox {
-    /// Reads what the socket holds now (at most 64 KiB per call) and returns the frames it
-    /// completes. Descriptors a client attaches are discarded (read(2) closes them).
+    /// Reads what the socket holds now, at most 64 KiB per call. Descriptors a client
+    /// attaches are discarded (read(2) closes them).
     pub fn read_from(&mut self, stream: &UnixStream) -> Result<Received> {
+        if self.at > 0 {
+            self.buf.drain(..self.at);
+            self.at = 0;
+        }
         let mut chunk = [0u8; 64 * 1024];
         match (&*stream).read(&mut chunk) {
             Ok(0) => return Ok(Received::Closed),
@@ -121,25 +128,43 @@ impl Inbox {
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
             Err(err) => return Err(broken(err)),
         }
-        let mut frames = Vec::new();
-        while let Some(prefix) = self.buf.get(..4) {
-            let len = u32::from_le_bytes(prefix.try_into().expect("4 bytes")) as usize;
-            if len == 0 || len > MAX_CLIENT_FRAME {
-                return Err(protocol(format!("a control frame of {len} bytes (at most {MAX_CLIENT_FRAME})")));
-            }
-            if self.buf.len() < 4 + len {
-                break;
-            }
-            let message = Control::decode(&self.buf[4..4 + len]).map_err(protocol)?;
-            self.buf.drain(..4 + len);
-            frames.push(message);
-        }
-        Ok(Received::Frames(frames))
+        Ok(Received::Open)
     }
 
-    /// Bytes of an unfinished frame held now.
+    /// The next complete frame, if one is buffered; an error for a frame's length past the cap
+    /// (as soon as its prefix is in) or a frame that does not decode.
+    pub fn next_frame(&mut self) -> Result<Option<Control>> {
+        let Some(len) = self.frame_len()? else { return Ok(None) };
+        let body = &self.buf[self.at + 4..];
+        if body.len() < len {
+            return Ok(None);
+        }
+        let message = Control::decode(&body[..len]).map_err(protocol)?;
+        self.at += 4 + len;
+        Ok(Some(message))
+    }
+
+    /// Whether a whole frame (or a length past the cap, an error to report) is buffered.
+    pub fn has_frame(&self) -> bool {
+        match self.frame_len() {
+            Ok(Some(len)) => self.buf.len() - self.at >= 4 + len,
+            Ok(None) => false,
+            Err(_) => true,
+        }
+    }
+
+    fn frame_len(&self) -> Result<Option<usize>> {
+        let Some(prefix) = self.buf.get(self.at..self.at + 4) else { return Ok(None) };
+        let len = u32::from_le_bytes(prefix.try_into().expect("4 bytes")) as usize;
+        if len == 0 || len > MAX_CLIENT_FRAME {
+            return Err(protocol(format!("a control frame of {len} bytes (at most {MAX_CLIENT_FRAME})")));
+        }
+        Ok(Some(len))
+    }
+
+    /// Bytes held now (frames not yet taken, and an unfinished one).
     pub fn buffered(&self) -> usize {
-        self.buf.len()
+        self.buf.len() - self.at
     }
 }
 
@@ -175,16 +200,46 @@ mod tests {
         let mut inbox = Inbox::default();
         let frame = Control::Allocate { count: 9 }.encode();
         for byte in &frame {
-            assert_eq!(inbox.read_from(&b).unwrap(), Received::Frames(vec![]));
+            assert_eq!(inbox.read_from(&b).unwrap(), Received::Open);
+            assert!(!inbox.has_frame());
+            assert_eq!(inbox.next_frame().unwrap(), None);
             (&a).write_all(std::slice::from_ref(byte)).unwrap();
         }
-        assert_eq!(inbox.read_from(&b).unwrap(), Received::Frames(vec![Control::Allocate { count: 9 }]));
+        inbox.read_from(&b).unwrap();
+        assert!(inbox.has_frame());
+        assert_eq!(inbox.next_frame().unwrap(), Some(Control::Allocate { count: 9 }));
         (&a).write_all(&(MAX_CLIENT_FRAME as u32 + 1).to_le_bytes()).unwrap();
-        let err = inbox.read_from(&b).unwrap_err();
+        inbox.read_from(&b).unwrap();
+        assert!(inbox.has_frame(), "an error to report");
+        let err = inbox.next_frame().unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Protocol);
         assert!(err.message().contains("a control frame of 65537 bytes"), "{err}");
         drop(a);
         let mut fresh = Inbox::default();
         assert_eq!(fresh.read_from(&b).unwrap(), Received::Closed);
+    }
+
+    #[test]
+    fn the_inbox_hands_out_frames_one_at_a_time_and_reads_no_more_than_one_chunk() {
+        let (a, b) = UnixStream::pair().unwrap();
+        b.set_nonblocking(true).unwrap();
+        a.set_nonblocking(true).unwrap();
+        let stats = Control::Stats.encode();
+        let flood = stats.repeat(100_000);
+        let mut written = 0;
+        while let Ok(n) = (&a).write(&flood[written..]) {
+            written += n;
+        }
+        let sent = written / stats.len();
+        let mut inbox = Inbox::default();
+        inbox.read_from(&b).unwrap();
+        assert!(inbox.buffered() <= 64 * 1024, "{} bytes buffered from one read", inbox.buffered());
+        let mut taken = 0;
+        while let Some(frame) = inbox.next_frame().unwrap() {
+            assert_eq!(frame, Control::Stats);
+            taken += 1;
+        }
+        assert!(taken > 1000 && taken < sent, "{taken} of {sent} frames from one read");
+        assert!(inbox.buffered() < stats.len(), "at most a piece of one frame left");
     }
 }

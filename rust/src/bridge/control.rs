@@ -3,34 +3,49 @@
 //! bytes arrive, so a silent or trickling connection costs only itself: it is closed when its
 //! handshake deadline passes, and the others attach meanwhile.
 //!
-//! An attach is allowed by the kernel's word on the peer (SO_PEERCRED), checked against the
-//! allowed uids and gids; the bridge creates the client's region and signal socketpair and
-//! answers `Welcome` with the two descriptors. Attached clients allocate and free pages of
-//! their region here.
+//! Who may attach is the kernel's word on the peer (SO_PEERCRED), checked against the allowed
+//! uids and gids as the connection is accepted: a refused peer never holds a handshake slot.
+//! Refusals are logged at a bounded rate ([`super::refusals`]). An allowed peer that says
+//! `Hello` gets its region and signal socketpair with the `Welcome`. Attached clients allocate
+//! and free pages of their region here.
+//!
+//! A client's requests are answered in turn with everyone else's, a few per turn, and only
+//! while its unread replies stay under a small backlog: one that floods requests, or never
+//! reads its replies, waits on itself (its socket fills, its writes block), not on the bridge's
+//! memory or the others' turns.
 
 use super::channel::{self, Inbox, Received};
-use super::server::{BridgeState, Client, ClientData};
+use super::refusals::{Cause, RefusalLog};
+use super::server::{BridgeState, Client, ClientData, Dropped};
 use super::signal::SignalEnd;
 use super::wire::{Control, PROTOCOL_VERSION, Welcome};
 use crate::arena::{Arena, ArenaSpec, PageHandle, PageLedger, PagePool, RingRegionSpec};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ring::{self, Consumer, Producer};
 use rustix::event::{PollFd, PollFlags, poll};
+use rustix::net::UCred;
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Bounds on what a client's submission ring may be.
 const MIN_SUBMISSION_RING: usize = 64 << 10;
 const MAX_SUBMISSION_RING: usize = 16 << 20;
-/// Control replies waiting for a client that does not read them; past this it is dropped.
-const MAX_REPLY_BACKLOG: usize = 64 << 20;
+/// Control replies waiting for a client: past this, its requests are not read until it reads
+/// (the largest reply, a page list of its whole quota, may come on top of it once).
+const REPLY_BACKLOG: usize = 64 << 10;
+/// Requests answered for one client per turn of the loop: a client that floods requests takes
+/// its turn, not the thread.
+const REQUESTS_PER_TURN: usize = 16;
+/// Connections accepted per turn of the loop at most: a peer reconnecting in a loop gets a
+/// turn, not the thread.
+const ACCEPTS_PER_TURN: usize = 64;
 /// After accept() fails for lack of descriptors or memory: the first pause, and the longest.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
@@ -71,11 +86,32 @@ struct Conn {
 }
 
 enum Stage {
-    /// Before its `Hello`: closed at `deadline`.
+    /// Before its `Hello`: closed at `deadline`. `peer` is the kernel's word on who it is.
     Handshaking {
         deadline: Instant,
+        peer: UCred,
     },
     Attached(Arc<Client>),
+}
+
+impl Conn {
+    /// Whether it may send more requests now: its replies are read, and what it sent is
+    /// answered.
+    fn wants_input(&self) -> bool {
+        self.replies.len() < REPLY_BACKLOG && !self.inbox.has_frame()
+    }
+
+    /// Whether requests of its wait to be answered, with room for their replies.
+    fn has_work(&self) -> bool {
+        self.replies.len() < REPLY_BACKLOG && self.inbox.has_frame()
+    }
+
+    fn pid(&self) -> i32 {
+        match &self.stage {
+            Stage::Handshaking { peer, .. } => peer.pid.as_raw_nonzero().get(),
+            Stage::Attached(client) => client.pid,
+        }
+    }
 }
 
 /// The control thread's body: returns once the bridge stops, leaving the attached clients'
@@ -83,6 +119,7 @@ enum Stage {
 pub(super) fn run(shared: &Arc<BridgeState>, listener: UnixListener) {
     let mut conns: Vec<Conn> = Vec::new();
     let mut accept_paused_until: Option<(Instant, Duration)> = None;
+    let mut refusals = RefusalLog::default();
     while !shared.stopping() {
         let now = Instant::now();
         let listening = accept_paused_until.is_none_or(|(until, _)| until <= now);
@@ -92,16 +129,19 @@ pub(super) fn run(shared: &Arc<BridgeState>, listener: UnixListener) {
             PollFd::new(&listener, if listening { PollFlags::IN } else { PollFlags::empty() }),
         ];
         for conn in &conns {
-            let out = if conn.replies.is_empty() { PollFlags::empty() } else { PollFlags::OUT };
-            fds.push(PollFd::new(&conn.stream, PollFlags::IN | out));
+            let read = if conn.wants_input() { PollFlags::IN } else { PollFlags::empty() };
+            let write = if conn.replies.is_empty() { PollFlags::empty() } else { PollFlags::OUT };
+            fds.push(PollFd::new(&conn.stream, read | write));
         }
         let wake = conns
             .iter()
             .filter_map(|c| match c.stage {
-                Stage::Handshaking { deadline } => Some(deadline),
+                Stage::Handshaking { deadline, .. } => Some(deadline),
                 Stage::Attached(_) => None,
             })
             .chain(accept_paused_until.map(|(until, _)| until))
+            .chain(refusals.next_due())
+            .chain(conns.iter().any(Conn::has_work).then_some(now))
             .min();
         let timeout = wake.map_or(Duration::from_millis(200), |at| at.saturating_duration_since(now));
         let timeout = rustix::event::Timespec { tv_sec: timeout.as_secs() as _, tv_nsec: timeout.subsec_nanos() as _ };
@@ -113,36 +153,67 @@ pub(super) fn run(shared: &Arc<BridgeState>, listener: UnixListener) {
 
         let mut keep = Vec::with_capacity(conns.len());
         for (conn, revents) in conns.drain(..).zip(ready) {
-            if let Some(conn) = serve(shared, conn, revents) {
+            if let Some(conn) = serve(shared, conn, revents, &mut refusals) {
                 keep.push(conn);
             }
         }
         conns = keep;
         if listener_ready && listening {
-            accept_paused_until = accept(shared, &listener, &mut conns, accept_paused_until.map(|(_, d)| d));
+            let last_backoff = accept_paused_until.map(|(_, d)| d);
+            accept_paused_until = accept(shared, &listener, &mut conns, last_backoff, &mut refusals);
+        }
+        if let Some(line) = refusals.flush(Instant::now()) {
+            log::warn!(target: "lmcache_resp::bridge", "bridge: {line}");
         }
     }
     park_sockets(shared, conns);
 }
 
-/// Accepts every waiting connection. Returns when to look at the listener again, if accept()
-/// failed for lack of descriptors or memory: it backs off rather than spin on a listener that
-/// stays readable.
+/// Logs a refusal, at the refusal log's rate.
+fn log_refusal(refusals: &mut RefusalLog, uid: u32, pid: i32, cause: Cause, reason: impl FnOnce() -> String) {
+    if let Some(line) = refusals.refused(Instant::now(), uid, pid, cause, reason) {
+        log::warn!(target: "lmcache_resp::bridge", "bridge: {line}");
+    }
+}
+
+/// Accepts the waiting connections, a turn's worth: a peer the bridge does not serve is
+/// refused at once, saying why, before it takes a handshake slot. Returns when to look at the
+/// listener again, if accept() failed for lack of descriptors or memory: it backs off rather
+/// than spin on a listener that stays readable.
 fn accept(
     shared: &BridgeState,
     listener: &UnixListener,
     conns: &mut Vec<Conn>,
     last_backoff: Option<Duration>,
+    refusals: &mut RefusalLog,
 ) -> Option<(Instant, Duration)> {
-    loop {
+    for _ in 0..ACCEPTS_PER_TURN {
         match listener.accept() {
             Ok((stream, _)) => {
+                // Whatever the answer, it never blocks the thread: a fresh socket's buffer
+                // takes a refusal whole, and a full one loses it (the close says enough).
+                if stream.set_nonblocking(true).is_err() {
+                    continue;
+                }
+                let Some(peer) = peer(&stream) else {
+                    let reason = "the kernel does not say who the peer is (SO_PEERCRED failed)".to_string();
+                    log_refusal(refusals, u32::MAX, 0, Cause::Unknown, || format!("refused an attach: {reason}"));
+                    send_refusal(&stream, reason, Some(ErrorKind::Authentication));
+                    continue;
+                };
+                let (pid, uid) = (peer.pid.as_raw_nonzero().get(), peer.uid.as_raw());
+                if !allowed(shared, &stream, &peer) {
+                    let reason = not_allowed(shared, uid, pid);
+                    log_refusal(refusals, uid, pid, Cause::NotAllowed, || format!("refused an attach: {reason}"));
+                    send_refusal(&stream, reason, Some(ErrorKind::Authentication));
+                    continue;
+                }
                 let handshaking = conns.iter().filter(|c| matches!(c.stage, Stage::Handshaking { .. })).count();
-                if handshaking >= shared.limits.max_handshakes || stream.set_nonblocking(true).is_err() {
+                if handshaking >= shared.limits.max_handshakes {
                     let reason =
                         format!("the bridge has {handshaking} attaches in progress, its limit: try again in a moment");
-                    let refused = Control::Refused { reason, kind: Some(ErrorKind::Connection as u8) };
-                    let _ = channel::send(&stream, &refused, &[]);
+                    log_refusal(refusals, uid, pid, Cause::Busy, || format!("refused an attach (pid {pid}): {reason}"));
+                    send_refusal(&stream, reason, Some(ErrorKind::Connection));
                     continue;
                 }
                 let deadline = Instant::now() + shared.limits.handshake_timeout;
@@ -150,7 +221,7 @@ fn accept(
                     stream,
                     inbox: Inbox::default(),
                     replies: VecDeque::new(),
-                    stage: Stage::Handshaking { deadline },
+                    stage: Stage::Handshaking { deadline, peer },
                 });
             }
             Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => return None,
@@ -173,13 +244,19 @@ fn accept(
             }
         }
     }
+    None
 }
 
 /// Reads, answers and writes what one connection is ready for; None once it is done with.
-fn serve(shared: &BridgeState, mut conn: Conn, revents: PollFlags) -> Option<Conn> {
+fn serve(shared: &BridgeState, mut conn: Conn, revents: PollFlags, refusals: &mut RefusalLog) -> Option<Conn> {
     if let Stage::Attached(client) = &conn.stage {
         let dropped = client.dropped.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(why) = dropped {
+        if let Some(Dropped { why, misbehaved }) = dropped {
+            if misbehaved {
+                log::warn!(target: "lmcache_resp::bridge",
+                    "bridge: dropping client {} (pid {}): {why}", client.id, client.pid
+                );
+            }
             let notice = Control::Failed {
                 kind: ErrorKind::Protocol as u8,
                 message: format!("the bridge dropped this client: {why}"),
@@ -189,40 +266,33 @@ fn serve(shared: &BridgeState, mut conn: Conn, revents: PollFlags) -> Option<Con
             return finish(shared, conn);
         }
     }
-    if let Stage::Handshaking { deadline } = conn.stage {
-        if Instant::now() >= deadline {
-            let pid = peer(&conn.stream).map_or(0, |p| p.pid.as_raw_nonzero().get());
-            log::warn!(target: "lmcache_resp::bridge",
-                "bridge: closed a connection (pid {pid}) that did not finish its handshake within {:.1} s",
-                shared.limits.handshake_timeout.as_secs_f64()
-            );
+    if let Stage::Handshaking { deadline, peer } = &conn.stage {
+        if Instant::now() >= *deadline {
+            let (uid, pid) = (peer.uid.as_raw(), conn.pid());
+            log_refusal(refusals, uid, pid, Cause::Timeout, || {
+                format!(
+                    "closed a connection (pid {pid}) that did not finish its handshake within {:.1} s",
+                    shared.limits.handshake_timeout.as_secs_f64()
+                )
+            });
             return None;
         }
     }
-    if revents.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
+    if revents.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) && conn.wants_input() {
         match conn.inbox.read_from(&conn.stream) {
             Ok(Received::Closed) => return finish(shared, conn),
-            Ok(Received::Frames(frames)) => {
-                for frame in frames {
-                    conn = answer(shared, conn, frame)?;
-                }
-            }
-            Err(err) => {
-                if let Stage::Attached(client) = &conn.stage {
-                    log::warn!(
-                        target: "lmcache_resp::bridge",
-                        "bridge: dropping client {} (pid {}): {err}", client.id, client.pid
-                    );
-                    let notice = Control::Failed {
-                        kind: err.kind() as u8,
-                        message: format!("the bridge dropped this client: {err}"),
-                    };
-                    conn.replies.extend(notice.encode());
-                    flush(&mut conn);
-                }
-                return finish(shared, conn);
-            }
+            Ok(Received::Open) => {}
+            Err(err) => return drop_for_error(shared, conn, err),
         }
+    }
+    let mut answered = 0;
+    while conn.has_work() && answered < REQUESTS_PER_TURN {
+        match conn.inbox.next_frame() {
+            Ok(Some(frame)) => conn = answer(shared, conn, frame, refusals)?,
+            Ok(None) => break,
+            Err(err) => return drop_for_error(shared, conn, err),
+        }
+        answered += 1;
     }
     if !flush(&mut conn) {
         return finish(shared, conn);
@@ -230,8 +300,20 @@ fn serve(shared: &BridgeState, mut conn: Conn, revents: PollFlags) -> Option<Con
     Some(conn)
 }
 
-/// Writes what the socket takes; false if the client must be let go (it broke, or stopped
-/// reading a backlog too large to hold).
+/// A connection whose socket failed or that sent what does not decode: an attached client is
+/// told why, and let go.
+fn drop_for_error(shared: &BridgeState, mut conn: Conn, err: Error) -> Option<Conn> {
+    if let Stage::Attached(client) = &conn.stage {
+        log::warn!(target: "lmcache_resp::bridge", "bridge: dropping client {} (pid {}): {err}", client.id, client.pid);
+        let notice =
+            Control::Failed { kind: err.kind() as u8, message: format!("the bridge dropped this client: {err}") };
+        conn.replies.extend(notice.encode());
+        flush(&mut conn);
+    }
+    finish(shared, conn)
+}
+
+/// Writes what the socket takes; false if the client must be let go (its socket broke).
 fn flush(conn: &mut Conn) -> bool {
     while !conn.replies.is_empty() {
         let (front, _) = conn.replies.as_slices();
@@ -245,14 +327,15 @@ fn flush(conn: &mut Conn) -> bool {
             Err(_) => return false,
         }
     }
-    conn.replies.len() <= MAX_REPLY_BACKLOG
+    true
 }
 
-/// A connection is done with: an attached client is gone (the relay returns its pages once its
-/// batches finish).
+/// A connection is done with: an attached client is gone, and no request of its will take a
+/// page any more (the relay returns its pages once its batches finish).
 fn finish(shared: &BridgeState, conn: Conn) -> Option<Conn> {
     if let Stage::Attached(client) = &conn.stage {
         client.gone.store(true, Ordering::Release);
+        client.control_closed.store(true, Ordering::Release);
         shared.relay_wake.signal();
     }
     let _ = conn.stream.shutdown(std::net::Shutdown::Both);
@@ -265,16 +348,15 @@ fn park_sockets(shared: &BridgeState, conns: Vec<Conn>) {
     parked.extend(conns.into_iter().filter(|c| matches!(c.stage, Stage::Attached(_))).map(|c| c.stream));
 }
 
-fn answer(shared: &BridgeState, mut conn: Conn, frame: Control) -> Option<Conn> {
+fn answer(shared: &BridgeState, mut conn: Conn, frame: Control, refusals: &mut RefusalLog) -> Option<Conn> {
     match &conn.stage {
         Stage::Handshaking { .. } => match frame {
             Control::Hello { version, submission_ring_bytes, .. } => {
-                handshake(shared, conn, version, submission_ring_bytes)
+                handshake(shared, conn, version, submission_ring_bytes, refusals)
             }
             other => {
                 let reason = format!("the first message must be Hello, not {other:?}");
-                let refused = Control::Refused { reason, kind: Some(ErrorKind::Protocol as u8) };
-                let _ = channel::send(&conn.stream, &refused, &[]);
+                send_refusal(&conn.stream, reason, Some(ErrorKind::Protocol));
                 None
             }
         },
@@ -297,7 +379,7 @@ fn answer(shared: &BridgeState, mut conn: Conn, frame: Control) -> Option<Conn> 
 }
 
 /// The kernel's word on who is at the other end.
-fn peer(stream: &UnixStream) -> Option<rustix::net::UCred> {
+fn peer(stream: &UnixStream) -> Option<UCred> {
     rustix::net::sockopt::socket_peercred(stream).ok()
 }
 
@@ -326,7 +408,7 @@ fn peer_groups(stream: &UnixStream) -> Vec<u32> {
 
 /// Whether the peer may attach: its uid is the bridge's own or allowed, or one of its groups
 /// is allowed.
-fn allowed(shared: &BridgeState, stream: &UnixStream, cred: &rustix::net::UCred) -> bool {
+fn allowed(shared: &BridgeState, stream: &UnixStream, cred: &UCred) -> bool {
     let uid = cred.uid.as_raw();
     if uid == rustix::process::geteuid().as_raw() || shared.limits.allow_uids.contains(&uid) {
         return true;
@@ -335,48 +417,64 @@ fn allowed(shared: &BridgeState, stream: &UnixStream, cred: &rustix::net::UCred)
     !gids.is_empty() && (gids.contains(&cred.gid.as_raw()) || peer_groups(stream).iter().any(|g| gids.contains(g)))
 }
 
-/// Refuses an attach, saying why; `kind` is what the client raises (None: a version
-/// mismatch, in the form every version reads).
-fn refuse(conn: Conn, reason: String, kind: Option<ErrorKind>) -> Option<Conn> {
-    log::warn!(target: "lmcache_resp::bridge", "bridge: refused an attach: {reason}");
-    let _ = channel::send(&conn.stream, &Control::Refused { reason, kind: kind.map(|k| k as u8) }, &[]);
+/// Why a uid may not attach, naming who may.
+fn not_allowed(shared: &BridgeState, uid: u32, pid: i32) -> String {
+    format!(
+        "uid {uid} (pid {pid}) may not attach to this bridge: it serves uid {}{}{} (see --allow-uid, --allow-gid)",
+        rustix::process::geteuid().as_raw(),
+        list(" and uids ", &shared.limits.allow_uids),
+        list(" and members of gids ", &shared.limits.allow_gids),
+    )
+}
+
+/// Tells a peer it is refused; `kind` is what the client raises (None: a version mismatch, in
+/// the form every version reads). Never blocks: the socket is non-blocking.
+fn send_refusal(stream: &UnixStream, reason: String, kind: Option<ErrorKind>) {
+    let _ = channel::send(stream, &Control::Refused { reason, kind: kind.map(|k| k as u8) }, &[]);
+}
+
+/// Refuses an attach after its `Hello`, saying why, and logs it at the refusal log's rate.
+fn refuse(
+    conn: Conn,
+    refusals: &mut RefusalLog,
+    cause: Cause,
+    reason: String,
+    kind: Option<ErrorKind>,
+) -> Option<Conn> {
+    let (uid, pid) = match &conn.stage {
+        Stage::Handshaking { peer, .. } => (peer.uid.as_raw(), conn.pid()),
+        Stage::Attached(client) => (client.uid, client.pid),
+    };
+    log_refusal(refusals, uid, pid, cause, || format!("refused an attach (pid {pid}, uid {uid}): {reason}"));
+    send_refusal(&conn.stream, reason, kind);
     None
 }
 
-/// A `Hello`: the peer allowed, its version ours, room for one more client; then its region,
-/// its signal socketpair and the `Welcome`.
-fn handshake(shared: &BridgeState, conn: Conn, version: u32, ring_bytes: u32) -> Option<Conn> {
-    let Some(cred) = peer(&conn.stream) else {
-        let reason = "the kernel does not say who the peer is (SO_PEERCRED failed)".into();
-        return refuse(conn, reason, Some(ErrorKind::Authentication));
-    };
-    let (pid, uid) = (cred.pid.as_raw_nonzero().get(), cred.uid.as_raw());
-    if !allowed(shared, &conn.stream, &cred) {
-        let reason = format!(
-            "uid {uid} (pid {pid}) may not attach to this bridge: it serves uid {}{}{} (see --allow-uid, --allow-gid)",
-            rustix::process::geteuid().as_raw(),
-            list(" and uids ", &shared.limits.allow_uids),
-            list(" and members of gids ", &shared.limits.allow_gids),
-        );
-        return refuse(conn, reason, Some(ErrorKind::Authentication));
-    }
+/// A `Hello` from an allowed peer: its version ours, room for one more client; then its
+/// region, its signal socketpair and the `Welcome`.
+fn handshake(
+    shared: &BridgeState,
+    conn: Conn,
+    version: u32,
+    ring_bytes: u32,
+    refusals: &mut RefusalLog,
+) -> Option<Conn> {
+    let Stage::Handshaking { peer, .. } = &conn.stage else { return None };
+    let (pid, uid) = (peer.pid.as_raw_nonzero().get(), peer.uid.as_raw());
     if version != PROTOCOL_VERSION {
         let reason = format!(
             "protocol version {version} is not this bridge's ({PROTOCOL_VERSION}): use the same lmcache-resp version \
              for the bridge and its clients"
         );
-        return refuse(conn, reason, None);
+        return refuse(conn, refusals, Cause::Protocol, reason, None);
     }
     let attached = shared.lock_clients().len();
     if attached >= shared.limits.max_clients {
-        return refuse(
-            conn,
-            format!(
-                "the bridge serves at most {} clients and has {attached} (see --max-clients)",
-                shared.limits.max_clients
-            ),
-            Some(ErrorKind::Connection),
+        let reason = format!(
+            "the bridge serves at most {} clients and has {attached} (see --max-clients)",
+            shared.limits.max_clients
         );
+        return refuse(conn, refusals, Cause::Full, reason, Some(ErrorKind::Connection));
     }
     match new_client(shared, pid, uid, ring_bytes as usize) {
         Ok((client, theirs)) => {
@@ -407,7 +505,10 @@ fn handshake(shared: &BridgeState, conn: Conn, version: u32, ring_bytes: u32) ->
             );
             Some(Conn { stage: Stage::Attached(client), ..conn })
         }
-        Err(err) => refuse(conn, format!("the bridge cannot set up a client: {err}"), Some(ErrorKind::Os)),
+        Err(err) => {
+            let reason = format!("the bridge cannot set up a client: {err}");
+            refuse(conn, refusals, Cause::Failed, reason, Some(ErrorKind::Os))
+        }
     }
 }
 
@@ -443,12 +544,13 @@ fn new_client(shared: &BridgeState, pid: i32, uid: u32, ring_bytes: usize) -> Re
     let owner: Arc<dyn std::any::Any + Send + Sync> = region.clone();
     let ring_err = |e: ring::RingError| Error::invalid(format!("ring setup: {e}"));
     // SAFETY: both regions lie inside the fresh arena, 4096-aligned and `ring_size` long as
-    // specified; the client maps them only after the welcome. The bridge attaches the consumer
-    // of the submission ring and the producer of the completion ring: the client, the other
-    // end of each.
+    // specified, mapped from a memfd just sized (so they read as zeros: only the headers are
+    // written, the rings' pages are taken as they are used); the client maps them only after
+    // the welcome. The bridge attaches the consumer of the submission ring and the producer
+    // of the completion ring: the client, the other end of each.
     let (submissions, completions) = unsafe {
-        ring::init_ring(sub_base, submission);
-        ring::init_ring(comp_base, completion);
+        ring::init_ring_on_zeroed(sub_base, submission);
+        ring::init_ring_on_zeroed(comp_base, completion);
         (
             Consumer::attach(sub_base, sub_len, owner.clone()).map_err(ring_err)?,
             Producer::attach(comp_base, comp_len, owner).map_err(ring_err)?,
@@ -464,20 +566,24 @@ fn new_client(shared: &BridgeState, pid: i32, uid: u32, ring_bytes: usize) -> Re
         region,
         pool,
         held: Mutex::new(HashMap::new()),
+        held_changes: AtomicU64::new(0),
         signal: ours,
         data: Mutex::new(ClientData {
             submissions,
             completions,
             record: Vec::new(),
             queued: VecDeque::new(),
+            queued_bytes: 0,
             outbox: VecDeque::new(),
             outbox_bytes: 0,
             inflight_bytes: 0,
             inflight_keys: 0,
             inflight_slices: 0,
             release: Vec::new(),
+            audited: None,
         }),
         gone: AtomicBool::new(false),
+        control_closed: AtomicBool::new(false),
         dropped: Mutex::new(None),
     });
     Ok((client, theirs))
@@ -535,6 +641,7 @@ fn hand_over(client: &Client, handles: Vec<PageHandle>) -> Control {
     for handle in handles {
         held.insert(handle.index, handle);
     }
+    client.held_changes.fetch_add(1, Ordering::AcqRel);
     Control::Pages { pages: listed }
 }
 
@@ -554,14 +661,17 @@ pub(super) fn release_pages(shared: &BridgeState, client: &Client, handles: &[Pa
     }
     // The holes first: once in the pool a page may be handed out again at once, and its new
     // bytes must not be punched away; while still held, its memory counts as the client's.
+    // The whole stride: a partial 4 KiB block at a page's end would stay in memory.
+    let stride = client.region.layout().page_stride as u64;
     for handle in handles {
-        punch(&client.region, client.region.page_offset(handle.index as usize), client.region.page_size() as u64);
+        punch(&client.region, client.region.page_offset(handle.index as usize), stride);
     }
     client.pool.free_many(handles).map_err(|e| Error::new(ErrorKind::Page, e.to_string()))?;
     let mut held = client.held.lock().unwrap_or_else(|p| p.into_inner());
     for handle in handles {
         held.remove(&handle.index);
     }
+    client.held_changes.fetch_add(1, Ordering::AcqRel);
     shared.return_budget(handles.len());
     Ok(())
 }

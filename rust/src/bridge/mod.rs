@@ -8,6 +8,10 @@
 //! - [`server`]: the bridge, its limits, and what its two threads share; `control` (accepts,
 //!   handshakes under a deadline, page requests) and `relay` (fair admission of batches into
 //!   the engine, results back) are those threads.
+//! - Their decisions as plain types, tested without sockets or an engine: `admission` (shares,
+//!   slices, round-robin, backlog bounds), `batch` (the pages a batch may name, and what the
+//!   bridge keeps of it), `audit` (memory in pages a client does not hold), `refusals` (the
+//!   log of refused connections at a bounded rate).
 //!
 //! The clients' side, a store and LMCache's connector attached to a bridge, are fronts like
 //! their in-process twins: [`crate::front::BridgedPageStore`], [`crate::front::BridgedConnector`].
@@ -18,8 +22,12 @@
 //! names pages of its region by index and allocation generation; the bridge runs only those it
 //! handed that client.
 
+mod admission;
+mod audit;
+mod batch;
 pub mod channel;
 mod control;
+mod refusals;
 mod relay;
 pub mod server;
 pub mod signal;

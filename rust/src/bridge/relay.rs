@@ -9,17 +9,25 @@
 //!
 //! Nothing a client writes is trusted: a record that does not decode, or a ring whose
 //! positions are impossible, drops that client; a batch that breaks the batch contract, or
-//! names a page the client does not hold, fails key by key without reaching the engine.
+//! names a page the client does not hold, fails key by key without reaching the engine, its
+//! failures sent slice by slice within the same backlog bound as any results.
+//!
+//! Every buffer it keeps per client is bounded: the batches taken ahead (at most its ring's
+//! size of records, and one more), its outbox (its bound, and one slice's completions), and
+//! the outcomes of slices in flight (its share of keys). The decisions are plain types:
+//! [`super::admission`], [`super::batch`], [`super::audit`].
 
+use super::admission::{Admission, Load, Share};
+use super::audit::{self, Geometry};
+use super::batch::{self, QueuedBatch};
 use super::server::{BridgeState, Client, ClientData};
 use super::signal::Drained;
 use super::wire::{self, KeyEntry, NO_PAGE, Submission};
-use crate::arena::{Claim, PageHandle};
+use crate::arena::PageHandle;
 use crate::conn::Outcome;
 use crate::engine::{Batch, BatchResult, Item, Memory, records::SUBMISSION_HEADER_LEN};
-use crate::error::{Error, ErrorKind, Result};
 use crate::memory::RawBuf;
-use crate::op::{BatchShape, MAX_KEY_LEN, MemoryKind, Op};
+use crate::op::MAX_KEY_LEN;
 use crate::ring::PushError;
 use rustix::event::{PollFd, PollFlags, poll};
 use std::collections::HashMap;
@@ -28,36 +36,18 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// Batches taken from one client's ring ahead of the one being fed to the engine.
+/// Batches taken from one client's ring ahead of the one being fed to the engine (and at most
+/// its ring's size of records, and one more record).
 const MAX_QUEUED_BATCHES: usize = 8;
-/// Slices a client's share is cut into at least.
-const SLICES: usize = 4;
 /// How often the clients' regions are checked for memory beyond their pages.
 const AUDIT_INTERVAL: Duration = Duration::from_millis(100);
-const HUGE_PAGE: u64 = 2 << 20;
-
-/// A client's batch, checked and taken from its ring.
-pub(super) struct ClientBatch {
-    /// The client's id for it.
-    batch: u64,
-    /// The relay's own id for it, to route slices' results.
-    seq: u64,
-    op: Op,
-    exact_length: bool,
-    keys: Vec<Box<[u8]>>,
-    memory: Vec<Option<RawBuf>>,
-    /// The first key not yet sent to the engine.
-    next: usize,
-    outcomes: Vec<Option<Outcome>>,
-    filled: usize,
-    claim: Option<Claim>,
-}
 
 /// Where an engine batch's results go.
 struct Slice {
     client: u32,
     seq: u64,
     start: usize,
+    keys: usize,
     bytes: usize,
     ring_bytes: usize,
 }
@@ -65,18 +55,25 @@ struct Slice {
 struct Relay {
     slices: HashMap<u64, Slice>,
     next_seq: u64,
-    /// Which client goes first in the next turn.
-    turn: usize,
-    /// Descriptor bytes in the engine's rings for every slice in flight, and the most there
-    /// may be (half the rings: a slice's keys may all land in one worker's ring).
-    ring_bytes: usize,
-    ring_budget: usize,
+    admission: Admission,
+}
+
+impl Relay {
+    fn new(shared: &BridgeState, ring_budget: usize) -> Relay {
+        let limits = &shared.limits;
+        let share = Share {
+            bytes: limits.client_inflight_bytes,
+            keys: limits.client_inflight_keys,
+            outbox_bytes: limits.client_outbox_bytes,
+        };
+        Relay { slices: HashMap::new(), next_seq: 1, admission: Admission::new(share, ring_budget) }
+    }
 }
 
 /// The relay thread's body.
 pub(super) fn run(shared: &BridgeState) {
-    let ring_budget = shared.engine_ring_bytes / 2;
-    let mut relay = Relay { slices: HashMap::new(), next_seq: 1, turn: 0, ring_bytes: 0, ring_budget };
+    // Half the engine's rings: a slice's keys may all land in one worker's ring.
+    let mut relay = Relay::new(shared, shared.engine_ring_bytes / 2);
     let mut last_audit = Instant::now();
     while !shared.stopping() {
         let clients = shared.clients();
@@ -94,7 +91,9 @@ pub(super) fn run(shared: &BridgeState) {
         shared.relay_wake.reset();
         for client in &clients {
             if client.signal.drain() == Drained::Closed {
-                client.gone.store(true, Ordering::Release);
+                // A client is one unit: without its signal socket it is detached whole, its
+                // control socket closed, its pages back, its slot free.
+                client.signal_closed(shared);
             }
             if !client.gone.load(Ordering::Acquire) {
                 intake(shared, client);
@@ -113,46 +112,60 @@ pub(super) fn run(shared: &BridgeState) {
     }
 }
 
-/// Clients whose region holds more memory than their pages can: a client can write anywhere
-/// in its region, pages it was never given included, and the bridge's memory is bounded only
-/// if that is caught. Such a client is dropped (and its region emptied when it is retired).
+/// Drops clients whose region holds memory in a page they do not hold ([`audit`]); their
+/// region is emptied when they are retired. A region is walked again only once its memory or
+/// its held pages changed since its last clean audit.
 fn audit_regions(shared: &BridgeState, clients: &[Arc<Client>]) {
     for client in clients.iter().filter(|c| !c.gone.load(Ordering::Acquire)) {
         let Ok(stat) = rustix::fs::fstat(client.region.fd()) else { continue };
         let used = stat.st_blocks as u64 * 512;
-        let held = client.held.lock().unwrap_or_else(|p| p.into_inner()).len() as u64;
-        // Shared memory may come in huge pages (transparent huge pages for shmem): allow each
-        // held page and the rings a whole one.
-        let page = (client.region.page_size() as u64).next_multiple_of(HUGE_PAGE);
-        let allowed = client.region.page_offset(0).next_multiple_of(HUGE_PAGE) + held * page;
-        if used > allowed {
-            client.drop_for(
+        let changes = client.held_changes.load(Ordering::Acquire);
+        if client.lock_data().audited == Some((used, changes)) {
+            continue;
+        }
+        let region = &client.region;
+        let geometry = Geometry {
+            pages_offset: region.page_offset(0),
+            page_stride: region.layout().page_stride as u64,
+            num_pages: region.num_pages() as u64,
+            granule: shared.shmem_granule,
+        };
+        let found = {
+            // Under the lock: a page freed meanwhile is punched before it leaves `held`, and a
+            // page is in `held` before the client learns it has it.
+            let held = client.held.lock().unwrap_or_else(|p| p.into_inner());
+            audit::first_unheld_page(&geometry, |at| audit::next_data(region.fd(), at), |p| held.contains_key(&p))
+        };
+        match found {
+            None => client.lock_data().audited = Some((used, changes)),
+            Some((page, offset)) => client.drop_for(
                 shared,
                 format!(
-                    "it wrote to {} KiB of its region, more than its rings and the {held} page(s) it holds allow \
-                     ({} KiB): pages must be allocated before they are written",
-                    used >> 10,
-                    allowed >> 10
+                    "its region has memory in page {page} (at offset {offset}), a page it does not hold: pages must \
+                     be allocated before they are written or read"
                 ),
-            );
+            ),
         }
     }
 }
 
 /// After the engine closed: the last results, delivered.
 pub(super) fn finish(shared: &BridgeState) {
-    let mut relay = Relay { slices: HashMap::new(), next_seq: 1, turn: 0, ring_bytes: 0, ring_budget: 0 };
+    let mut relay = Relay::new(shared, 0);
     relay.results(shared);
     for client in shared.clients() {
         flush(&client);
     }
 }
 
-/// Takes a client's new batches from its ring (a few ahead), checking each.
+/// Takes a client's new batches from its ring, checking each: a few ahead, at most its ring's
+/// size of records (and one more record), whether they pass their check or not.
 fn intake(shared: &BridgeState, client: &Arc<Client>) {
     let mut data = client.lock_data();
+    let ring = data.submissions.capacity();
+    let page_size = client.region.page_size() as u64;
     let mut took = false;
-    while data.queued.len() < MAX_QUEUED_BATCHES {
+    while data.queued.len() < MAX_QUEUED_BATCHES && data.queued_bytes < ring {
         let ClientData { submissions, record, .. } = &mut *data;
         match submissions.try_pop_into(record) {
             Ok(true) => took = true,
@@ -163,88 +176,22 @@ fn intake(shared: &BridgeState, client: &Arc<Client>) {
             }
         }
         let record = std::mem::take(&mut data.record);
-        let submission = match Submission::decode(&record, MAX_KEY_LEN) {
-            Ok(submission) => submission,
+        let check =
+            |submission: &Submission<'_>| batch::check_pages(submission, page_size, &client.pool, &client.ledger);
+        match QueuedBatch::take(record, MAX_KEY_LEN, check) {
+            Ok(batch) => {
+                data.queued_bytes += batch.footprint();
+                data.queued.push_back(batch);
+            }
             Err(why) => {
                 drop(data);
                 return client.drop_for(shared, format!("it sent a malformed batch: {why}"));
             }
-        };
-        match checked(client, &submission) {
-            Ok(batch) => data.queued.push_back(batch),
-            Err(err) => {
-                let outcomes = vec![Outcome::Failed(err); submission.keys.len()];
-                complete(&mut data, submission.batch, submission.op, &outcomes);
-            }
         }
-        data.record = record;
     }
     if took {
         data.submissions.release();
     }
-}
-
-/// A batch as the engine will run it: the batch contract as every front checks it, every page
-/// the client's own (claimed in its ledger), every range inside a page of its region.
-fn checked(client: &Client, submission: &Submission<'_>) -> Result<ClientBatch> {
-    let op = submission.op;
-    let keys: Vec<&[u8]> = submission.keys.iter().map(|entry| entry.key).collect();
-    let paged: Vec<&KeyEntry<'_>> = submission.keys.iter().filter(|entry| entry.page != NO_PAGE).collect();
-    let lengths: Vec<u64> = paged.iter().map(|entry| entry.len).collect();
-    let page_size = client.region.page_size() as u64;
-    BatchShape {
-        op,
-        keys: &keys,
-        memory: MemoryKind::Pages { page_size },
-        memories: paged.len(),
-        lengths: (op == Op::Set || submission.exact_length).then_some(&lengths[..]),
-        exact_length: submission.exact_length,
-    }
-    .check()?;
-    if let Some((i, entry)) = paged.iter().enumerate().find(|(_, e)| e.len > page_size) {
-        return Err(Error::invalid(format!("key {i}: {} bytes do not fit a {page_size}-byte page", entry.len)));
-    }
-    let pages: Vec<u32> = paged.iter().map(|entry| entry.page).collect();
-    let claim = client.ledger.claim(op, &pages, || {
-        paged.iter().enumerate().try_for_each(|(i, entry)| {
-            let handle = PageHandle { pool_id: client.pool.id(), index: entry.page, generation: entry.generation };
-            client.pool.check(&handle).map_err(|_| {
-                Error::new(
-                    ErrorKind::Page,
-                    format!("key {i}: page {} is not one this client allocated (or it was freed)", entry.page),
-                )
-            })
-        })
-    })?;
-    let memory = submission
-        .keys
-        .iter()
-        .map(|entry| match entry.page {
-            NO_PAGE => None,
-            page => {
-                let ptr = client.region.page_ptr(page as usize);
-                // SAFETY: the page is one of this client's region's (the pool checked its index
-                // and generation), `len` is at most a page (checked above), and the region
-                // stays mapped while the client exists, which is until all its batches have
-                // completed. The claim keeps the page from being freed meanwhile. What the
-                // client itself writes into its own page while it is in flight changes only
-                // that page's bytes.
-                Some(unsafe { RawBuf::new(ptr, entry.len as usize) })
-            }
-        })
-        .collect();
-    Ok(ClientBatch {
-        batch: submission.batch,
-        seq: 0,
-        op,
-        exact_length: submission.exact_length,
-        keys: submission.keys.iter().map(|entry| Box::from(entry.key)).collect(),
-        memory,
-        next: 0,
-        outcomes: vec![None; submission.keys.len()],
-        filled: 0,
-        claim: Some(claim),
-    })
 }
 
 /// Descriptor bytes one key takes in an engine ring (its record, header and padding).
@@ -252,18 +199,20 @@ fn ring_cost(key: &[u8]) -> usize {
     (8 + SUBMISSION_HEADER_LEN + key.len()).next_multiple_of(8)
 }
 
+/// Value bytes one key moves (a page's length, or none).
+fn value_len(entry: &KeyEntry<'_>) -> usize {
+    if entry.page == NO_PAGE { 0 } else { entry.len as usize }
+}
+
 impl Relay {
     /// Round-robin: each client in turn sends one slice of its first unsent batch, within its
     /// share, until no one can send more.
     fn admit(&mut self, shared: &BridgeState, clients: &[Arc<Client>]) {
-        if clients.is_empty() {
-            return;
-        }
-        self.turn = (self.turn + 1) % clients.len();
+        let order: Vec<usize> = self.admission.next_turn(clients.len()).collect();
         loop {
             let mut sent = false;
-            for i in 0..clients.len() {
-                let client = &clients[(self.turn + i) % clients.len()];
+            for &i in &order {
+                let client = &clients[i];
                 if !client.gone.load(Ordering::Acquire) {
                     sent |= self.send_slice(shared, client);
                 }
@@ -275,110 +224,111 @@ impl Relay {
     }
 
     /// Sends the next slice of the client's first batch with keys left; false when it has
-    /// none, or no room (its share, its backlog, the engine's rings).
+    /// none, or no room (its share, its backlog, the engine's rings). A batch that failed its
+    /// check fails slice by slice here, within the same bounds, without reaching the engine.
     fn send_slice(&mut self, shared: &BridgeState, client: &Client) -> bool {
-        let limits = &shared.limits;
-        let mut data = client.lock_data();
-        if data.outbox_bytes > limits.client_outbox_bytes
-            || data.inflight_bytes >= limits.client_inflight_bytes
-            || data.inflight_keys >= limits.client_inflight_keys
-            || self.ring_bytes >= self.ring_budget
-        {
-            return false;
-        }
-        // A slice is at most a quarter of the share: the share stays full while slices
-        // complete one by one, so a client alone keeps the server busy (a slice of the whole
-        // share would leave the pipe empty each time it completed).
-        let room_bytes =
-            (limits.client_inflight_bytes - data.inflight_bytes).min(limits.client_inflight_bytes / SLICES);
-        let room_keys = (limits.client_inflight_keys - data.inflight_keys).min(limits.client_inflight_keys / SLICES);
-        let room_ring = self.ring_budget - self.ring_bytes;
-        let Some(batch) = data.queued.iter_mut().find(|b| b.next < b.keys.len()) else { return false };
+        let mut guard = client.lock_data();
+        let data = &mut *guard;
+        let held_back: usize = data.queued.iter().map(QueuedBatch::early_outcomes).sum();
+        let load = Load {
+            inflight_bytes: data.inflight_bytes,
+            inflight_keys: data.inflight_keys + held_back,
+            outbox_bytes: data.outbox_bytes,
+        };
+        let Some(room) = self.admission.room(&load) else { return false };
+        let Some(batch) = data.queued.iter_mut().find(|b| b.has_unsent()) else { return false };
         if batch.seq == 0 {
             batch.seq = self.next_seq;
             self.next_seq += 1;
         }
-        let start = batch.next;
-        let (mut bytes, mut ring) = (0, 0);
-        let mut end = start;
-        while end < batch.keys.len() {
-            let len = batch.memory[end].map_or(0, |m| m.len());
-            let cost = ring_cost(&batch.keys[end]);
-            let fits = bytes + len <= room_bytes && end - start < room_keys && ring + cost <= room_ring;
-            if end > start && !fits {
-                break;
-            }
-            bytes += len;
-            ring += cost;
-            end += 1;
-        }
-        batch.next = end;
-        let items: Vec<Item<'_>> = (start..end)
-            .map(|i| match batch.memory[i] {
-                Some(buf) => Item { key: &batch.keys[i], memory: Memory::Buffer(buf) },
-                None => Item::key_only(&batch.keys[i]),
-            })
-            .collect();
-        let engine_batch = Batch::new(batch.op, &items).with_exact_length(batch.exact_length);
         let seq = batch.seq;
-        match shared.engine.submit(engine_batch) {
+        if let Some(err) = batch.failure().cloned() {
+            let slice = batch.slice(room.fit(batch.unsent().map(|_| (0, 0))).keys);
+            batch.sent(&slice);
+            file(data, seq, slice.start, vec![Outcome::Failed(err); slice.keys]);
+            return true;
+        }
+        let fit = room.fit(batch.unsent().map(|entry| (value_len(&entry), ring_cost(entry.key))));
+        let slice = batch.slice(fit.keys);
+        if slice.keys == 0 {
+            // A batch of no keys: its (empty) completion, and nothing for the engine.
+            batch.sent(&slice);
+            file(data, seq, slice.start, Vec::new());
+            return true;
+        }
+        let submitted = {
+            let items: Vec<Item<'_>> = batch
+                .entries(&slice)
+                .map(|entry| match entry.page {
+                    NO_PAGE => Item::key_only(entry.key),
+                    page => {
+                        let ptr = client.region.page_ptr(page as usize);
+                        // SAFETY: the page is one of this client's region's (its check named
+                        // the index and generation the pool handed out), `len` is at most a
+                        // page (checked too), and the region stays mapped while the client
+                        // exists, which is until all its batches have completed. The batch's
+                        // claim keeps the page from being freed meanwhile. What the client
+                        // itself writes into its own page while it is in flight changes only
+                        // that page's bytes.
+                        let memory = unsafe { RawBuf::new(ptr, entry.len as usize) };
+                        Item { key: entry.key, memory: Memory::Buffer(memory) }
+                    }
+                })
+                .collect();
+            shared.engine.submit(Batch::new(batch.op, &items).with_exact_length(batch.exact_length))
+        };
+        batch.sent(&slice);
+        match submitted {
             Ok(id) => {
-                self.slices.insert(id, Slice { client: client.id, seq, start, bytes, ring_bytes: ring });
-                self.ring_bytes += ring;
+                let (start, keys, bytes, ring_bytes) = (slice.start, slice.keys, fit.bytes, fit.ring);
+                self.slices.insert(id, Slice { client: client.id, seq, start, keys, bytes, ring_bytes });
+                self.admission.sent(ring_bytes);
                 data.inflight_bytes += bytes;
-                data.inflight_keys += end - start;
+                data.inflight_keys += keys;
                 data.inflight_slices += 1;
             }
-            Err(err) => {
-                let outcomes = vec![Outcome::Failed(err); end - start];
-                file(&mut data, seq, start, outcomes);
-            }
+            Err(err) => file(data, seq, slice.start, vec![Outcome::Failed(err); slice.keys]),
         }
         true
     }
 
-    /// Finished slices, back into their batches; finished batches, to their clients.
+    /// Finished slices, back into their batches, and on to their clients.
     fn results(&mut self, shared: &BridgeState) {
         let Ok(results) = shared.engine.drain() else { return };
         for BatchResult { id, outcomes, .. } in results {
             let Some(slice) = self.slices.remove(&id) else { continue };
-            self.ring_bytes -= slice.ring_bytes;
+            self.admission.finished(slice.ring_bytes);
             let Some(client) = shared.lock_clients().get(&slice.client).cloned() else { continue };
             let mut data = client.lock_data();
             data.inflight_bytes -= slice.bytes;
-            data.inflight_keys -= outcomes.len();
+            data.inflight_keys -= slice.keys;
             data.inflight_slices -= 1;
             file(&mut data, slice.seq, slice.start, outcomes);
         }
     }
 }
 
-/// Files a slice's outcomes into its batch; a batch with every outcome goes to its client.
+/// Files a slice's outcomes into its batch: what is due (in key order) goes into the client's
+/// outbox as completion records; a batch with every outcome out is done, its claim released at
+/// the next flush.
 fn file(data: &mut ClientData, seq: u64, start: usize, outcomes: Vec<Outcome>) {
     let Some(at) = data.queued.iter().position(|b| b.seq == seq) else { return };
+    let max_record = data.completions.capacity() / 4;
     let batch = &mut data.queued[at];
-    for (i, outcome) in outcomes.into_iter().enumerate() {
-        if batch.outcomes[start + i].replace(outcome).is_none() {
-            batch.filled += 1;
+    let (from, due) = batch.file(start, outcomes);
+    if !due.is_empty() || batch.total() == 0 {
+        for record in wire::encode_completion_run(batch.id, batch.op, from, batch.total(), &due, max_record) {
+            data.outbox_bytes += record.len();
+            data.outbox.push_back(record);
         }
     }
-    if batch.filled < batch.outcomes.len() {
-        return;
-    }
-    let mut batch = data.queued.remove(at).expect("found above");
-    let outcomes: Vec<Outcome> = batch.outcomes.drain(..).map(|o| o.expect("every outcome filled")).collect();
-    if let Some(claim) = batch.claim.take() {
-        data.release.push(claim);
-    }
-    complete(data, batch.batch, batch.op, &outcomes);
-}
-
-/// Queues a batch's completion records for its client.
-fn complete(data: &mut ClientData, batch: u64, op: Op, outcomes: &[Outcome]) {
-    let max_record = data.completions.capacity() / 4;
-    for record in wire::encode_completion_records(batch, op, outcomes, max_record) {
-        data.outbox_bytes += record.len();
-        data.outbox.push_back(record);
+    let batch = &mut data.queued[at];
+    if batch.is_complete() {
+        if let Some(claim) = batch.take_claim() {
+            data.release.push(claim);
+        }
+        let batch = data.queued.remove(at).expect("found above");
+        data.queued_bytes -= batch.footprint();
     }
 }
 
@@ -415,20 +365,25 @@ fn flush(client: &Client) {
     }
 }
 
-/// Clients whose socket closed: once nothing of theirs is in the engine, their pages go back
-/// to the budget and they are forgotten.
+/// Clients that are gone: once the control thread has let their socket go (no request of
+/// theirs can take a page any more) and nothing of theirs is in the engine, their pages go
+/// back to the budget, their slot is free, and they are forgotten.
 fn retire_gone(shared: &BridgeState, clients: &[Arc<Client>]) {
-    for client in clients.iter().filter(|c| c.gone.load(Ordering::Acquire)) {
+    let retirable = |c: &&Arc<Client>| c.gone.load(Ordering::Acquire) && c.control_closed.load(Ordering::Acquire);
+    for client in clients.iter().filter(retirable) {
         {
             let mut data = client.lock_data();
             if data.inflight_slices > 0 {
                 continue;
             }
-            for batch in data.queued.drain(..) {
-                if let Some(claim) = batch.claim {
+            for mut batch in data.queued.drain(..) {
+                if let Some(claim) = batch.take_claim() {
                     client.ledger.release(claim);
                 }
             }
+            data.queued_bytes = 0;
+            data.outbox.clear();
+            data.outbox_bytes = 0;
             for claim in data.release.drain(..) {
                 client.ledger.release(claim);
             }

@@ -15,8 +15,9 @@
 //! batch naming a page the client does not hold fails, key by key, before it reaches the
 //! engine.
 
+use super::batch::QueuedBatch;
 use super::signal::SignalEnd;
-use super::{control, relay};
+use super::{audit, control, relay};
 use crate::arena::{Arena, Claim, PageHandle, PageLedger, PagePool};
 use crate::capacity::TrackedEngine;
 use crate::engine::EngineConfig;
@@ -26,7 +27,7 @@ use crate::ring::{Consumer, Producer};
 use std::collections::{HashMap, VecDeque};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -100,6 +101,8 @@ pub(super) struct BridgeState {
     pub(super) pages_held: AtomicUsize,
     /// Bytes of the engine's submission rings, all workers together.
     pub(super) engine_ring_bytes: usize,
+    /// The unit shared memory is allocated in here (the regions' audit allows no less).
+    pub(super) shmem_granule: u64,
     /// The attached clients' control sockets once the control thread has ended: closed by
     /// `stop` after their last results are out.
     pub(super) parked: Mutex<Vec<UnixStream>>,
@@ -126,15 +129,28 @@ pub(super) struct Client {
     pub(super) pool: PagePool,
     /// The pages it holds, by index.
     pub(super) held: Mutex<HashMap<u32, PageHandle>>,
+    /// Bumped (under `held`'s lock) each time `held` changes: its region is audited again.
+    pub(super) held_changes: AtomicU64,
     /// Its pages' operations in flight.
     pub(super) ledger: PageLedger,
     /// The bridge's end of its signal socketpair.
     pub(super) signal: SignalEnd,
     pub(super) data: Mutex<ClientData>,
-    /// Its control socket closed (the process ended, or the bridge dropped it).
+    /// One of its sockets closed, or the bridge dropped it: it is served no more, and it is
+    /// retired once the control thread has let its socket go and its batches are out of the
+    /// engine.
     pub(super) gone: AtomicBool,
-    /// Why the relay dropped it, for the control thread to tell it.
-    pub(super) dropped: Mutex<Option<String>>,
+    /// The control thread is done with it: no request of its will be answered again.
+    pub(super) control_closed: AtomicBool,
+    /// Why the relay let it go, for the control thread to tell it.
+    pub(super) dropped: Mutex<Option<Dropped>>,
+}
+
+/// Why the relay let a client go.
+pub(super) struct Dropped {
+    pub(super) why: String,
+    /// It broke a rule (logged as a warning), rather than left.
+    pub(super) misbehaved: bool,
 }
 
 /// A client's rings and the relay's state of its work.
@@ -142,8 +158,10 @@ pub(super) struct ClientData {
     pub(super) submissions: Consumer,
     pub(super) completions: Producer,
     pub(super) record: Vec<u8>,
-    /// Batches taken from its ring, in order: the first is fed to the engine in slices.
-    pub(super) queued: VecDeque<relay::ClientBatch>,
+    /// Batches taken from its ring, in order: the first with keys unsent is fed to the
+    /// engine in slices; and their records' bytes (at most its ring's size and one record).
+    pub(super) queued: VecDeque<QueuedBatch>,
+    pub(super) queued_bytes: usize,
     /// Completion records not yet in its ring (it was full).
     pub(super) outbox: VecDeque<Vec<u8>>,
     pub(super) outbox_bytes: usize,
@@ -154,6 +172,9 @@ pub(super) struct ClientData {
     pub(super) inflight_slices: usize,
     /// Claims of finished batches, released when the relay next flushes.
     pub(super) release: Vec<Claim>,
+    /// Its region's memory and `held_changes` when its audit last found nothing: audited
+    /// again only once either moved.
+    pub(super) audited: Option<(u64, u64)>,
 }
 
 impl BridgeServer {
@@ -189,6 +210,7 @@ impl BridgeServer {
             num_pages,
             pages_held: AtomicUsize::new(0),
             engine_ring_bytes,
+            shmem_granule: audit::shmem_granule(),
             parked: Mutex::new(Vec::new()),
             clients: Mutex::new(HashMap::new()),
             next_client: AtomicU32::new(1),
@@ -310,14 +332,24 @@ impl Client {
         self.data.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Marks the client to be dropped for `why` (the control thread tells it and closes its
-    /// socket); the first reason wins.
+    /// Marks the client to be dropped for breaking a rule, `why` (the control thread logs it,
+    /// tells it and closes its socket); the first reason wins.
     pub(super) fn drop_for(&self, shared: &BridgeState, why: String) {
-        let mut dropped = self.dropped.lock().unwrap_or_else(|p| p.into_inner());
-        if dropped.is_none() {
-            *dropped = Some(why);
+        self.let_go(shared, Dropped { why, misbehaved: true });
+    }
+
+    /// Its signal socket closed. A process that ends closes both of its sockets, one that
+    /// breaks (or tries to stay half attached) only this one; either way it is detached whole.
+    pub(super) fn signal_closed(&self, shared: &BridgeState) {
+        self.let_go(shared, Dropped { why: "it closed its signal socket".into(), misbehaved: false });
+    }
+
+    fn let_go(&self, shared: &BridgeState, dropped: Dropped) {
+        let mut first = self.dropped.lock().unwrap_or_else(|p| p.into_inner());
+        if first.is_none() {
+            *first = Some(dropped);
         }
-        drop(dropped);
+        drop(first);
         self.gone.store(true, Ordering::Release);
         shared.control_wake.signal();
         shared.relay_wake.signal();

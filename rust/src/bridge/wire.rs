@@ -355,18 +355,37 @@ impl<'a> Submission<'a> {
         }
         let mut keys = Vec::with_capacity(count);
         for i in 0..count {
-            let page = r.u32()?;
-            let generation = r.u32()?;
-            let len = r.u64()?;
-            let key_len = r.u32()? as usize;
-            if key_len > max_key_len {
-                return Err(format!("key {i} is {key_len} bytes, longer than {max_key_len}"));
-            }
-            keys.push(KeyEntry { key: r.bytes(key_len)?, page, generation, len });
+            keys.push(read_entry(&mut r, max_key_len).map_err(|why| format!("key {i}: {why}"))?);
         }
         r.finish()?;
         Ok(Submission { batch, op, exact_length, keys })
     }
+}
+
+/// The key entries of a submission record from byte `at` on, each with where the next one
+/// starts: a bridge keeps a batch as its record and walks it as its keys are sent. The record
+/// must be one [`Submission::decode`] accepted (`at` the start of an entry, or its end);
+/// otherwise the walk stops at the first entry that does not decode.
+pub fn entries_from(record: &[u8], at: usize) -> impl Iterator<Item = (KeyEntry<'_>, usize)> {
+    let mut r = Reader { data: record, at: at.max(SUBMISSION_HEADER) };
+    std::iter::from_fn(move || {
+        if r.remaining() == 0 {
+            return None;
+        }
+        let entry = read_entry(&mut r, usize::MAX).ok()?;
+        Some((entry, r.at))
+    })
+}
+
+fn read_entry<'a>(r: &mut Reader<'a>, max_key_len: usize) -> Result<KeyEntry<'a>, String> {
+    let page = r.u32()?;
+    let generation = r.u32()?;
+    let len = r.u64()?;
+    let key_len = r.u32()? as usize;
+    if key_len > max_key_len {
+        return Err(format!("{key_len} bytes, longer than {max_key_len}"));
+    }
+    Ok(KeyEntry { key: r.bytes(key_len)?, page, generation, len })
 }
 
 /// One completion record: outcomes `start..start + outcomes.len()` of a batch of `total`
@@ -390,7 +409,20 @@ const COMPLETION_RECORD_HEADER: usize = 24;
 /// A batch's outcomes as completion records of at most `max_record` bytes each (one outcome,
 /// whose message is bounded, always fits a record of a few KiB).
 pub fn encode_completion_records(batch: u64, op: Op, outcomes: &[Outcome], max_record: usize) -> Vec<Vec<u8>> {
-    let total = outcomes.len() as u32;
+    encode_completion_run(batch, op, 0, outcomes.len(), outcomes, max_record)
+}
+
+/// Outcomes `start..start + outcomes.len()` of a batch of `total` keys as completion records
+/// of at most `max_record` bytes each: a bridge sends a batch's outcomes as its slices finish.
+pub fn encode_completion_run(
+    batch: u64,
+    op: Op,
+    start: usize,
+    total: usize,
+    outcomes: &[Outcome],
+    max_record: usize,
+) -> Vec<Vec<u8>> {
+    let total = total as u32;
     let mut records = Vec::new();
     let mut record = Vec::new();
     let mut count = 0u32;
@@ -403,8 +435,8 @@ pub fn encode_completion_records(batch: u64, op: Op, outcomes: &[Outcome], max_r
         put_u32(record, total);
         put_u32(record, 0);
     };
-    begin(&mut record, 0);
-    for (i, outcome) in outcomes.iter().enumerate() {
+    begin(&mut record, start);
+    for (i, outcome) in outcomes.iter().enumerate().map(|(i, outcome)| (start + i, outcome)) {
         let (header, message) = encode_completion(i as u64, outcome);
         let size = header.len() + message.map_or(0, str::len);
         if count > 0 && record.len() + size > max_record {

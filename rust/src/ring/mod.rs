@@ -114,7 +114,7 @@ pub const fn record_size(payload_len: usize) -> usize {
     RECORD_HEADER_LEN + payload_len.next_multiple_of(8)
 }
 
-/// Writes a fresh, empty ring (both positions 0) at `base`.
+/// Writes a fresh, empty ring (both positions 0) at `base`, its data bytes zeroed.
 ///
 /// # Safety
 /// `base..base + ring_size(capacity)` must be valid for writes, and nothing may access it
@@ -125,6 +125,31 @@ pub const fn record_size(payload_len: usize) -> usize {
 /// # Panics
 /// If `capacity` is not valid or `base` is not aligned to [`RING_ALIGN`].
 pub unsafe fn init_ring(base: *mut u8, capacity: usize) {
+    // SAFETY: the caller's guarantees are write_header's; the data region follows the header.
+    unsafe {
+        write_header(base, capacity);
+        storage::init(base.add(size_of::<RingHeader>()), capacity);
+    }
+}
+
+/// [`init_ring`] over memory that already reads as zeros, such as a fresh memfd or anonymous
+/// mapping: only the header is written, so the data's pages are touched only as records are
+/// written (a bridge client's 16 MiB ring costs its header's page until it is used).
+///
+/// # Safety
+/// As [`init_ring`]; also, every data byte must be initialized memory (a mapping of a fresh
+/// file is: it reads as zeros).
+pub unsafe fn init_ring_on_zeroed(base: *mut u8, capacity: usize) {
+    // SAFETY: as `init_ring`; the caller guarantees the data bytes are initialized already.
+    unsafe {
+        write_header(base, capacity);
+        storage::init_zeroed(base.add(size_of::<RingHeader>()), capacity);
+    }
+}
+
+/// # Safety
+/// As [`init_ring`].
+unsafe fn write_header(base: *mut u8, capacity: usize) {
     assert!(is_valid_capacity(capacity), "ring capacity {capacity} is not a power of two in 64..=2^31");
     assert!(!base.is_null() && base as usize % RING_ALIGN == 0, "ring base {base:p} is not aligned to {RING_ALIGN}");
     let header = RingHeader {
@@ -140,10 +165,7 @@ pub unsafe fn init_ring(base: *mut u8, capacity: usize) {
     // and unshared; `base` is aligned for `RingHeader` (asserted: RING_ALIGN >= its alignment),
     // and the data region right after the header is 8-aligned (the header's size is a
     // multiple of its alignment, itself at least 64).
-    unsafe {
-        base.cast::<RingHeader>().write(header);
-        storage::init(base.add(size_of::<RingHeader>()), capacity);
-    }
+    unsafe { base.cast::<RingHeader>().write(header) }
 }
 
 /// Why a ring could not be attached or read.

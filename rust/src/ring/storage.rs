@@ -7,7 +7,7 @@
 //! on the positions. Records are 8-aligned and padded to 8 bytes, so a word never holds bytes
 //! of two records and per-word tracking reports no false races.
 //!
-//! Both variants have the same interface: `data_len`, `init`, `Storage::new`, `write`, `read`,
+//! Both variants have the same interface: `data_len`, `init`, `init_zeroed`, `Storage::new`, `write`, `read`,
 //! with indices in data bytes (`0..capacity`), never wrapping (the caller splits wrapped copies).
 
 #[cfg(not(loom))]
@@ -28,6 +28,13 @@ mod imp {
         // SAFETY: the caller guarantees the range is valid for writes and unshared.
         unsafe { std::ptr::write_bytes(data, 0, capacity) }
     }
+
+    /// Prepares a data region whose bytes are initialized already (they read as zeros): there
+    /// is nothing to write, so none of its pages is touched.
+    ///
+    /// # Safety
+    /// As [`init`], with every byte of the range initialized.
+    pub(in crate::ring) unsafe fn init_zeroed(_data: *mut u8, _capacity: usize) {}
 
     pub(in crate::ring) struct Storage {
         data: NonNull<u8>,
@@ -94,6 +101,15 @@ mod imp {
         }
     }
 
+    /// Loom's cells are objects, not bytes: they are constructed whatever the memory held.
+    ///
+    /// # Safety
+    /// As [`init`].
+    pub(in crate::ring) unsafe fn init_zeroed(data: *mut u8, capacity: usize) {
+        // SAFETY: the caller's guarantees are `init`'s.
+        unsafe { init(data, capacity) }
+    }
+
     pub(in crate::ring) struct Storage {
         words: NonNull<Word>,
         capacity: usize,
@@ -149,4 +165,4 @@ mod imp {
     }
 }
 
-pub(super) use imp::{Storage, data_len, init};
+pub(super) use imp::{Storage, data_len, init, init_zeroed};

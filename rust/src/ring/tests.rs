@@ -530,3 +530,32 @@ fn two_threads_million_records() {
     assert!(full_count.load(Ordering::Relaxed) > 0);
     eprintln!("two_threads_million_records: producer saw Full {} times", full_count.load(Ordering::Relaxed));
 }
+
+#[test]
+fn a_ring_on_fresh_memory_touches_only_its_header_until_records_are_written() {
+    let capacity = 1 << 20;
+    let len = ring_size(capacity);
+    let fd = rustix::fs::memfd_create("ring-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    let file = std::fs::File::from(fd);
+    file.set_len(len as u64).unwrap();
+    let map = Arc::new(memmap2::MmapOptions::new().len(len).map_raw(&file).unwrap());
+    let used = || rustix::fs::fstat(&file).unwrap().st_blocks as usize * 512;
+    // SAFETY: the mapping is `ring_size(capacity)` bytes, page-aligned, of a fresh memfd (it
+    // reads as zeros), and not shared yet; the handles keep it alive through their owner.
+    let (mut producer, mut consumer) = unsafe {
+        init_ring_on_zeroed(map.as_mut_ptr(), capacity);
+        (
+            Producer::attach(map.as_mut_ptr(), len, map.clone()).unwrap(),
+            Consumer::attach(map.as_mut_ptr(), len, map.clone()).unwrap(),
+        )
+    };
+    assert!(used() <= 4096, "{} bytes in memory for an unused ring", used());
+    for round in 0..3u8 {
+        let record = pattern(300 << 10, round);
+        producer.try_push(&[&record]).unwrap();
+        producer.publish();
+        assert_eq!(pop(&mut consumer), Some(record));
+        consumer.release();
+    }
+    assert!(used() > 900 << 10, "records wrapping the ring touch its pages: {} bytes", used());
+}
