@@ -4,7 +4,7 @@ process on the host that attaches to it.
     python -m lmcache_resp.bridge --url redis://10.0.0.5:6379 --socket /run/lmcache-resp/bridge.sock \\
         --page-size 4194304 --num-pages 4096 [--num-workers 8] [--cpu-affinity auto] [--cluster] \\
         [--client-pages N] [--max-clients 64] [--allow-uid USER] [--allow-gid GROUP] [--socket-mode 0660] \\
-        [--metrics ADDR:PORT]
+        [--metrics [ADDR:]PORT]
 
 It connects to the server(s) (credentials from the URL or ``LMCACHE_RESP_USERNAME`` /
 ``LMCACHE_RESP_PASSWORD``: they stay in this process), places its I/O threads near the NIC,
@@ -92,9 +92,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="the socket file's mode, octal, whatever the umask (default 0660)")
     parser.add_argument("--handshake-timeout", type=float, default=5.0,
                         help="seconds a connection has to finish attaching (default 5)")
-    parser.add_argument("--metrics", metavar="ADDR:PORT",
-                        help="serve the engine's counters as Prometheus text at http://ADDR:PORT/metrics "
-                             "(':9464' for every interface; docs/observability.md)")
+    parser.add_argument("--metrics", metavar="[ADDR:]PORT",
+                        help="serve the engine's counters as Prometheus text at http://ADDR:PORT/metrics; "
+                             "PORT alone binds 127.0.0.1 (this host only), 0.0.0.0:PORT binds every "
+                             "interface, which anyone who can reach the host may then read "
+                             "(docs/observability.md)")
     args = parser.parse_args(argv)
     if args.page_size < 1 or args.num_pages < 1:
         parser.error("--page-size and --num-pages must be at least 1")

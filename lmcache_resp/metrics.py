@@ -7,7 +7,8 @@
   Fronts attached to a bridge are left out: their counters are the bridge's, which it serves
   itself (``--metrics``).
 - :func:`exposition` renders the same metrics as Prometheus text without ``prometheus_client``;
-  :func:`serve` serves that over HTTP (the bridge's ``--metrics ADDR:PORT``).
+  :func:`serve` serves that over HTTP (the bridge's ``--metrics [ADDR:]PORT``), with the
+  bounds of lmcache_resp/_metrics_http.py.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import math
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from lmcache_resp import _metrics_http
+from lmcache_resp._metrics_http import MetricsServer, parse_address
 from lmcache_resp.stats import Histogram, Stats
 
-__all__ = ["Family", "collect", "exposition", "families", "serve", "track"]
+__all__ = ["Family", "MetricsServer", "collect", "exposition", "families", "serve", "track"]
 
 
 class _Front(Protocol):
@@ -187,28 +189,22 @@ class _Collector:
         return []
 
 
-def serve(address: str, read: Callable[[], list[Family]]) -> ThreadingHTTPServer:
-    """Serves ``exposition(read())`` at ``http://ADDR:PORT/metrics`` (and ``/``) from a daemon
-    thread; ``address`` is ``ADDR:PORT`` (``:9464`` for every interface, port 0 for any)."""
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]") or "0.0.0.0"
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.split("?")[0] not in ("/", "/metrics"):
-                self.send_error(404)
-                return
-            body = exposition(read()).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer((host, int(port)), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="lmcache-resp-metrics", daemon=True).start()
-    return server
+def serve(
+    address: str,
+    read: Callable[[], list[Family]],
+    *,
+    timeout: float = _metrics_http.TIMEOUT,
+    max_connections: int = _metrics_http.MAX_CONNECTIONS,
+    max_head_bytes: int = _metrics_http.MAX_HEAD_BYTES,
+) -> MetricsServer:
+    """Serves ``exposition(read())`` at ``http://ADDR:PORT/metrics`` (and ``/``) from one
+    daemon thread. ``address`` is ``PORT`` (this host only, ``127.0.0.1``), ``HOST:PORT`` or
+    ``[IPv6]:PORT``; every interface only when named (``0.0.0.0:PORT``); port 0 picks a free
+    port. Each connection has ``timeout`` seconds from its accept to send its request (at
+    most ``max_head_bytes`` of request line and headers) and take the reply; at
+    ``max_connections`` the oldest is closed for each new one (lmcache_resp/_metrics_http.py)."""
+    host, port = parse_address(address)
+    return MetricsServer(
+        host, port, lambda: exposition(read()).encode(),
+        timeout=timeout, max_connections=max_connections, max_head_bytes=max_head_bytes,
+    )

@@ -10,6 +10,7 @@
 //! checks then go through `openssl s_client` and `redis-cli --tls`: an independent TLS stack.
 
 pub mod bridge_raw;
+pub mod peer;
 pub mod proxy;
 
 use lmcache_resp_core::Secret;

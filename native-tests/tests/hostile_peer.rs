@@ -10,8 +10,9 @@ use lmcache_resp_core::blocking::BlockingClient;
 use lmcache_resp_core::engine::{Engine, EngineConfig};
 use lmcache_resp_core::net::{ConnectOptions, Endpoint};
 use lmcache_resp_core::settings::Settings;
+use redis_harness::peer::{self, contains, peak_rss};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -23,70 +24,28 @@ const STREAM_LIMIT: u64 = 1 << 30;
 fn endless_peer() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            std::thread::spawn(move || serve(stream));
+    peer::serve(listener, |stream, command| {
+        if contains(command, b"PING") {
+            return stream.write_all(b"+PONG\r\n").is_ok();
         }
+        let mut chunk = b"*4294967295\r\n".to_vec();
+        let element = [b"$64\r\n".as_slice(), &[b'x'; 64], b"\r\n"].concat();
+        let mut sent = 0u64;
+        while sent < STREAM_LIMIT {
+            while chunk.len() < 256 * 1024 {
+                chunk.extend_from_slice(&element);
+            }
+            if stream.write_all(&chunk).is_err() {
+                return false;
+            }
+            sent += chunk.len() as u64;
+            chunk.clear();
+        }
+        // Hold the connection open, sending nothing more, until the client hangs up.
+        let _ = stream.read(&mut [0u8; 1]);
+        false
     });
     port
-}
-
-fn serve(mut stream: TcpStream) {
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let Ok(n) = stream.read(&mut buf) else { return };
-        if n == 0 {
-            return;
-        }
-        seen.extend_from_slice(&buf[..n]);
-        // Commands arrive whole here (they are a few bytes): answer each as it comes.
-        while let Some(end) = command_end(&seen) {
-            let command: Vec<u8> = seen.drain(..end).collect();
-            if contains(&command, b"PING") {
-                if stream.write_all(b"+PONG\r\n").is_err() {
-                    return;
-                }
-                continue;
-            }
-            let mut chunk = b"*4294967295\r\n".to_vec();
-            let element = [b"$64\r\n".as_slice(), &[b'x'; 64], b"\r\n"].concat();
-            let mut sent = 0u64;
-            while sent < STREAM_LIMIT {
-                while chunk.len() < 256 * 1024 {
-                    chunk.extend_from_slice(&element);
-                }
-                if stream.write_all(&chunk).is_err() {
-                    return;
-                }
-                sent += chunk.len() as u64;
-                chunk.clear();
-            }
-            // Hold the connection open, sending nothing more, until the client hangs up.
-            let _ = stream.read(&mut buf);
-            return;
-        }
-    }
-}
-
-/// Where the first whole command of `data` (a RESP array of bulk strings) ends.
-fn command_end(data: &[u8]) -> Option<usize> {
-    let lines: Vec<usize> = data.windows(2).enumerate().filter(|(_, w)| w == b"\r\n").map(|(i, _)| i + 2).collect();
-    let header = std::str::from_utf8(data.get(1..lines.first()? - 2)?).ok()?;
-    let args: usize = header.parse().ok()?;
-    lines.get(2 * args).copied()
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-/// This process's peak resident memory, in bytes.
-fn peak_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM in /proc/self/status");
-    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
 }
 
 #[test]

@@ -14,18 +14,28 @@
 //!   background thread per board: first [`ProbePolicy::first`] after the server went down,
 //!   then with doubling delays up to [`ProbePolicy::max`]. When it succeeds, or when any
 //!   connection completes its handshake, the server is **up** again, and connections that were
-//!   backing off from it reconnect at once.
+//!   backing off from it reconnect at once;
+//! - the "is down" and "is up again" warnings: a few lines of their own per second, then one
+//!   line per second that counts the rest and names a few.
 //!
 //! Nothing here does I/O: the probe is a closure the owner supplies (the engine's opens a real
 //! connection; the tests' is a switch).
 
 use crate::error::{Error, ErrorKind};
+use crate::logging::{Digest, Held};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Logs go under this target (`lmcache_resp.health` in Python).
 const TARGET: &str = "lmcache_resp::health";
+
+/// "Is down" (and "is up again") lines of their own per [`LOG_WINDOW`]; past that, one line per
+/// window counts the rest and names a few ([`Digest`]): a slot map of thousands of dead nodes
+/// costs a few lines, not one per node.
+const LINES_PER_WINDOW: usize = 3;
+const LOG_WINDOW: Duration = Duration::from_secs(1);
 
 /// What a probe found.
 #[derive(Debug)]
@@ -140,12 +150,15 @@ impl EndpointHealth {
                 });
                 self.down.store(true, Ordering::Release);
                 drop(state);
-                log::warn!(
-                    target: TARGET,
-                    "{} is down: {}; new requests to it fail at once, a background probe retries it",
-                    self.name,
-                    err.message()
-                );
+                let shown = board.as_ref().is_none_or(|board| board.admit(&board.down_log, now, &self.name));
+                if shown {
+                    log::warn!(
+                        target: TARGET,
+                        "{} is down: {}; new requests to it fail at once, a background probe retries it",
+                        self.name,
+                        err.message()
+                    );
+                }
                 if let Some(board) = board {
                     board.wake_prober(&board);
                 }
@@ -163,13 +176,16 @@ impl EndpointHealth {
         self.recoveries.fetch_add(1, Ordering::AcqRel);
         self.down.store(false, Ordering::Release);
         drop(state);
-        log::warn!(
-            target: TARGET,
-            "{} is up again after {:.1} s down ({} failed probes)",
-            self.name,
-            down.since.elapsed().as_secs_f64(),
-            down.failed_probes
-        );
+        let board = self.board.upgrade();
+        if board.is_none_or(|board| board.admit(&board.up_log, Instant::now(), &self.name)) {
+            log::warn!(
+                target: TARGET,
+                "{} is up again after {:.1} s down ({} failed probes)",
+                self.name,
+                down.since.elapsed().as_secs_f64(),
+                down.failed_probes
+            );
+        }
     }
 
     /// When the next probe is due, if the server is down.
@@ -194,7 +210,11 @@ struct Entry {
 
 struct Board {
     policy: ProbePolicy,
-    entries: Mutex<Vec<Entry>>,
+    /// By server name.
+    entries: Mutex<HashMap<String, Entry>>,
+    /// Which "is down" and "is up again" lines are logged one by one (see [`LINES_PER_WINDOW`]).
+    down_log: Mutex<Digest>,
+    up_log: Mutex<Digest>,
     /// Set when a server goes down (or the board closes); the prober waits on it.
     wake: Mutex<bool>,
     woken: Condvar,
@@ -203,6 +223,53 @@ struct Board {
 }
 
 impl Board {
+    /// Whether an event of `log` about `name` gets its own line; logs the summary of a window
+    /// that ended first.
+    fn admit(&self, log: &Mutex<Digest>, now: Instant, name: &str) -> bool {
+        let (ended, shown) = lock(log).admit(now, name);
+        if let Some(held) = ended {
+            self.log_held(log, &held);
+        }
+        shown
+    }
+
+    /// Logs the summaries of the windows that ended (all of them with `force`).
+    fn flush_logs(&self, now: Instant, force: bool) {
+        for log in [&self.down_log, &self.up_log] {
+            let held = lock(log).flush(now, force);
+            if let Some(held) = held {
+                self.log_held(log, &held);
+            }
+        }
+    }
+
+    /// When the next summary is due, if one is.
+    fn next_summary(&self) -> Option<Instant> {
+        [&self.down_log, &self.up_log].into_iter().filter_map(|log| lock(log).due()).min()
+    }
+
+    fn log_held(&self, log: &Mutex<Digest>, held: &Held) {
+        let servers = if held.count == 1 { "server" } else { "servers" };
+        if std::ptr::eq(log, &self.down_log) {
+            log::warn!(
+                target: TARGET,
+                "{} more {servers} went down within {} s (not logged one by one): {}; new requests to them \
+                 fail at once, a background probe retries each",
+                held.count,
+                LOG_WINDOW.as_secs(),
+                held.describe()
+            );
+        } else {
+            log::warn!(
+                target: TARGET,
+                "{} more {servers} came up again within {} s (not logged one by one): {}",
+                held.count,
+                LOG_WINDOW.as_secs(),
+                held.describe()
+            );
+        }
+    }
+
     /// Starts the prober if it is not running, or wakes it.
     fn wake_prober(&self, this: &Arc<Board>) {
         *lock(&self.wake) = true;
@@ -221,39 +288,51 @@ impl Board {
 
     /// Probes the servers that are down, each when its delay has passed, until none is down
     /// (then the thread ends; the next server to go down starts another) or the board closes.
+    /// It also logs the summaries of held "is down" / "is up again" lines when their windows
+    /// end (it runs whenever a server is down, which is when there are any).
     fn run_prober(&self) {
         loop {
             if self.closed.load(Ordering::Acquire) {
                 break;
             }
             let now = Instant::now();
+            self.flush_logs(now, false);
             let due: Vec<(Arc<EndpointHealth>, Arc<Probe>)> = lock(&self.entries)
-                .iter()
+                .values()
                 .filter(|e| e.health.next_probe().is_some_and(|at| at <= now))
                 .map(|e| (e.health.clone(), e.probe.clone()))
                 .collect();
             for (health, probe) in due {
+                if self.closed.load(Ordering::Acquire) {
+                    break;
+                }
                 match probe() {
                     ProbeVerdict::Reachable => health.mark_up(),
                     ProbeVerdict::Unreachable(err) => health.probe_failed(Instant::now(), err, self.policy),
                 }
+                // Probes of many servers take a while: summaries stay on time meanwhile.
+                self.flush_logs(Instant::now(), false);
             }
-            let next = lock(&self.entries).iter().filter_map(|e| e.health.next_probe()).min();
+            let next_probe = lock(&self.entries).values().filter_map(|e| e.health.next_probe()).min();
             let mut woken = lock(&self.wake);
-            if next.is_none() && !*woken {
+            if next_probe.is_none() && !*woken {
                 // Nothing is down. Decided under the wake lock, so a server that goes down
                 // now either sees the prober still running (and sets `wake`, seen above) or
                 // finds it stopped and starts another.
                 self.prober_running.store(false, Ordering::Release);
+                drop(woken);
+                self.flush_logs(Instant::now(), true);
                 return;
             }
             if !*woken {
+                let next = next_probe.into_iter().chain(self.next_summary()).min();
                 let wait = next.map_or(self.policy.max, |at| at.saturating_duration_since(Instant::now()));
                 woken = self.woken.wait_timeout(woken, wait).unwrap_or_else(|p| p.into_inner()).0;
             }
             *woken = false;
         }
         self.prober_running.store(false, Ordering::Release);
+        self.flush_logs(Instant::now(), true);
     }
 }
 
@@ -269,7 +348,9 @@ impl HealthBoard {
         HealthBoard {
             board: Arc::new(Board {
                 policy,
-                entries: Mutex::new(Vec::new()),
+                entries: Mutex::new(HashMap::new()),
+                down_log: Mutex::new(Digest::new(LOG_WINDOW, LINES_PER_WINDOW)),
+                up_log: Mutex::new(Digest::new(LOG_WINDOW, LINES_PER_WINDOW)),
                 wake: Mutex::new(false),
                 woken: Condvar::new(),
                 prober_running: AtomicBool::new(false),
@@ -283,7 +364,7 @@ impl HealthBoard {
     /// probe.
     pub fn endpoint(&self, name: &str, probe: impl FnOnce() -> Probe) -> Arc<EndpointHealth> {
         let mut entries = lock(&self.board.entries);
-        if let Some(entry) = entries.iter().find(|e| e.health.name == name) {
+        if let Some(entry) = entries.get(name) {
             return entry.health.clone();
         }
         let health = Arc::new(EndpointHealth {
@@ -293,13 +374,16 @@ impl HealthBoard {
             state: Mutex::new(None),
             board: Arc::downgrade(&self.board),
         });
-        entries.push(Entry { health: health.clone(), probe: Arc::new(probe()) });
+        entries.insert(name.to_string(), Entry { health: health.clone(), probe: Arc::new(probe()) });
         health
     }
 
     /// The servers that are down now, by name.
     pub fn down(&self) -> Vec<String> {
-        lock(&self.board.entries).iter().filter(|e| e.health.is_down()).map(|e| e.health.name.clone()).collect()
+        let mut down: Vec<String> =
+            lock(&self.board.entries).values().filter(|e| e.health.is_down()).map(|e| e.health.name.clone()).collect();
+        down.sort_unstable();
+        down
     }
 
     /// How many servers the board tracks.
@@ -309,7 +393,7 @@ impl HealthBoard {
 
     /// Forgets servers nothing else refers to any more (cluster nodes dropped from the table).
     pub fn forget_unused(&self) {
-        lock(&self.board.entries).retain(|e| Arc::strong_count(&e.health) > 1);
+        lock(&self.board.entries).retain(|_, e| Arc::strong_count(&e.health) > 1);
     }
 }
 

@@ -2,7 +2,8 @@
 //! `::bridge`, `::batch`, `::health`, ...). What carries the records elsewhere lives here,
 //! free of Python: a bounded queue that a logging thread drains ([`LogQueue`], [`QueueLogger`]:
 //! the thread that logs never waits for the drainer, and a full queue drops and counts), and
-//! the rate-limited summary of failed keys that every front writes per batch ([`FailureLog`]).
+//! the rate-limited summary of failed keys that every front writes per batch ([`FailureLog`]),
+//! and the [`Digest`] that folds bursts of like events (servers going down) into a few lines.
 //! The Python bindings install a [`QueueLogger`] and forward its records to `logging`.
 
 use crate::conn::Outcome;
@@ -219,6 +220,85 @@ impl FailureLog {
     }
 }
 
+/// Events of one kind (a server going down, one coming back) on a line each, up to `burst` in a
+/// `window`; past that they are counted, and the window ends with one line that counts them and
+/// names a few. A thousand servers failing at once cost a handful of lines, not a thousand
+/// (docs/reliability.md). Pure: the caller logs what it is told to.
+#[derive(Debug)]
+pub struct Digest {
+    window: Duration,
+    burst: usize,
+    opened: Option<Instant>,
+    shown: usize,
+    held: Held,
+}
+
+/// The events of a window that were not shown one by one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// How many.
+    pub count: usize,
+    /// The names of the first few ([`Digest::EXAMPLES`]).
+    pub examples: Vec<String>,
+}
+
+impl Held {
+    /// `a, b, c and N others`.
+    pub fn describe(&self) -> String {
+        let mut text = self.examples.join(", ");
+        let others = self.count - self.examples.len();
+        if others > 0 {
+            text.push_str(&format!(" and {others} other{}", if others == 1 { "" } else { "s" }));
+        }
+        text
+    }
+}
+
+impl Digest {
+    /// Names a summary gives.
+    pub const EXAMPLES: usize = 3;
+
+    /// At most `burst` lines of their own per `window`.
+    pub const fn new(window: Duration, burst: usize) -> Digest {
+        Digest { window, burst, opened: None, shown: 0, held: Held { count: 0, examples: Vec::new() } }
+    }
+
+    /// An event about `name` at `now`: whether it gets a line of its own (else it is held for
+    /// the window's summary), and the summary of an earlier window that had ended (to log
+    /// first).
+    pub fn admit(&mut self, now: Instant, name: &str) -> (Option<Held>, bool) {
+        let ended = self.flush(now, false);
+        self.opened.get_or_insert(now);
+        if self.shown < self.burst {
+            self.shown += 1;
+            return (ended, true);
+        }
+        self.held.count += 1;
+        if self.held.examples.len() < Self::EXAMPLES {
+            self.held.examples.push(name.to_owned());
+        }
+        (ended, false)
+    }
+
+    /// The window's summary once it has ended (or at once with `force`), if it held anything;
+    /// an ended window is closed either way.
+    pub fn flush(&mut self, now: Instant, force: bool) -> Option<Held> {
+        let opened = self.opened?;
+        if !force && now.saturating_duration_since(opened) < self.window {
+            return None;
+        }
+        self.opened = None;
+        self.shown = 0;
+        let held = std::mem::take(&mut self.held);
+        (held.count > 0).then_some(held)
+    }
+
+    /// When the running window ends, if it holds events to summarise.
+    pub fn due(&self) -> Option<Instant> {
+        self.opened.filter(|_| self.held.count > 0).map(|opened| opened + self.window)
+    }
+}
+
 /// A key for a log line: text as is (non-printable bytes escaped), cut at 120 bytes.
 fn shown_key(key: &[u8]) -> String {
     let cut = &key[..key.len().min(120)];
@@ -232,6 +312,44 @@ fn shown_key(key: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_digest_shows_a_burst_per_window_and_counts_the_rest_into_one_summary() {
+        let window = Duration::from_secs(1);
+        let mut digest = Digest::new(window, 2);
+        let t0 = Instant::now();
+        let names: Vec<String> = (0..10_000).map(|i| format!("10.0.{}.{}:7000", i / 256, i % 256)).collect();
+        let shown: Vec<bool> = names
+            .iter()
+            .map(|name| digest.admit(t0, name))
+            .map(|(ended, shown)| {
+                assert_eq!(ended, None);
+                shown
+            })
+            .collect();
+        assert_eq!(shown.iter().filter(|s| **s).count(), 2);
+        assert!(shown[0] && shown[1]);
+        assert_eq!(digest.due(), Some(t0 + window));
+        assert_eq!(digest.flush(t0 + window / 2, false), None, "the window still runs");
+        let held = digest.flush(t0 + window, false).expect("the window ended");
+        assert_eq!(held.count, 9_998);
+        assert_eq!(held.describe(), "10.0.0.2:7000, 10.0.0.3:7000, 10.0.0.4:7000 and 9995 others");
+        assert_eq!(digest.due(), None);
+        // A new window shows a new burst; an event after it ended closes it first.
+        assert_eq!(digest.admit(t0 + window * 2, "a"), (None, true));
+        assert_eq!(digest.admit(t0 + window * 2, "b"), (None, true));
+        assert_eq!(digest.admit(t0 + window * 2, "c"), (None, false));
+        let (ended, shown) = digest.admit(t0 + window * 4, "d");
+        assert_eq!(ended, Some(Held { count: 1, examples: vec!["c".into()] }));
+        assert!(shown);
+        assert_eq!(ended.unwrap().describe(), "c");
+        // Nothing held: no summary, even forced.
+        assert_eq!(digest.flush(t0 + window * 4, true), None);
+        assert_eq!(
+            Held { count: 4, examples: vec!["x".into(), "y".into(), "z".into()] }.describe(),
+            "x, y, z and 1 other"
+        );
+    }
     use crate::error::{Error, ErrorKind};
     use crate::op::Op;
 

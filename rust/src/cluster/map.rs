@@ -20,6 +20,7 @@
 use super::node::NodeAddr;
 use super::slot::SLOT_COUNT;
 use crate::resp::Reply;
+use std::collections::HashMap;
 use std::ops::RangeInclusive;
 
 /// A node's health as the answering node sees it.
@@ -260,17 +261,21 @@ impl SlotMap {
 struct Builder {
     shards: Vec<Shard>,
     owners: Vec<u16>,
+    /// Shards by primary: a reply may list thousands.
+    by_primary: HashMap<NodeAddr, u16>,
 }
 
 impl Builder {
     fn add_shard(&mut self, shard: Shard) -> u16 {
-        self.shards.push(shard);
         // At most one shard per slot range, and the owners table holds 16384 slots.
-        u16::try_from(self.shards.len() - 1).expect("fewer shards than slots")
+        let index = u16::try_from(self.shards.len()).expect("fewer shards than slots");
+        self.by_primary.entry(shard.primary.addr.clone()).or_insert(index);
+        self.shards.push(shard);
+        index
     }
 
     fn shard_of(&self, primary: &NodeAddr) -> Option<u16> {
-        self.shards.iter().position(|shard| shard.primary.addr == *primary).map(|index| index as u16)
+        self.by_primary.get(primary).copied()
     }
 
     fn assign(&mut self, range: RangeInclusive<u16>, shard: u16) -> Result<(), String> {

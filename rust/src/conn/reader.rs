@@ -67,7 +67,9 @@ pub struct Reader {
 impl Default for Reader {
     fn default() -> Self {
         Reader {
-            scratch: vec![0; SCRATCH].into_boxed_slice(),
+            // Allocated on the first read (see `recv_target`): a connection that never
+            // connects, such as one to a dead node of a large cluster map, costs nothing here.
+            scratch: Box::default(),
             start: 0,
             end: 0,
             // A line must fit the scratch buffer with room to spare.
@@ -154,6 +156,9 @@ impl Reader {
         if let (Some(remaining), Sink::Into { dest, written }) = (self.parser.payload_remaining(), &self.sink) {
             debug_assert_eq!(self.start, self.end, "buffered payload is moved before reading more");
             return Ok(RecvTarget::Payload { dest: *dest, offset: *written, len: remaining });
+        }
+        if self.scratch.is_empty() {
+            self.scratch = vec![0; SCRATCH].into_boxed_slice();
         }
         let limit = match (self.parser.payload_remaining(), dest_len) {
             (None, Some(len)) if len >= DIRECT_MIN => PEEK,

@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 /// Refreshes come no closer together than this: a burst of redirects costs one re-read.
 const MIN_REFRESH_INTERVAL: Duration = Duration::from_millis(100);
 
+/// Primaries one refresh asks for the map before the seeds.
+const REFRESH_ASKS: usize = 8;
+
 /// The slot map a cluster engine's workers route by, and what keeps it fresh (see the module
 /// documentation).
 pub struct ClusterView {
@@ -25,6 +28,8 @@ pub struct ClusterView {
     refresh: Mutex<Refresh>,
     wake: Condvar,
     refreshes: AtomicU64,
+    /// Refreshes begun: where the next one starts asking along the map.
+    refreshes_tried: AtomicU64,
 }
 
 #[derive(Default)]
@@ -61,6 +66,7 @@ impl ClusterView {
                         refresh: Mutex::new(Refresh::default()),
                         wake: Condvar::new(),
                         refreshes: AtomicU64::new(0),
+                        refreshes_tried: AtomicU64::new(0),
                     });
                 }
                 Err(err) if err.kind() == ErrorKind::InvalidInput || err.kind() == ErrorKind::Authentication => {
@@ -142,12 +148,24 @@ impl ClusterView {
         }
     }
 
-    /// Asks the known primaries, then the seeds, for the map; takes the first good answer.
+    /// Asks up to [`REFRESH_ASKS`] known primaries (each refresh starts one further along the
+    /// map), then the seeds, for the map; takes the first good answer. Bounded so that a map
+    /// of thousands of dead nodes costs one refresh a few connect timeouts, not thousands, and
+    /// [`ClusterView::stop`] is heard between two nodes.
     fn refresh_once(&self) -> Result<()> {
-        let mut candidates: Vec<Endpoint> = self.map().primaries().map(NodeAddr::endpoint).collect();
+        let mut candidates: Vec<Endpoint> = {
+            let map = self.map();
+            let count = map.primaries().count();
+            let start = self.refreshes_tried.fetch_add(1, Ordering::AcqRel) as usize % count.max(1);
+            let asked = map.primaries().skip(start).chain(map.primaries().take(start));
+            asked.take(REFRESH_ASKS).map(NodeAddr::endpoint).collect()
+        };
         candidates.extend(self.settings.endpoints.iter().cloned());
         let mut last = None;
         for node in candidates {
+            if self.lock_refresh().stop {
+                return Err(Error::closed("the cluster map refresher"));
+            }
             match fetch_map(&self.settings, &self.resolver, &node) {
                 Ok(fresh) if fresh.is_fully_covered() => {
                     self.map.write().unwrap_or_else(|p| p.into_inner()).update_from(fresh);

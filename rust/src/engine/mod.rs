@@ -36,6 +36,7 @@ mod worker;
 pub use batches::{BatchResult, Delivery};
 pub use buffers::Access;
 pub use records::Region;
+pub use route::WARM_UP_NODES;
 pub use submit::Ticket;
 pub use tiling::tile;
 
@@ -412,7 +413,10 @@ impl Engine {
         Ok(engine)
     }
 
-    /// Opens every worker's connections now, so the first batch does not pay for them.
+    /// Opens every worker's connections to the servers it starts with now (for a cluster, the
+    /// first [`WARM_UP_NODES`] primaries: the warm-up is bounded whatever the map's size), so
+    /// that the first batch does not pay for them and a server that cannot be reached fails the
+    /// start, within the timeout.
     fn warm_up(&self) -> Result<()> {
         let keys = vec![Item::key_only(b""); self.lanes.len() * self.conns_per_worker];
         let result = self.run(Batch::new(Op::Ping, &keys))?;

@@ -9,8 +9,10 @@
 //! one **express** connection that carries only small requests (at most
 //! [`SMALL_REQUEST_BYTES`] in flight: EXISTS, DEL, small values): a lookup never waits on a
 //! connection behind megabytes of someone else's values, which the server would read first.
-//! For a cluster, to each primary, opened when the map first names it, and to each node a
-//! redirect sends it to. Connections open when they first have work.
+//! For a cluster: to the first [`WARM_UP_NODES`] primaries of the slot map from the start (the
+//! engine's warm-up opens those), and to any other node (a primary, a redirect's target) from
+//! when a key is first routed to it, so that a map naming thousands of nodes costs only the
+//! nodes keys go to. Connections open when they first have work.
 //!
 //! A cluster node named by its host name (in a `MOVED`, an `ASK` or the slot map) is looked up
 //! off the worker ([`Resolver`]): until the lookup ends, its connections hold the requests for
@@ -34,6 +36,10 @@ use std::time::Instant;
 /// before it forgets idle ones.
 pub const MAX_EXTRA_NODES: usize = 64;
 
+/// Cluster primaries (the first the slot map lists) each worker connects to at start; the
+/// others join when a key is first routed to them.
+pub const WARM_UP_NODES: usize = 16;
+
 /// A request keeping at most this many bytes in flight (sent and expected back) is small: it
 /// may take a node's express connection, which no larger one does.
 pub const SMALL_REQUEST_BYTES: usize = 64 << 10;
@@ -51,10 +57,11 @@ pub enum Route {
 }
 
 impl Route {
-    /// The route for `settings`, and the servers every worker connects to at start.
+    /// The route for `settings`, and the servers every worker connects to at start: every
+    /// server, or a cluster's first [`WARM_UP_NODES`] primaries.
     pub fn new(settings: &Settings, cluster: Option<Arc<ClusterView>>) -> Result<(Route, Vec<Endpoint>)> {
         if let Some(view) = cluster {
-            let primaries = view.map().primaries().map(NodeAddr::endpoint).collect();
+            let primaries = view.map().primaries().take(WARM_UP_NODES).map(NodeAddr::endpoint).collect();
             return Ok((Route::Cluster(view), primaries));
         }
         if settings.endpoints.len() == 1 {

@@ -133,9 +133,13 @@ impl Worker {
             self.unpark(now);
             self.nodes.poll_lookups(now, &mut self.finished);
             self.rerouted = false;
+            // What failed before the connections are driven (lookups, unrouted submissions)
+            // goes to its ranged read first; then each connection's own completions.
+            self.settle_ranged(now, 0);
             let mut c = 0;
             while c < self.nodes.conns.len() {
                 let ready = self.readiness[c];
+                let settled = self.finished.len();
                 let conn = &mut self.nodes.conns[c];
                 conn.drive(now, ready, &mut self.finished);
                 conn.expire(now, &mut self.finished);
@@ -148,7 +152,7 @@ impl Worker {
                 for (request, why) in handoffs {
                     self.reroute(now, request, why);
                 }
-                self.settle_ranged(now);
+                self.settle_ranged(now, settled);
                 c += 1;
             }
             self.trim_nodes();
@@ -189,18 +193,23 @@ impl Worker {
         if asking { conn.push_asking(request, &mut self.finished) } else { conn.push(request, &mut self.finished) }
     }
 
-    /// Hands the completions of ranged reads' own requests to their reads, which may queue
-    /// more requests (then the connections need driving again before the worker sleeps).
-    fn settle_ranged(&mut self, now: Instant) {
+    /// Hands the completions of ranged reads' own requests among `finished[from..]` to their
+    /// reads, which may queue more requests (then the connections need driving again before
+    /// the worker sleeps). Only what was added since `from` is looked at: this runs after
+    /// every connection is driven, and a worker may hold thousands of connections (a large
+    /// cluster map) while thousands of completions wait to be posted.
+    fn settle_ranged(&mut self, now: Instant, from: usize) {
+        let mut fresh = self.finished.split_off(from.min(self.finished.len()));
         loop {
             let mut conns = WorkerConns { nodes: &mut self.nodes, route: &self.route, failed: Vec::new() };
-            self.rerouted |= self.ranged.route_completions(&mut self.finished, &mut conns, now);
+            self.rerouted |= self.ranged.route_completions(&mut fresh, &mut conns, now);
             let failed = conns.failed;
             if failed.is_empty() {
                 break;
             }
-            self.finished.extend(failed);
+            fresh.extend(failed);
         }
+        self.finished.append(&mut fresh);
         self.readiness.resize(self.nodes.conns.len(), Readiness::OPTIMISTIC);
     }
 

@@ -217,7 +217,29 @@ pub struct EngineMetrics {
     /// Per batch slot: its submission time in clock nanoseconds << 3 | its op's code.
     slots: Box<[AtomicU64]>,
     /// Every cell by endpoint, in the order endpoints were first seen.
-    endpoints: Mutex<Vec<(String, Vec<Arc<Cell>>)>>,
+    endpoints: Mutex<Endpoints>,
+}
+
+/// Cells by endpoint, in the order endpoints were first seen, with an index by name: a
+/// cluster map may name thousands of nodes.
+#[derive(Default)]
+struct Endpoints {
+    cells: Vec<(String, Vec<Arc<Cell>>)>,
+    by_name: HashMap<String, usize>,
+}
+
+impl Endpoints {
+    fn cells_of(&mut self, endpoint: &str) -> &mut Vec<Arc<Cell>> {
+        let index = match self.by_name.get(endpoint) {
+            Some(&index) => index,
+            None => {
+                self.cells.push((endpoint.to_owned(), Vec::new()));
+                self.by_name.insert(endpoint.to_owned(), self.cells.len() - 1);
+                self.cells.len() - 1
+            }
+        };
+        &mut self.cells[index].1
+    }
 }
 
 /// The name keys that never reached an endpoint are counted under (a routing failure).
@@ -225,25 +247,27 @@ pub const UNROUTED: &str = "unrouted";
 
 impl EngineMetrics {
     /// The counters of an engine with `batch_slots` slots sending to `endpoint` (its display
-    /// string), whose endpoints are `servers` (listed at once, even before any key).
+    /// string), whose endpoints are `servers` (listed at once, even before any key; others, such
+    /// as cluster nodes met later, are listed from their first key).
     pub fn new(endpoint: &str, servers: &[Endpoint], batch_slots: usize) -> Arc<EngineMetrics> {
         let metrics = EngineMetrics {
             endpoint: endpoint.to_owned(),
             front: FrontCell::default(),
             slots: (0..if ENABLED { batch_slots } else { 0 }).map(|_| AtomicU64::new(0)).collect(),
-            endpoints: Mutex::new(servers.iter().map(|s| (s.to_string(), Vec::new())).collect()),
+            endpoints: Mutex::new(Endpoints::default()),
         };
+        let mut endpoints = metrics.endpoints.lock().unwrap_or_else(|p| p.into_inner());
+        for server in servers {
+            endpoints.cells_of(&server.to_string());
+        }
+        drop(endpoints);
         Arc::new(metrics)
     }
 
     /// A cell of this engine's for `endpoint` (registered for snapshots).
     pub fn cell(&self, endpoint: &str) -> Arc<Cell> {
         let cell = Arc::new(Cell::default());
-        let mut endpoints = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
-        match endpoints.iter_mut().find(|(name, _)| name == endpoint) {
-            Some((_, cells)) => cells.push(cell.clone()),
-            None => endpoints.push((endpoint.to_owned(), vec![cell.clone()])),
-        }
+        self.endpoints.lock().unwrap_or_else(|p| p.into_inner()).cells_of(endpoint).push(cell.clone());
         cell
     }
 
@@ -278,7 +302,7 @@ impl EngineMetrics {
         }
         self.front.batch_latency.add_to(&mut out.batch_latency);
         let endpoints = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
-        for (name, cells) in endpoints.iter() {
+        for (name, cells) in &endpoints.cells {
             let mut snapshot = EndpointSnapshot { endpoint: name.clone(), ..EndpointSnapshot::default() };
             cells.iter().for_each(|cell| cell.add_to(&mut snapshot));
             if name == UNROUTED && snapshot.is_empty() {
