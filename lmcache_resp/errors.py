@@ -92,13 +92,16 @@ class EngineFailedError(RespError):
 
 
 class TlsError(RespError):
-    """TLS with the server failed: its certificate is not trusted (unknown CA, wrong host
-    name, expired), a plaintext server answered a ``rediss://`` URL's hello, or the server
-    refused this client's certificate. The message names the endpoint and the reason.
-    Permanent: never retried, never a fallback to plaintext, and not a ``ConnectionError``
-    (fix the certificates or the URL; waiting does not help). A TLS server behind
-    ``redis://`` resets the connection without a word, which is a ``RespConnectionError``
-    whose message says to use ``rediss://``."""
+    """TLS with the server failed for a reason its certificate or configuration decides: the
+    certificate is not trusted (unknown CA, wrong host name, expired, X.509 version 1), the
+    port speaks plaintext behind a ``rediss://`` URL, or the server refused this client's
+    certificate. The message names the endpoint and the reason. Permanent: not retried (later
+    calls fail at once with it until it is checked again, 30 s later), never a fallback to
+    plaintext, and not a ``ConnectionError`` (fix the certificates or the URL; waiting does
+    not help). What the network path does to a handshake (a damaged record, a forged alert)
+    is a ``RespConnectionError``, retried. A TLS server behind ``redis://`` resets the
+    connection without a word, which is a ``RespConnectionError`` whose message says to use
+    ``rediss://``."""
 
 
 class BatchError(RespError):

@@ -15,6 +15,7 @@ import asyncio
 import importlib
 import json
 import logging
+import subprocess
 import threading
 import time
 import types
@@ -554,18 +555,58 @@ def test_a_plaintext_server_behind_rediss_is_a_tls_error_at_half_the_connect_tim
     redis_server: RedisServer, tls_certs: TestCerts
 ) -> None:
     """redis-server reads a TLS hello as the start of an inline command and waits for its end
-    of line; halfway to the connect deadline the client nudges it past its inline limit, so it
-    answers in plaintext ("too big inline request"): a permanent TlsError, not a timeout."""
+    of line; halfway to the connect deadline the client asks the port with a plaintext PING on
+    a second connection (never writing anything but TLS to the first), which it answers with
+    +PONG: a permanent TlsError, not a timeout."""
     url = f"rediss://127.0.0.1:{redis_server.port}"
     for name, build in fronts(url, ssl_ca_certs=str(tls_certs.ca), connect_timeout=0.5).items():
         started = time.monotonic()
-        text = fails_twice_alike(build, TlsError, 0.9)  # the nudge at 0.25 s, then the answer
+        text = fails_twice_alike(build, TlsError, 0.9)  # the check at 0.25 s, then the answer
         assert time.monotonic() - started >= 2 * 0.2, "each waited for a TLS answer first"
-        assert text == (f"TLS with 127.0.0.1:{redis_server.port} failed: the server answered the TLS hello in plaintext "
-                        '("-ERR Protocol error: too big inline request\\r\\n"): this port does not speak TLS; use '
-                        "redis:// for it, or the server's "
-                        "tls-port for rediss://"), name
+        assert text == (f"TLS with 127.0.0.1:{redis_server.port} failed: this port does not speak TLS: the server left "
+                        "the TLS hello unanswered and answered a plaintext PING on a second connection with "
+                        '"+PONG\\r\\n"; use redis:// for it, or the server\'s tls-port for rediss://'), name
     assert redis_server.redis_py().ping(), "the plaintext server is unharmed"
+
+
+def version_one(directory: Path, certs: TestCerts, name: str, cn: str) -> tuple[Path, Path]:
+    """A key and a certificate for it, signed by the test CA the way many tutorials make one
+    (``openssl x509 -req`` without extensions): X.509 version 1, the CN only, no
+    subjectAltName."""
+    key, csr, crt = (directory / f"{name}.{ext}" for ext in ("key", "csr", "crt"))
+    ca_key = certs.directory / "ca.key"
+    for args in (
+        ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(key)],
+        ["req", "-new", "-key", str(key), "-subj", f"/CN={cn}", "-out", str(csr)],
+        ["x509", "-req", "-in", str(csr), "-CA", str(certs.ca), "-CAkey", str(ca_key), "-CAcreateserial",
+         "-days", "30", "-out", str(crt)],
+    ):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=directory)
+    text = subprocess.run(["openssl", "x509", "-noout", "-text", "-in", str(crt)], check=True, capture_output=True)
+    assert b"Version: 1 (0x0)" in text.stdout
+    return crt, key
+
+
+def test_a_version_one_client_certificate_is_sent_and_a_version_one_server_one_refused_saying_how_to_reissue_it(
+    tls_server_factory: Callable[..., RedisServer], tls_certs: TestCerts, tmp_path: Path
+) -> None:
+    """OpenSSL takes X.509 version 1 certificates; so does this client as its own (the server
+    decides), while a server's is refused with the true reason and the openssl commands that
+    reissue it with a subjectAltName (webpki verifies names only there)."""
+    cert, key = version_one(tmp_path, tls_certs, "client", "client")
+    mtls = tls_server_factory(auth_clients="yes")
+    mine = {"ssl_ca_certs": str(tls_certs.ca), "ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+    with RedisClient(url=mtls.url, **mine) as client:
+        client.set("v1", pattern(20_000, 3))
+        out = bytearray(20_000)
+        assert client.get("v1", out) == 20_000 and out == pattern(20_000, 3)
+    assert mtls.redis_py().get("v1") == pattern(20_000, 3)
+    server = tls_server_factory(version_one(tmp_path, tls_certs, "server", "localhost"))
+    for name, build in fronts(server.url, ssl_ca_certs=str(tls_certs.ca)).items():
+        text = fails_twice_alike(build, TlsError, FAST)
+        assert text.startswith(f"TLS with 127.0.0.1:{server.port} failed: the server's certificate is X.509 "
+                               "version 1"), (name, text)
+        assert "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext" in text, (name, text)
 
 
 def test_a_tls_server_behind_redis_url_says_use_rediss(tls_server: RedisServer) -> None:

@@ -1,8 +1,10 @@
 //! A TCP proxy in front of a real redis-server that can break a connection in the middle of a
 //! reply (the network fault, injected between a real client and a real server), run a hook
-//! just before a chosen command reaches the server (a writer that strikes between two
-//! commands of a client, deterministically), and hold a chosen command on its way (a request
-//! the client has sent that the server has not seen).
+//! just before a chosen command reaches the server (a writer that strikes between two commands
+//! of a client, deterministically), hold a chosen command on its way (a request the client has
+//! sent that the server has not seen), rewrite the TLS records a server sends on chosen
+//! connections (a man in the middle that flips, forges or injects), and hold back a server's
+//! first bytes (a slow server).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -11,6 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 type Hook = Box<dyn FnOnce() + Send>;
+
+/// Given a TLS record the server sent and its index on the connection (from 0), the bytes to
+/// forward instead.
+pub type RecordRewrite = Arc<dyn Fn(usize, &[u8]) -> Vec<u8> + Send + Sync>;
 
 /// Armed: once a connection has passed `bytes` more reply bytes to its client, run `hook` and
 /// close that connection.
@@ -60,6 +66,18 @@ struct State {
     hold: Option<Hold>,
     /// Occurrences of each counted pattern seen from clients so far.
     counted: Vec<(&'static [u8], usize)>,
+    /// Connections accepted so far.
+    connections: usize,
+    /// The next this-many connections have their server's records rewritten.
+    rewrite: Option<(usize, RecordRewrite)>,
+    /// How long every connection's first bytes from the server are held back.
+    first_bytes_delay: Duration,
+}
+
+/// What one connection does besides forwarding.
+struct Faults {
+    rewrite: Option<RecordRewrite>,
+    first_bytes_delay: Duration,
 }
 
 pub struct CuttingProxy {
@@ -78,7 +96,19 @@ impl CuttingProxy {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target_port)) else { continue };
-                forward(client, server, shared.clone());
+                let faults = {
+                    let mut guard = shared.lock().unwrap();
+                    guard.connections += 1;
+                    let rewrite = match guard.rewrite.as_mut() {
+                        Some((left, rewrite)) if *left > 0 => {
+                            *left -= 1;
+                            Some(rewrite.clone())
+                        }
+                        _ => None,
+                    };
+                    Faults { rewrite, first_bytes_delay: guard.first_bytes_delay }
+                };
+                forward(client, server, shared.clone(), faults);
             }
         });
         CuttingProxy { port, state }
@@ -123,6 +153,39 @@ impl CuttingProxy {
     pub fn count(&self, pattern: &'static [u8]) -> usize {
         self.state.lock().unwrap().counted.iter().find(|(p, _)| *p == pattern).map_or(0, |(_, n)| *n)
     }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.state.lock().unwrap().connections
+    }
+
+    /// The next `connections` connections forward each TLS record the server sends through
+    /// `rewrite` (see [`RecordRewrite`]); later ones are left alone.
+    pub fn rewrite_server_records(
+        &self,
+        connections: usize,
+        rewrite: impl Fn(usize, &[u8]) -> Vec<u8> + Send + Sync + 'static,
+    ) {
+        self.state.lock().unwrap().rewrite = Some((connections, Arc::new(rewrite)));
+    }
+
+    /// Every connection from now on receives the server's first bytes `delay` late.
+    pub fn delay_server_first_bytes(&self, delay: Duration) {
+        self.state.lock().unwrap().first_bytes_delay = delay;
+    }
+}
+
+/// Whole TLS records taken from the front of `pending` (a record's length is in its header).
+fn whole_records(pending: &mut Vec<u8>) -> Vec<Vec<u8>> {
+    let mut records = Vec::new();
+    while pending.len() >= 5 {
+        let len = 5 + u16::from_be_bytes([pending[3], pending[4]]) as usize;
+        if pending.len() < len {
+            break;
+        }
+        records.push(pending.drain(..len).collect());
+    }
+    records
 }
 
 /// Counts patterns in what a client sends, and runs the armed hook when its command comes
@@ -156,7 +219,7 @@ fn before_forwarding(state: &Mutex<State>, chunk: &[u8]) -> Option<Arc<AtomicBoo
     held
 }
 
-fn forward(client: TcpStream, server: TcpStream, state: Arc<Mutex<State>>) {
+fn forward(client: TcpStream, server: TcpStream, state: Arc<Mutex<State>>, faults: Faults) {
     let (mut client_in, mut server_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
     let commands = state.clone();
     std::thread::spawn(move || {
@@ -184,7 +247,27 @@ fn forward(client: TcpStream, server: TcpStream, state: Arc<Mutex<State>>) {
     let (mut server_in, mut client_out) = (server, client);
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 64 * 1024];
+        let (mut first, mut pending, mut records) = (true, Vec::new(), 0);
         while let Ok(n @ 1..) = server_in.read(&mut buf) {
+            if std::mem::take(&mut first) {
+                std::thread::sleep(faults.first_bytes_delay);
+            }
+            let rewritten;
+            let data = match &faults.rewrite {
+                None => &buf[..n],
+                Some(rewrite) => {
+                    pending.extend_from_slice(&buf[..n]);
+                    rewritten = whole_records(&mut pending)
+                        .iter()
+                        .flat_map(|record| {
+                            records += 1;
+                            rewrite(records - 1, record)
+                        })
+                        .collect::<Vec<u8>>();
+                    &rewritten[..]
+                }
+            };
+            let n = data.len();
             let mut guard = state.lock().unwrap();
             let cut = guard.armed.as_mut().map(|armed| {
                 let pass = (n as u64).min(armed.bytes) as usize;
@@ -196,13 +279,13 @@ fn forward(client: TcpStream, server: TcpStream, state: Arc<Mutex<State>>) {
                     let Cut { hook, .. } = guard.armed.take().unwrap();
                     guard.cuts += 1;
                     drop(guard);
-                    client_out.write_all(&buf[..pass]).ok();
+                    client_out.write_all(&data[..pass]).ok();
                     hook();
                     break;
                 }
                 _ => {
                     drop(guard);
-                    if client_out.write_all(&buf[..n]).is_err() {
+                    if client_out.write_all(data).is_err() {
                         break;
                     }
                 }

@@ -14,6 +14,7 @@
 use lmcache_resp_core::blocking::BlockingClient;
 use lmcache_resp_core::conn::Outcome;
 use lmcache_resp_core::engine::{Batch, BatchResult, Engine, EngineConfig, Item, Memory};
+use lmcache_resp_core::net::tls::KeyLimit;
 use lmcache_resp_core::op::Op;
 use lmcache_resp_core::settings::tls::VERIFICATION_OFF_WARNING;
 use lmcache_resp_core::settings::{Settings, Sources, Value};
@@ -509,9 +510,9 @@ fn verification_relaxed_on_purpose_accepts_only_what_it_says() {
 /// The error of a TLS handshake with a plaintext Redis, reached through `port`.
 fn answered_in_plaintext(port: u16) -> String {
     format!(
-        "TLS with 127.0.0.1:{port} failed: the server answered the TLS hello in plaintext (\"-ERR Protocol error: too \
-         big inline request\\r\\n\"): this port does not speak TLS; use redis:// for it, or the server's tls-port \
-         for rediss://"
+        "TLS with 127.0.0.1:{port} failed: this port does not speak TLS: the server left the TLS hello unanswered \
+         and answered a plaintext PING on a second connection with \"+PONG\\r\\n\"; use redis:// for it, or the \
+         server's tls-port for rediss://"
     )
 }
 
@@ -521,11 +522,13 @@ fn a_plaintext_server_behind_rediss_is_a_tls_error_at_half_the_connect_timeout()
         return;
     }
     // At the first connection: the server waits silently for the end of what it takes for an
-    // inline command, until the client's nudge (at half the connect timeout) makes it answer.
+    // inline command; at half the connect timeout a PING on a second connection gets +PONG.
+    // Nothing but the hello went to the first one.
     let plain = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let certs = TestCerts::generate(dir.path());
     let proxy = hello_counter(plain.port());
+    proxy.count_commands(b"PING\r\n");
     let message = answered_in_plaintext(proxy.port());
     let mut settings = resolve(&rediss(proxy.port()), &trusting(&certs));
     settings.connect_timeout = Duration::from_millis(500);
@@ -534,7 +537,9 @@ fn a_plaintext_server_behind_rediss_is_a_tls_error_at_half_the_connect_timeout()
         assert_eq!((err.kind(), err.message()), (ErrorKind::Tls, message.as_str()));
         assert!(took >= Duration::from_millis(250) && took < Duration::from_millis(500), "{took:?}");
         assert_eq!(proxy.count(CLIENT_HELLO), round, "one connection per start");
+        assert_eq!(proxy.count(b"PING\r\n"), round, "and one plaintext check");
     }
+    assert_eq!(plaintext_command(plain.port(), &[b"PING"]), b"+PONG\r\n", "the plaintext server is unharmed");
 
     // Under a running engine: its TLS port turns plaintext (the same port). The clients are
     // dropped first, while the harness can still reach the server over TLS.
@@ -616,7 +621,8 @@ fn args(command: &[Vec<u8>]) -> Vec<&[u8]> {
 /// A running engine, through a proxy counting hellos, meets `change` (made on the server,
 /// whose clients it drops): every batch fails with a TLS error `expected` says is right (given
 /// the proxy's port, which errors name), the connections give up at their first failure, and
-/// later batches fail at once, with the same error, without reconnecting.
+/// later batches fail at once, with the same error, without reconnecting (until the failure is
+/// checked again, `RECHECK_PERMANENT_AFTER` later).
 fn gone_bad(
     server: &RedisServer,
     keywords: &[(&str, Value)],
@@ -665,6 +671,12 @@ fn then_clients_dropped<'a>(server: &'a RedisServer, change: &'a [&'a [u8]]) -> 
     }
 }
 
+/// `CONFIG SET` of the certificate and key the server presents.
+fn presenting(cert: &Path, key: &Path) -> Vec<Vec<u8>> {
+    let (cert, key) = (cert.display().to_string().into_bytes(), key.display().to_string().into_bytes());
+    vec![b"CONFIG".to_vec(), b"SET".to_vec(), b"tls-cert-file".to_vec(), cert, b"tls-key-file".to_vec(), key]
+}
+
 #[test]
 fn certificates_gone_bad_under_a_running_engine_fail_every_batch_at_once_without_reconnecting() {
     if !tls_or_skip("certificates_gone_bad_under_a_running_engine_fail_every_batch_at_once_without_reconnecting") {
@@ -674,10 +686,6 @@ fn certificates_gone_bad_under_a_running_engine_fail_every_batch_at_once_without
     // do not verify it; then the good one, for the engine to start.
     let server = tls_server(TlsServer { presents: ServerCert::Expired, ..TlsServer::default() });
     let certs = server.certs().clone();
-    let presenting = |cert: &Path, key: &Path| -> Vec<Vec<u8>> {
-        let (cert, key) = (cert.display().to_string().into_bytes(), key.display().to_string().into_bytes());
-        vec![b"CONFIG".to_vec(), b"SET".to_vec(), b"tls-cert-file".to_vec(), cert, b"tls-key-file".to_vec(), key]
-    };
     let good = presenting(&certs.server_cert, &certs.server_key);
     let changes = [
         (presenting(&certs.expired_cert, &certs.expired_key), "the server's certificate has expired"),
@@ -903,4 +911,380 @@ fn whole_gets_larger_than_a_reads_budget_complete_byte_exact() {
         assert_eq!(read.outcomes, (0..4).map(|i| Outcome::Hit(12 * MIB + i)).collect::<Vec<_>>(), "round {round}");
         assert!(got == values, "round {round}: bytes read back differ");
     }
+}
+
+// -- a man in the middle of the handshake ---------------------------------------------------
+
+/// What something on the path does to the server's first TLS records, on one connection.
+#[derive(Clone, Copy, Debug)]
+enum PathFault {
+    /// One bit of the ServerHello's random flipped.
+    FlippedServerHello,
+    /// One bit of each encrypted handshake record flipped (TLS 1.3: all after the hello).
+    FlippedEncryptedRecord,
+    /// A fatal handshake_failure alert, in plaintext, forged in front of the ServerHello.
+    ForgedAlert,
+    /// 15 bytes of `-ERR ...` in front of the ServerHello.
+    InjectedPlaintext,
+}
+
+impl PathFault {
+    const ALL: [PathFault; 4] = [
+        PathFault::FlippedServerHello,
+        PathFault::FlippedEncryptedRecord,
+        PathFault::ForgedAlert,
+        PathFault::InjectedPlaintext,
+    ];
+
+    /// The proxy's rewrite of the server's records (see `CuttingProxy::rewrite_server_records`).
+    fn rewrite(self) -> impl Fn(usize, &[u8]) -> Vec<u8> + Send + Sync + 'static {
+        move |index, record| {
+            let mut record = record.to_vec();
+            match (self, index) {
+                // Record header (5), handshake header (4), legacy version (2), then the random.
+                (PathFault::FlippedServerHello, 0) => record[5 + 4 + 2 + 10] ^= 0x01,
+                (PathFault::FlippedEncryptedRecord, _) if record[0] == 23 => *record.last_mut().unwrap() ^= 0x80,
+                (PathFault::ForgedAlert, 0) => record.splice(0..0, [21, 3, 3, 0, 2, 2, 40]).for_each(drop),
+                (PathFault::InjectedPlaintext, 0) => record.splice(0..0, *b"-ERR injected\r\n").for_each(drop),
+                _ => {}
+            }
+            record
+        }
+    }
+
+    /// What the error of the call that met it says.
+    fn says(self) -> &'static str {
+        match self {
+            PathFault::FlippedServerHello | PathFault::FlippedEncryptedRecord => "a handshake record did not decrypt",
+            PathFault::ForgedAlert => "sent the alert HandshakeFailure",
+            PathFault::InjectedPlaintext => "its first bytes were plaintext (\"-ERR injected\\r\\n\")",
+        }
+    }
+}
+
+/// Drops every client of `server` (the next call of each reconnects), and gives the news time
+/// to reach them.
+fn drop_clients(server: &RedisServer) {
+    server.raw_command(&[b"CLIENT", b"KILL", b"TYPE", b"normal"]);
+    std::thread::sleep(Duration::from_millis(50));
+}
+
+#[test]
+fn a_handshake_damaged_on_the_path_fails_that_call_and_the_next_call_connects_anew() {
+    if !tls_or_skip("a_handshake_damaged_on_the_path_fails_that_call_and_the_next_call_connects_anew") {
+        return;
+    }
+    let server = tls_server(TlsServer::default());
+    let proxy = hello_counter(server.port());
+    // The blocking client gives up after one failed attempt: the damaged one.
+    let mut client = BlockingClient::for_settings(&resolve(&rediss(proxy.port()), &trusting(server.certs()))).unwrap();
+    for (i, fault) in PathFault::ALL.into_iter().enumerate() {
+        proxy.rewrite_server_records(1, fault.rewrite());
+        drop_clients(&server);
+        let hellos = proxy.count(CLIENT_HELLO);
+        let err = client.exists(b"path-fault").expect_err("the damaged handshake fails its call");
+        assert_eq!(err.kind(), ErrorKind::Connection, "{fault:?}: {err}");
+        let prefix = format!("the TLS handshake with 127.0.0.1:{} broke: ", proxy.port());
+        assert!(err.message().starts_with(&prefix), "{fault:?}: {err}");
+        assert!(err.message().contains(fault.says()), "{fault:?}: {err}");
+        assert!(err.message().ends_with(
+            "(a fault on the network path, not the server's configuration: the next connection tries again)"
+        ));
+        assert_eq!(proxy.count(CLIENT_HELLO), hellos + 1, "{fault:?}");
+        // A later call: a new connection, every byte. Until the server's health probe has
+        // found it (in tens of milliseconds), calls fail at once saying what happened.
+        let key = format!("path-fault:{i}").into_bytes();
+        let mut value = pattern(3 * RECORD + 5, 70 + i as u64);
+        let failed_at = Instant::now();
+        while let Err(err) = client.set(&key, raw(&mut value)) {
+            assert!(err.message().contains(" is down since ") && err.message().contains(fault.says()), "{err}");
+            assert!(failed_at.elapsed() < Duration::from_secs(5), "never reconnected: {err}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut dest = vec![0u8; value.len()];
+        assert_eq!(client.get(&key, raw(&mut dest)).unwrap(), Some(value.len()), "{fault:?}");
+        assert!(dest == value, "{fault:?}: bytes differ");
+        assert!(proxy.count(CLIENT_HELLO) >= hellos + 2, "{fault:?}: a new connection");
+    }
+    assert_eq!(server.raw_command(&[b"GET", b"path-fault:3"]), bulk(&pattern(3 * RECORD + 5, 73)));
+}
+
+#[test]
+fn a_store_retries_a_handshake_damaged_on_the_path_on_a_new_connection_and_loses_no_byte() {
+    if !tls_or_skip("a_store_retries_a_handshake_damaged_on_the_path_on_a_new_connection_and_loses_no_byte") {
+        return;
+    }
+    let server = tls_server(TlsServer::default());
+    let proxy = hello_counter(server.port());
+    let mut settings = resolve(&rediss(proxy.port()), &trusting(server.certs()));
+    settings.num_workers = 1;
+    let engine = Engine::start(EngineConfig::new(settings)).unwrap();
+    let keys = keys("store-path-fault", 6);
+    let mut values: Vec<Vec<u8>> = (0..6).map(|i| pattern(RECORD * (i + 1) + 3, 90 + i as u64)).collect();
+    assert!(run(&engine, Op::Set, &keys, &mut values).all_succeeded());
+    for fault in PathFault::ALL {
+        proxy.rewrite_server_records(1, fault.rewrite());
+        drop_clients(&server);
+        let hellos = proxy.count(CLIENT_HELLO);
+        let mut got: Vec<Vec<u8>> = values.iter().map(|v| vec![0u8; v.len()]).collect();
+        let read = run(&engine, Op::Get, &keys, &mut got);
+        assert_eq!(read.outcomes, values.iter().map(|v| Outcome::Hit(v.len())).collect::<Vec<_>>(), "{fault:?}");
+        assert!(got == values, "{fault:?}: bytes differ");
+        // The damaged connection, then the one that served the batch (the server's health
+        // probe may have made another).
+        assert!(proxy.count(CLIENT_HELLO) >= hellos + 2, "{fault:?}: retried on a new connection");
+    }
+}
+
+// -- a slow server -------------------------------------------------------------------------------
+
+#[test]
+fn a_tls_server_that_answers_late_within_the_connect_timeout_is_reached_unharmed() {
+    if !tls_or_skip("a_tls_server_that_answers_late_within_the_connect_timeout_is_reached_unharmed") {
+        return;
+    }
+    let server = tls_server(TlsServer::default());
+    let proxy = hello_counter(server.port());
+    proxy.count_commands(b"PING\r\n");
+    let mut settings = resolve(&rediss(proxy.port()), &trusting(server.certs()));
+    settings.connect_timeout = Duration::from_secs(2);
+    settings.num_workers = 1;
+    for (round, delay) in [Duration::from_millis(1300), Duration::from_millis(1800)].into_iter().enumerate() {
+        proxy.delay_server_first_bytes(delay);
+        let started = Instant::now();
+        let engine = Engine::start(EngineConfig::new(settings.clone())).unwrap();
+        assert!(started.elapsed() >= delay, "{:?}", started.elapsed());
+        let keys = keys(&format!("late{round}"), 3);
+        let mut values: Vec<Vec<u8>> = [1, RECORD + 1, 300_000].iter().map(|&n| pattern(n, round as u64)).collect();
+        assert!(run(&engine, Op::Set, &keys, &mut values).all_succeeded());
+        let mut got: Vec<Vec<u8>> = values.iter().map(|v| vec![0u8; v.len()]).collect();
+        assert!(run(&engine, Op::Get, &keys, &mut got).all_succeeded());
+        assert!(got == values, "{delay:?}: bytes differ");
+        let mut client = BlockingClient::for_settings(&settings).unwrap();
+        let mut dest = vec![0u8; 300_000];
+        assert_eq!(client.get(&keys[2], raw(&mut dest)).unwrap(), Some(300_000));
+        assert!(dest == values[2]);
+        // Past half the timeout each handshake asked the port once, on a second connection.
+        assert_eq!(proxy.count(b"PING\r\n"), proxy.count(CLIENT_HELLO), "{delay:?}");
+    }
+}
+
+// -- a permanent failure is checked again ------------------------------------------------------
+
+#[test]
+fn a_permanent_tls_failure_is_checked_again_and_a_fixed_certificate_is_found() {
+    if !tls_or_skip("a_permanent_tls_failure_is_checked_again_and_a_fixed_certificate_is_found") {
+        return;
+    }
+    // Started presenting the expired certificate (the harness's own checks then do not verify
+    // it), switched to the good one for the engine to start.
+    let server = tls_server(TlsServer { presents: ServerCert::Expired, ..TlsServer::default() });
+    let certs = server.certs().clone();
+    let good = presenting(&certs.server_cert, &certs.server_key);
+    let expired = presenting(&certs.expired_cert, &certs.expired_key);
+    assert_eq!(server.raw_command(&args(&good)), b"+OK\r\n");
+    let proxy = hello_counter(server.port());
+    let mut config = EngineConfig::new(resolve(&rediss(proxy.port()), &trusting(&certs)));
+    config.reconnect.recheck_permanent_after = Duration::from_millis(400);
+    let engine = Engine::start(config).unwrap();
+    let keys = keys("recheck", 4);
+    let mut values: Vec<Vec<u8>> = (0..4).map(|i| pattern(RECORD + i, i as u64)).collect();
+    assert!(run(&engine, Op::Set, &keys, &mut values).all_succeeded());
+    assert_eq!(server.raw_command(&args(&expired)), b"+OK\r\n");
+    drop_clients(&server);
+    let failed_at = Instant::now();
+    for _ in 0..4 {
+        let err = every_key_failed(&run(&engine, Op::Exists, &keys, &mut []));
+        assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
+        assert!(err.message().ends_with("the server's certificate has expired"), "{err}");
+    }
+    // Fixed on the server: found again once the failure is checked again, without a restart.
+    assert_eq!(server.raw_command(&args(&good)), b"+OK\r\n");
+    let hellos = proxy.count(CLIENT_HELLO);
+    let mut got: Vec<Vec<u8>> = values.iter().map(|v| vec![0u8; v.len()]).collect();
+    loop {
+        let read = run(&engine, Op::Get, &keys, &mut got);
+        if read.all_succeeded() {
+            break;
+        }
+        assert!(failed_at.elapsed() < Duration::from_secs(5), "never checked again: {:?}", read.outcomes);
+        assert_eq!(every_key_failed(&read).kind(), ErrorKind::Tls, "failing at once until the check");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(failed_at.elapsed() >= Duration::from_millis(400), "not before the check is due");
+    assert!(got == values, "bytes read back differ");
+    assert!(proxy.count(CLIENT_HELLO) > hellos, "a new connection");
+}
+
+// -- keys renewed against OpenSSL ----------------------------------------------------------------
+
+/// `settings` with its connections' send keys renewed every `records` records.
+fn with_key_limit(mut settings: Settings, records: u64) -> Settings {
+    let config = settings.tls.as_deref().expect("TLS settings").clone();
+    settings.tls = Some(Arc::new(config.with_key_limit(KeyLimit { records, bytes: 1 << 40 })));
+    settings
+}
+
+/// Values from one record to several pieces, written and read back over connections whose
+/// send keys run out every `records` records (the default limit: `None`); how many
+/// connections that took.
+fn round_trip_under_a_key_limit(server: &RedisServer, prefix: &str, records: Option<u64>) -> usize {
+    let proxy = hello_counter(server.port());
+    let mut settings = resolve(&rediss(proxy.port()), &trusting(server.certs()));
+    if let Some(records) = records {
+        settings = with_key_limit(settings, records);
+    }
+    settings.num_workers = 1;
+    settings.connections_per_worker = 1;
+    settings.get_piece_bytes = 256 << 10;
+    let engine = Engine::start(EngineConfig::new(settings)).unwrap();
+    let sizes: Vec<usize> =
+        (0..120).map(|i| [5, 700, RECORD - 3, RECORD + 9, 3 * RECORD, 1 << 20][i % 6] + i).collect();
+    let keys = keys(prefix, sizes.len());
+    let mut values: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| pattern(n, 500 + i as u64)).collect();
+    for round in 0..2 {
+        assert!(run(&engine, Op::Set, &keys, &mut values).all_succeeded(), "round {round}");
+        let mut got: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+        let read = run(&engine, Op::Get, &keys, &mut got);
+        assert_eq!(read.outcomes, sizes.iter().map(|&n| Outcome::Hit(n)).collect::<Vec<_>>(), "round {round}");
+        assert!(got == values, "round {round}: bytes differ");
+        // One request at a time, as small as they come.
+        for key in &keys[..40] {
+            assert_eq!(
+                run(&engine, Op::Exists, std::slice::from_ref(key), &mut []).outcomes,
+                vec![Outcome::Bool(true)]
+            );
+        }
+    }
+    assert_eq!(server.raw_command(&[b"GET", &keys[7]]), bulk(&values[7]));
+    // Connections, not hellos: 240 MiB of ciphertext hold the hello's 3 bytes by chance.
+    proxy.connections()
+}
+
+#[test]
+fn tls13_send_keys_renewed_every_16_records_are_taken_by_openssl_without_reconnecting() {
+    if !tls_or_skip("tls13_send_keys_renewed_every_16_records_are_taken_by_openssl_without_reconnecting") {
+        return;
+    }
+    let server = tls_server(TlsServer::default());
+    let connections = round_trip_under_a_key_limit(&server, "whole", None);
+    let renewed = round_trip_under_a_key_limit(&server, "keyupdate", Some(16));
+    assert_eq!(renewed, connections, "KeyUpdates, no reconnection");
+}
+
+#[test]
+fn tls12_connections_whose_send_keys_run_out_drain_and_reconnect_failing_nothing() {
+    if !tls_or_skip("tls12_connections_whose_send_keys_run_out_drain_and_reconnect_failing_nothing") {
+        return;
+    }
+    let server = tls_server(TlsServer::default());
+    assert_eq!(server.raw_command(&[b"CONFIG", b"SET", b"tls-protocols", b"TLSv1.2"]), b"+OK\r\n");
+    let connections = round_trip_under_a_key_limit(&server, "whole", None);
+    let drained = round_trip_under_a_key_limit(&server, "drain", Some(16));
+    assert!(
+        drained > connections + 10,
+        "TLS 1.2 cannot renew a key: connections were replaced ({connections} -> {drained})"
+    );
+}
+
+// -- X.509 version 1 certificates -----------------------------------------------------------------
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let output = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("run openssl");
+    assert!(output.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// `NAME.crt` and `NAME.key` in `dir`: a key, and a certificate for it signed by the test CA
+/// the way many tutorials make one (`openssl x509 -req` without extensions): X.509 version 1,
+/// its subject's CN only, no subjectAltName.
+fn version_one(dir: &Path, certs: &TestCerts, name: &str, cn: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (key, csr, crt) = (format!("{name}.key"), format!("{name}.csr"), format!("{name}.crt"));
+    openssl(dir, &["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", &key]);
+    openssl(dir, &["req", "-new", "-key", &key, "-subj", &format!("/CN={cn}"), "-out", &csr]);
+    let (ca, ca_key) = (certs.ca.display().to_string(), certs.dir.join("ca.key").display().to_string());
+    openssl(
+        dir,
+        &["x509", "-req", "-in", &csr, "-CA", &ca, "-CAkey", &ca_key, "-CAcreateserial", "-days", "30", "-out", &crt],
+    );
+    let text = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-text", "-in", &crt])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("Version: 1 (0x0)"), "made a version 1 certificate");
+    (dir.join(crt), dir.join(key))
+}
+
+#[test]
+fn a_version_one_server_certificate_is_refused_with_the_commands_that_reissue_it_and_they_work() {
+    if !tls_or_skip("a_version_one_server_certificate_is_refused_with_the_commands_that_reissue_it_and_they_work") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let certs = TestCerts::generate(&dir.path().join("certs"));
+    let server = tls_server_on(&certs, AuthClients::No, ServerCert::Valid);
+    // The files, named as the refusal names them.
+    let own = dir.path().join("v1");
+    std::fs::create_dir(&own).unwrap();
+    std::fs::copy(&certs.ca, own.join("ca.crt")).unwrap();
+    std::fs::copy(certs.dir.join("ca.key"), own.join("ca.key")).unwrap();
+    let (cert, key) = version_one(&own, &certs, "server", "localhost");
+    let present = || assert_eq!(server.raw_command(&args(&presenting(&cert, &key))), b"+OK\r\n", "OpenSSL takes it");
+    present();
+    for keywords in [trusting(&certs), [trusting(&certs), vec![("ssl_check_hostname", Value::Bool(false))]].concat()] {
+        let (err, _) = start_error(resolve(&server.url(), &keywords));
+        assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
+        let prefix =
+            format!("TLS with 127.0.0.1:{} failed: the server's certificate is X.509 version 1", server.port());
+        assert!(err.message().starts_with(&prefix), "{err}");
+        assert!(err.message().contains("subjectAltName=IP:127.0.0.1"), "{err}");
+    }
+    // The commands it gives, run as they are, make a certificate this client takes.
+    let (err, _) = start_error(resolve(&server.url(), &trusting(&certs)));
+    let commands = err.message().split_once("being its files): ").expect("the commands").1;
+    let output = std::process::Command::new("bash").arg("-c").arg(commands).current_dir(&own).output().unwrap();
+    assert!(output.status.success(), "{commands}: {}", String::from_utf8_lossy(&output.stderr));
+    present();
+    let engine = Engine::start(EngineConfig::new(resolve(&server.url(), &trusting(&certs)))).unwrap();
+    let keys = keys("reissued", 2);
+    let mut values = vec![pattern(RECORD + 2, 1), pattern(10, 2)];
+    assert!(run(&engine, Op::Set, &keys, &mut values).all_succeeded());
+    let mut got = vec![vec![0u8; RECORD + 2], vec![0u8; 10]];
+    assert!(run(&engine, Op::Get, &keys, &mut got).all_succeeded());
+    assert!(got == values);
+}
+
+#[test]
+fn a_version_one_client_certificate_is_sent_as_it_is_and_the_server_takes_it() {
+    if !tls_or_skip("a_version_one_client_certificate_is_sent_as_it_is_and_the_server_takes_it") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let certs = TestCerts::generate(&dir.path().join("certs"));
+    let server = tls_server_on(&certs, AuthClients::Yes, ServerCert::Valid);
+    let (cert, key) = version_one(dir.path(), &certs, "client-v1", "client");
+    let mut keywords = trusting(&certs);
+    keywords.push(("ssl_certfile", path(&cert)));
+    keywords.push(("ssl_keyfile", path(&key)));
+    let settings = resolve(&server.url(), &keywords);
+    let engine = Engine::start(EngineConfig::new(settings.clone())).unwrap();
+    let keys = keys("client-v1", 3);
+    let mut values: Vec<Vec<u8>> = (0..3).map(|i| pattern(RECORD * i + 1, 30 + i as u64)).collect();
+    assert!(run(&engine, Op::Set, &keys, &mut values).all_succeeded());
+    let mut client = BlockingClient::for_settings(&settings).unwrap();
+    let mut dest = vec![0u8; 2 * RECORD + 1];
+    assert_eq!(client.get(&keys[2], raw(&mut dest)).unwrap(), Some(2 * RECORD + 1));
+    assert!(dest == values[2]);
+    assert_eq!(server.raw_command(&[b"GET", &keys[1]]), bulk(&values[1]));
+    // Another key with it is still refused, saying so.
+    let explicit: Vec<(String, Value)> =
+        [trusting(&certs), vec![("ssl_certfile", path(&cert)), ("ssl_keyfile", path(&certs.client_key))]]
+            .concat()
+            .into_iter()
+            .map(|(name, value)| (name.to_string(), value))
+            .collect();
+    let url = server.url();
+    let err = Settings::resolve(&Sources { explicit: &explicit, url: Some(&url), env: &[] }).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert!(err.message().ends_with("the key is not the certificate's (their public keys differ)"), "{err}");
 }

@@ -39,10 +39,12 @@ pub enum ErrorKind {
     /// The I/O engine stopped working (a worker thread died, or its shared memory held
     /// impossible values); every later call fails at once.
     EngineFailed = 13,
-    /// TLS failed: the server's certificate is not trusted (unknown CA, wrong host name,
-    /// expired), the server speaks plaintext behind a `rediss://` URL (or TLS behind
-    /// `redis://`), or it refused this client's certificate. Permanent: never retried, and
-    /// never a fallback to plaintext.
+    /// TLS failed for a reason the server's certificate or configuration decides: the
+    /// certificate is not trusted (unknown CA, wrong host name, expired, X.509 version 1), the
+    /// server speaks plaintext behind a `rediss://` URL, or it refused this client's
+    /// certificate. Permanent: not retried (until the connection checks again, see
+    /// `ReconnectPolicy::recheck_permanent_after`), and never a fallback to plaintext. What the
+    /// network path does to a handshake is a [`ErrorKind::Connection`] error.
     Tls = 14,
 }
 

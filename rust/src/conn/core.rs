@@ -10,7 +10,8 @@
 //! GET payloads are received straight into their destination.
 //!
 //! It connects lazily, authenticates through the shared handshake, reconnects with bounded
-//! backoff after transient failures, and never retries permanent ones.
+//! backoff after transient failures, and retries a permanent one only when it checks it again
+//! ([`ReconnectPolicy::recheck_permanent_after`]).
 
 use super::reader::{ReadEvent, Reader, RecvTarget};
 use super::request::{Completion, Kind, Outcome, Request, Scope};
@@ -57,7 +58,15 @@ pub struct ReconnectPolicy {
     pub base_delay: Duration,
     /// The longest delay between attempts.
     pub max_delay: Duration,
+    /// How long a permanent failure (a certificate, a plaintext port, a wrong password) stands:
+    /// requests fail at once with it until then; the next one after it tries a new connection,
+    /// so a server whose certificate or password was fixed is found again without a restart.
+    pub recheck_permanent_after: Duration,
 }
+
+/// The default [`ReconnectPolicy::recheck_permanent_after`]: a misconfigured server costs one
+/// connection per half-minute per connection slot, and a fixed one is back within that.
+pub const RECHECK_PERMANENT_AFTER: Duration = Duration::from_secs(30);
 
 impl Default for ReconnectPolicy {
     fn default() -> Self {
@@ -65,6 +74,7 @@ impl Default for ReconnectPolicy {
             fail_after_attempts: 3,
             base_delay: Duration::from_millis(10),
             max_delay: Duration::from_secs(1),
+            recheck_permanent_after: RECHECK_PERMANENT_AFTER,
         }
     }
 }
@@ -107,8 +117,13 @@ pub enum ConnState {
         /// When the next attempt may start.
         retry_at: Instant,
     },
-    /// A permanent failure (bad credentials): every request fails at once with it.
-    Failed,
+    /// A permanent failure (a certificate or a plaintext port, bad credentials): every request
+    /// fails at once with it, until `recheck_at` (then it is `Disconnected`, and the next
+    /// request connects anew); never, for a connection that can never work.
+    Failed {
+        /// When the failure is checked again (see [`ReconnectPolicy::recheck_permanent_after`]).
+        recheck_at: Option<Instant>,
+    },
 }
 
 impl ConnState {
@@ -176,9 +191,13 @@ pub struct ConnCore {
     recoveries_at_backoff: u64,
     /// Bytes arrived on this connection since it connected.
     received_any: bool,
-    /// When a TLS handshake the server has not answered gets its nudge (see
-    /// [`ConnCore::take_tls_nudge`]).
-    tls_nudge_at: Option<Instant>,
+    /// When a TLS handshake the server has not answered gets a plaintext check (see
+    /// [`ConnCore::take_plaintext_check`]).
+    plaintext_check_at: Option<Instant>,
+    /// TLS 1.2 only: the send key reached its limit, which TLS 1.2 cannot renew; nothing new is
+    /// sent, and once every reply is in the connection is replaced (see
+    /// [`ConnCore::drain_for_new_keys`]).
+    draining: bool,
 }
 
 impl ConnCore {
@@ -217,7 +236,8 @@ impl ConnCore {
             health: None,
             recoveries_at_backoff: 0,
             received_any: false,
-            tls_nudge_at: None,
+            plaintext_check_at: None,
+            draining: false,
         }
     }
 
@@ -251,7 +271,7 @@ impl ConnCore {
     /// The connection can never work (its host name cannot be looked up): every request
     /// queued fails with `err` now, and every later one at once.
     pub fn fail_for_good(&mut self, now: Instant, err: Error, out: &mut Vec<Completion>) {
-        self.fail_permanently(now, err, out);
+        self.fail_permanently(now, err, None, out);
     }
 
     /// Requests handed back since the last call, with why.
@@ -289,8 +309,10 @@ impl ConnCore {
         self.outstanding_cost
     }
 
-    /// Queues a request (it fails at once if the connection failed permanently).
+    /// Queues a request (it fails at once if the connection failed permanently, until that
+    /// failure is checked again).
     pub fn push(&mut self, request: Request, out: &mut Vec<Completion>) {
+        self.recheck_if_due(Instant::now());
         if let Some(err) = &self.permanent_error {
             out.push(request.completion(Outcome::Failed(err.clone())));
             return;
@@ -320,6 +342,7 @@ impl ConnCore {
         if let Some(err) = self.refusal(&request) {
             return self.refuse(request, err, out);
         }
+        self.recheck_if_due(Instant::now());
         if self.permanent_error.is_none() {
             self.queue.push_back(Request::asking(request.deadline));
         }
@@ -366,7 +389,7 @@ impl ConnCore {
             }
             ConnState::TlsHandshaking { since } => {
                 wake = earliest(wake, Some(since + self.options.connect_timeout));
-                wake = earliest(wake, self.tls_nudge_at);
+                wake = earliest(wake, self.plaintext_check_at);
                 Interest { read: true, write: self.write_blocked }
             }
             ConnState::Handshaking | ConnState::Ready => Interest { read: true, write: self.write_blocked },
@@ -404,10 +427,19 @@ impl ConnCore {
         }
         let mut inflight_bytes = self.inflight_bytes;
         let mut offset = self.write_offset;
+        let mut scope_open = self.scope_open;
         for (in_flight, request) in (self.sent..).zip(self.queue.iter().skip(self.sent)) {
             if self.state == ConnState::Handshaking && !matches!(request.kind, Kind::Handshake(_)) {
                 break;
             }
+            if offset == 0 && self.drain_holds_back(request, scope_open) {
+                break;
+            }
+            scope_open = match request.scope {
+                Scope::Opens => true,
+                Scope::Closes => false,
+                Scope::None | Scope::Within => scope_open,
+            };
             // The request bound to one already on its way (an EXEC behind its MULTI) goes
             // whatever the limits say: a MULTI must never wait on the wire for its EXEC.
             let bound = in_flight > 0 && self.queue[in_flight - 1].leaves_with_next;
@@ -463,27 +495,66 @@ impl ConnCore {
         crate::metrics::hook::connected();
         self.write_blocked = false;
         self.received_any = false;
+        self.draining = false;
         if self.options.tls.is_some() {
             self.state = ConnState::TlsHandshaking { since: now };
-            self.tls_nudge_at = Some(now + self.options.connect_timeout / 2);
+            self.plaintext_check_at = Some(now + self.options.connect_timeout / 2);
             return;
         }
         self.start_handshake(now);
     }
 
-    /// Whether the driver should nudge the TLS handshake now (once per connection): half of
-    /// `connect_timeout` has passed without the server's hello. A plaintext Redis or Valkey
-    /// reads a TLS hello as the start of an inline command and waits, silent, for its end of
-    /// line; the driver sends one (`\r\n`, outside TLS), which a plaintext server answers with
-    /// an error reply at once, so the handshake fails as "answered in plaintext" instead of
-    /// timing out. A TLS server that slow is given up on anyway at the deadline.
-    pub fn take_tls_nudge(&mut self, now: Instant) -> bool {
-        match (self.state, self.tls_nudge_at) {
+    /// Whether the driver should check now (once per connection) whether the port is a
+    /// plaintext server: half of `connect_timeout` has passed in the TLS handshake. A plaintext
+    /// Redis or Valkey reads a TLS hello as the start of an inline command and waits, silent,
+    /// for its end of line; the driver asks with a `PING` on a second connection (see
+    /// `conn::plaintext_check`), and never writes anything but TLS to this one, so a TLS server
+    /// that answers late is not harmed. The driver skips it if the server has answered.
+    pub fn take_plaintext_check(&mut self, now: Instant) -> bool {
+        match (self.state, self.plaintext_check_at) {
             (ConnState::TlsHandshaking { .. }, Some(at)) if at <= now => {
-                self.tls_nudge_at = None;
+                self.plaintext_check_at = None;
                 true
             }
             _ => false,
+        }
+    }
+
+    /// TLS 1.2 only (TLS 1.3 renews its keys in band): the connection's send key reached its
+    /// limit. Nothing new is sent on it (the request being written is finished, and so are the
+    /// commands of an open WATCH scope); once every reply is in, the connection is replaced
+    /// without counting as a failure. No request fails for it.
+    pub fn drain_for_new_keys(&mut self) {
+        if !self.draining && matches!(self.state, ConnState::Handshaking | ConnState::Ready) {
+            self.draining = true;
+            self.finish_drain_if_quiet();
+        }
+    }
+
+    /// While draining, whether `request` (next to be written, from its start) must wait for
+    /// the next connection: all but what belongs to a WATCH scope already open on this one.
+    fn drain_holds_back(&self, request: &Request, scope_open: bool) -> bool {
+        self.draining && !(scope_open && matches!(request.scope, Scope::Within | Scope::Closes))
+    }
+
+    /// A drained connection with every reply in is closed (the driver sends close_notify);
+    /// the requests held back reconnect as after an idle close.
+    fn finish_drain_if_quiet(&mut self) {
+        if self.draining && self.state == ConnState::Ready && self.is_quiet() {
+            self.draining = false;
+            self.reset_wire();
+            self.state = ConnState::Disconnected;
+        }
+    }
+
+    /// A permanent failure whose recheck is due gives way: the next request connects anew.
+    fn recheck_if_due(&mut self, now: Instant) {
+        if let ConnState::Failed { recheck_at: Some(at) } = self.state {
+            if at <= now {
+                self.permanent_error = None;
+                self.failures = 0;
+                self.state = ConnState::Disconnected;
+            }
         }
     }
 
@@ -496,11 +567,14 @@ impl ConnCore {
 
     /// TLS failed: during its handshake, or after it when the server refused this client's
     /// certificate (TLS 1.3 servers say so only once the client has finished). A permanent
-    /// failure (a certificate, a plaintext server) is never retried, as a wrong password is
-    /// not; a transient one (the connection broke) counts as a failed attempt.
+    /// failure (what the server's certificate or configuration decides: see
+    /// `net::tls::failure`) is not retried, as a wrong password is not, until it is checked
+    /// again ([`ReconnectPolicy::recheck_permanent_after`]); a transient one (the network path
+    /// garbled, injected or broke something) counts as a failed attempt, retried with backoff.
     pub fn on_tls_failed(&mut self, now: Instant, err: Error, permanent: bool, out: &mut Vec<Completion>) {
         if permanent {
-            return self.fail_permanently(now, err, out);
+            let recheck_at = now + self.policy.recheck_permanent_after;
+            return self.fail_permanently(now, err, Some(recheck_at), out);
         }
         self.drop_connection(now, &err, out);
         self.after_failed_attempt(now, err, out);
@@ -555,7 +629,7 @@ impl ConnCore {
         while matches!(self.state, ConnState::Handshaking | ConnState::Ready) {
             let (dest, exact) = self.expected_destination();
             match self.reader.next_event(dest, exact) {
-                Ok(None) => return,
+                Ok(None) => return self.finish_drain_if_quiet(),
                 Ok(Some(_)) if self.sent == 0 => {
                     let err = Error::new(
                         ErrorKind::Protocol,
@@ -634,13 +708,16 @@ impl ConnCore {
                 self.on_connect_failed(now, &err, out);
             }
         }
+        self.recheck_if_due(now);
         if let ConnState::TlsHandshaking { since } = self.state {
             if now >= since + self.options.connect_timeout {
                 let err = Error::new(
                     ErrorKind::Timeout,
                     format!(
-                        "the TLS handshake with {} timed out after {:?} (a plaintext server waits silently for \
-                         the rest of a TLS hello: check that this port speaks TLS)",
+                        "the TLS handshake with {} did not complete within {:?}: the server accepted the connection \
+                         but did not finish the handshake, and it is not a plaintext Redis on this port (one answers \
+                         the PING this client sends it on a second connection at half the timeout): is it \
+                         overloaded, or is something on the path holding the connection?",
                         self.options.endpoint, self.options.connect_timeout
                     ),
                 );
@@ -863,9 +940,10 @@ impl ConnCore {
         }
     }
 
-    fn fail_permanently(&mut self, now: Instant, err: Error, out: &mut Vec<Completion>) {
+    /// Fails every request with `err`, now and (until `recheck_at`) later.
+    fn fail_permanently(&mut self, now: Instant, err: Error, recheck_at: Option<Instant>, out: &mut Vec<Completion>) {
         self.drop_connection(now, &err, out);
-        self.state = ConnState::Failed;
+        self.state = ConnState::Failed { recheck_at };
         self.permanent_error = Some(err.clone());
         let waiting: Vec<Request> = self.queue.drain(..).collect();
         for request in waiting {
@@ -1050,7 +1128,10 @@ impl ConnCore {
                             }
                         }
                     }
-                    Verdict::Permanent(err) => self.fail_permanently(now, err, out),
+                    Verdict::Permanent(err) => {
+                        let recheck_at = now + self.policy.recheck_permanent_after;
+                        self.fail_permanently(now, err, Some(recheck_at), out);
+                    }
                     Verdict::Transient(err) => {
                         self.drop_connection(now, &err, out);
                         self.after_failed_attempt(now, err, out);

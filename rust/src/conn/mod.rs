@@ -5,20 +5,25 @@
 //! deadline-bounded poll on one socket) and the engine's workers (many connections, one poll).
 //! Every decision (when to connect, what to send, where a payload lands, what a reply means,
 //! when to retry, back off or give up) is the core's; the driver only moves bytes and reports
-//! what the socket did.
+//! what the socket did. On a TLS endpoint it feeds the I/O-free [`TlsSession`] the same way
+//! (`tls_io`), and asks a silent port whether it is a plaintext server on a second
+//! connection (`plaintext_check`).
 
 pub mod core;
+mod plaintext_check;
 pub mod reader;
 pub mod request;
 #[cfg(test)]
 mod tests;
+mod tls_io;
 
-pub use self::core::{ConnCore, ConnState, Handoff, PipelineLimits, ReconnectPolicy};
+pub use self::core::{ConnCore, ConnState, Handoff, PipelineLimits, RECHECK_PERMANENT_AFTER, ReconnectPolicy};
 pub use reader::RecvTarget;
 pub use request::{Completion, Kind, Outcome, Request, Scope};
 
-use crate::net::tls::{Progress, TlsSession};
+use crate::net::tls::{Failure, Progress, TlsSession, failure};
 use crate::net::{Address, ConnectOptions, Interest, IoVecs, Readiness, Stream};
+use plaintext_check::{PlaintextCheck, Verdict};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
@@ -33,13 +38,19 @@ const MAX_IOV: usize = 128;
 pub struct Conn {
     core: ConnCore,
     addresses: Arc<[Address]>,
-    /// Exactly while the core's state has a socket.
-    stream: Option<Stream>,
-    /// With the socket, on a TLS endpoint.
-    tls: Option<TlsSession>,
+    /// The socket, and its TLS on a TLS endpoint.
+    socket: Socket,
     /// The last read stopped at its budget with records still in the TLS session, which poll
     /// cannot see: drive again at once.
     tls_input_waiting: bool,
+    /// Which of `addresses` the socket connected to.
+    address: usize,
+    /// During a TLS handshake: whether the port is a plaintext server, asked on a second
+    /// connection (see [`plaintext_check`]).
+    plaintext_check: Option<PlaintextCheck>,
+    /// A TLS failure over plaintext first bytes, reported once the check says whether the port
+    /// is plaintext (permanent) or the bytes were injected on the path (transient).
+    held_failure: Option<Failure>,
 }
 
 impl Conn {
@@ -54,9 +65,11 @@ impl Conn {
         Conn {
             core: ConnCore::new(options, addresses.len(), policy, limits),
             addresses,
-            stream: None,
-            tls: None,
+            socket: Socket { stream: None, tls: None },
             tls_input_waiting: false,
+            address: 0,
+            plaintext_check: None,
+            held_failure: None,
         }
     }
 
@@ -66,9 +79,11 @@ impl Conn {
         Conn {
             core: ConnCore::new(options, 0, policy, limits),
             addresses: Arc::new([]),
-            stream: None,
-            tls: None,
+            socket: Socket { stream: None, tls: None },
             tls_input_waiting: false,
+            address: 0,
+            plaintext_check: None,
+            held_failure: None,
         }
     }
 
@@ -149,7 +164,7 @@ impl Conn {
 
     /// The socket, for tests and diagnostics.
     pub fn stream(&self) -> Option<&Stream> {
-        self.stream.as_ref()
+        self.socket.stream.as_ref()
     }
 
     /// Makes every step the socket's readiness allows: connecting, reading, writing.
@@ -193,23 +208,27 @@ impl Conn {
     pub fn interest(&self) -> (Option<BorrowedFd<'_>>, Interest, Option<Instant>) {
         let now = Instant::now();
         let (mut interest, mut wake) = self.core.interest(now);
-        if let Some(tls) = &self.tls {
+        if let Some(tls) = &self.socket.tls {
             // Sealed bytes the socket did not take yet, which the core counts as sent.
             interest.write |= tls.wants_write();
             if self.tls_input_waiting {
                 wake = Some(now);
             }
         }
-        (self.stream.as_ref().map(|s| s.as_fd()), interest, wake)
+        if self.plaintext_check.is_some() {
+            // Its socket is not polled: looked at on a timer while the handshake lasts.
+            let next = now + plaintext_check::POLL_EVERY;
+            wake = Some(wake.map_or(next, |wake| wake.min(next)));
+        }
+        (self.socket.stream.as_ref().map(|s| s.as_fd()), interest, wake)
     }
 
     /// Fails what is overdue (see [`ConnCore::handle_timeout`]).
     pub fn expire(&mut self, now: Instant, out: &mut Vec<Completion>) {
-        if self.core.take_tls_nudge(now) {
-            if let (Some(stream), Some(tls)) = (&self.stream, &mut self.tls) {
-                tls.nudge(stream);
-            }
+        if self.core.take_plaintext_check(now) && !self.socket.tls.as_ref().is_some_and(TlsSession::heard_from_server) {
+            self.start_plaintext_check();
         }
+        self.settle_plaintext_check(now, out);
         self.core.handle_timeout(now, out);
         self.sync_socket();
     }
@@ -228,10 +247,53 @@ impl Conn {
     /// Drops the socket once the core no longer has one.
     fn sync_socket(&mut self) {
         if !self.core.state().has_socket() {
-            self.stream = None;
-            self.tls = None;
+            self.socket.close_tls();
+            self.socket.stream = None;
+            self.socket.tls = None;
             self.tls_input_waiting = false;
+            self.plaintext_check = None;
+            self.held_failure = None;
         }
+    }
+
+    /// Asks the port, on a second connection, whether it speaks plaintext (see
+    /// [`plaintext_check`]). Where that cannot even start, a held failure is reported as it is.
+    fn start_plaintext_check(&mut self) {
+        if self.plaintext_check.is_none() {
+            self.plaintext_check = self.addresses.get(self.address).and_then(|a| PlaintextCheck::start(a).ok());
+        }
+    }
+
+    /// Acts on the plaintext check's verdict, if there is one, during the TLS handshake.
+    fn settle_plaintext_check(&mut self, now: Instant, out: &mut Vec<Completion>) {
+        let ConnState::TlsHandshaking { since } = self.core.state() else { return };
+        let verdict = self.plaintext_check.as_mut().map(PlaintextCheck::poll);
+        let endpoint = self.core.endpoint().clone();
+        let report = match (verdict, self.held_failure.take()) {
+            (Some(Some(Verdict::Plaintext(shown))), held) => {
+                held.unwrap_or_else(|| failure::silent_plaintext_server(&endpoint, &shown))
+            }
+            (Some(Some(Verdict::NotPlaintext)), Some(held)) => {
+                failure::plaintext_injected(&endpoint, held.plaintext_reply.as_deref().unwrap_or_default())
+            }
+            (Some(Some(Verdict::NotPlaintext)), None) => {
+                // A TLS server, slow to answer: the handshake waits on, to its deadline.
+                self.plaintext_check = None;
+                return;
+            }
+            // No verdict by the deadline: the plaintext first bytes may have been injected.
+            (Some(None), Some(held)) if now >= since + self.core.options().connect_timeout => {
+                failure::plaintext_unconfirmed(&endpoint, held.plaintext_reply.as_deref().unwrap_or_default())
+            }
+            (Some(None), held) => {
+                self.held_failure = held;
+                return;
+            }
+            (None, Some(held)) => held,
+            (None, None) => return,
+        };
+        self.core.on_tls_failed(now, report.error, report.permanent, out);
+        self.sync_socket();
     }
 
     /// Starts TLS on a socket that just connected, if the endpoint wants it.
@@ -240,7 +302,7 @@ impl Conn {
         let options = self.core.options();
         let config = options.tls.as_ref().expect("TlsHandshaking only with TLS settings");
         match TlsSession::new(config, &options.endpoint) {
-            Ok(session) => self.tls = Some(session),
+            Ok(session) => self.socket.tls = Some(session),
             Err(failure) => {
                 self.core.on_tls_failed(now, failure.error, failure.permanent, out);
                 self.sync_socket();
@@ -250,13 +312,27 @@ impl Conn {
 
     /// Moves the TLS handshake on; whether it is done.
     fn tls_handshake(&mut self, now: Instant, out: &mut Vec<Completion>) -> bool {
-        let (Some(stream), Some(tls)) = (&self.stream, &mut self.tls) else { return false };
-        match tls.handshake(stream) {
+        let (Some(stream), Some(tls)) = (&self.socket.stream, &mut self.socket.tls) else { return false };
+        if self.held_failure.is_some() {
+            return false;
+        }
+        match tls_io::handshake(tls, stream, self.core.endpoint()) {
             Ok(Progress::Done) => {
+                self.plaintext_check = None;
                 self.core.on_tls_established(now);
                 true
             }
             Ok(Progress::Pending) => false,
+            Err(failure) if failure.plaintext_reply.is_some() => {
+                // A plaintext port, or bytes injected on the path: the check decides. This
+                // connection has nothing more to say (and is not polled while it waits).
+                self.socket.stream = None;
+                self.socket.tls = None;
+                self.held_failure = Some(failure);
+                self.start_plaintext_check();
+                self.settle_plaintext_check(now, out);
+                false
+            }
             Err(failure) => {
                 self.core.on_tls_failed(now, failure.error, failure.permanent, out);
                 self.sync_socket();
@@ -267,8 +343,8 @@ impl Conn {
 
     /// Sends sealed TLS bytes the socket did not take before.
     fn flush_tls(&mut self, now: Instant, out: &mut Vec<Completion>) {
-        let (Some(stream), Some(tls)) = (&self.stream, &mut self.tls) else { return };
-        match tls.flush(stream) {
+        let (Some(stream), Some(tls)) = (&self.socket.stream, &mut self.socket.tls) else { return };
+        match tls_io::flush(tls, stream) {
             Ok(()) => {}
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
             Err(err) => {
@@ -283,7 +359,7 @@ impl Conn {
     fn connect(&mut self, now: Instant, ready: Readiness, out: &mut Vec<Completion>) {
         self.sync_socket();
         if let (ConnState::Connecting { .. }, true) = (self.core.state(), ready.writable) {
-            match self.stream.as_ref().expect("connecting has a socket").finish_connect() {
+            match self.socket.stream.as_ref().expect("connecting has a socket").finish_connect() {
                 Ok(()) => {
                     self.core.on_connected(now);
                     self.start_tls(now, out);
@@ -300,7 +376,8 @@ impl Conn {
         while let Some(address) = self.core.poll_connect(now) {
             match Stream::start_connect(&self.addresses[address]) {
                 Ok((stream, connected)) => {
-                    self.stream = Some(stream);
+                    self.socket.stream = Some(stream);
+                    self.address = address;
                     if connected {
                         self.core.on_connected(now);
                         self.start_tls(now, out);
@@ -317,19 +394,25 @@ impl Conn {
 
     fn write(&mut self, now: Instant, out: &mut Vec<Completion>) {
         while self.core.has_sendable() {
-            let Some(stream) = &self.stream else { return };
+            let Some(stream) = &self.socket.stream else { return };
             let mut iov = IoVecs::<MAX_IOV>::new();
             self.core.transmit(&mut iov);
             if iov.is_empty() {
                 return;
             }
             let offered = iov.total_len();
-            let sent = match &mut self.tls {
-                Some(tls) => tls.send(stream, &iov),
+            let sent = match &mut self.socket.tls {
+                Some(tls) => tls_io::send(tls, stream, &iov),
                 None => stream.send(iov.as_slice()),
             };
+            let drain = self.socket.tls.as_ref().is_some_and(TlsSession::must_drain);
             match sent {
-                Ok(written) => self.core.on_sent(written, offered),
+                Ok(written) => {
+                    self.core.on_sent(written, offered);
+                    if drain {
+                        self.core.drain_for_new_keys();
+                    }
+                }
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => self.core.on_send_blocked(),
                 Err(err) => {
                     self.core.on_io_error(now, err, out);
@@ -343,14 +426,22 @@ impl Conn {
         let mut budget = READ_BUDGET;
         self.tls_input_waiting = false;
         while budget > 0 {
-            let Some(stream) = &self.stream else { return };
-            let received = match (self.core.recv_target(now, out), &mut self.tls) {
+            let Some(stream) = &self.socket.stream else { return };
+            let received = match (self.core.recv_target(now, out), &mut self.socket.tls) {
                 (None, _) => break,
                 (Some(RecvTarget::Scratch(buf)), None) => stream.recv(buf),
                 (Some(RecvTarget::Payload { dest, offset, len }), None) => stream.recv_into(dest, offset, len),
-                (Some(RecvTarget::Scratch(buf)), Some(tls)) => tls.recv(stream, buf),
+                (Some(RecvTarget::Scratch(buf)), Some(tls)) => {
+                    let room = buf.len();
+                    tls_io::recv(tls, stream, room, |plaintext| buf[..plaintext.len()].copy_from_slice(plaintext))
+                }
                 (Some(RecvTarget::Payload { dest, offset, len }), Some(tls)) => {
-                    tls.recv_into(stream, dest, offset, len)
+                    // Straight from the opened record into the page.
+                    let mut at = offset;
+                    tls_io::recv(tls, stream, len, |plaintext| {
+                        dest.write_at(at, plaintext);
+                        at += plaintext.len();
+                    })
                 }
             };
             match received {
@@ -360,7 +451,7 @@ impl Conn {
                     self.core.on_received(now, n, out);
                 }
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
-                Err(err) => match self.tls.as_ref().and_then(TlsSession::refusal) {
+                Err(err) => match self.socket.tls.as_ref().and_then(TlsSession::refusal) {
                     // The server refused this client's certificate: as permanent as a wrong password.
                     Some(refusal) => self.core.on_tls_failed(now, refusal, true, out),
                     None => self.core.on_io_error(now, err, out),
@@ -368,7 +459,32 @@ impl Conn {
             }
             self.sync_socket();
         }
-        self.tls_input_waiting = budget == 0 && self.tls.as_ref().is_some_and(TlsSession::has_buffered_input);
+        self.tls_input_waiting = budget == 0 && self.socket.tls.as_ref().is_some_and(TlsSession::has_buffered_input);
         self.sync_socket();
+    }
+}
+
+/// The connection's socket (exactly while the core's state has one) and, on a TLS endpoint,
+/// its TLS.
+struct Socket {
+    stream: Option<Stream>,
+    tls: Option<TlsSession>,
+}
+
+impl Socket {
+    /// Before the socket closes: close_notify on an established session, or the fatal alert a
+    /// failed one queued, as far as the socket takes them now.
+    fn close_tls(&mut self) {
+        if let (Some(stream), Some(tls)) = (&self.stream, &mut self.tls) {
+            tls.close();
+            let _ = tls_io::flush(tls, stream);
+        }
+    }
+}
+
+impl Drop for Socket {
+    /// A connection dropped (its store closed) says close_notify too.
+    fn drop(&mut self) {
+        self.close_tls();
     }
 }

@@ -2,7 +2,7 @@
 //! every byte it receives is handed to it in pieces of chosen sizes, and time moves only when a
 //! test moves it. Each test names the [`ConnState`] transitions it walks through.
 
-use super::core::{ConnCore, ConnState, Handoff, PipelineLimits, ReconnectPolicy};
+use super::core::{ConnCore, ConnState, Handoff, PipelineLimits, RECHECK_PERMANENT_AFTER, ReconnectPolicy};
 use super::reader::RecvTarget;
 use super::request::{Completion, Outcome, Request, Scope};
 use crate::cluster::RedirectKind;
@@ -97,6 +97,16 @@ impl Rig {
     /// Connects and answers the handshake (PING only, without credentials).
     fn ready(&mut self) {
         self.connect();
+        assert_eq!(self.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n");
+        self.deliver(b"+PONG\r\n", usize::MAX);
+        assert_eq!(self.state(), ConnState::Ready);
+    }
+
+    /// Connects to a TLS endpoint, completes TLS and answers the handshake's PING.
+    fn ready_over_tls(&mut self) {
+        self.core.poll_connect(self.now).expect("a connect is wanted");
+        self.core.on_connected(self.now);
+        self.core.on_tls_established(self.now);
         assert_eq!(self.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n");
         self.deliver(b"+PONG\r\n", usize::MAX);
         assert_eq!(self.state(), ConnState::Ready);
@@ -238,7 +248,7 @@ fn handshaking_to_failed_on_wrong_credentials_is_permanent() {
     rig.connect();
     rig.take_sent(usize::MAX);
     rig.deliver(b"-WRONGPASS invalid username-password pair\r\n", 5);
-    assert_eq!(rig.state(), ConnState::Failed);
+    assert_eq!(rig.state(), ConnState::Failed { recheck_at: Some(rig.now + RECHECK_PERMANENT_AFTER) });
     for tag in [first, second] {
         let err = rig.failure(tag);
         assert_eq!(err.kind(), ErrorKind::Authentication);
@@ -247,8 +257,53 @@ fn handshaking_to_failed_on_wrong_credentials_is_permanent() {
     }
     let later = rig.keys_only(Op::Exists, b"c");
     assert_eq!(rig.failure(later).kind(), ErrorKind::Authentication, "later requests fail at once");
-    rig.advance(Duration::from_secs(60));
-    assert_eq!(rig.core.poll_connect(rig.now), None, "a permanent failure is never retried");
+    rig.advance(RECHECK_PERMANENT_AFTER - Duration::from_millis(1));
+    let later = rig.keys_only(Op::Exists, b"c");
+    assert_eq!(rig.failure(later).kind(), ErrorKind::Authentication, "not retried before its recheck");
+    assert_eq!(rig.core.poll_connect(rig.now), None, "not retried before its recheck");
+}
+
+/// Failed -> Disconnected -> Connecting: a permanent failure stands for
+/// `recheck_permanent_after`, then the next request tries a new connection (the password or
+/// the certificate may have been fixed); failing again, it stands again.
+#[test]
+fn a_permanent_failure_is_checked_again_after_a_while_so_a_store_is_never_dead_for_good() {
+    let mut rig = Rig::with(tls_options(), 1, PipelineLimits::default());
+    rig.keys_only(Op::Exists, b"k");
+    rig.core.poll_connect(rig.now).unwrap();
+    rig.core.on_connected(rig.now);
+    let err = crate::error::Error::new(ErrorKind::Tls, "TLS with h:1 failed: the server's certificate has expired");
+    rig.core.on_tls_failed(rig.now, err.clone(), true, &mut rig.out);
+    rig.out.clear();
+    rig.advance(RECHECK_PERMANENT_AFTER);
+    assert_eq!(rig.state(), ConnState::Disconnected, "checked again");
+    let tag = rig.keys_only(Op::Exists, b"k");
+    assert!(rig.out.is_empty(), "the request waits for a new connection");
+    rig.core.poll_connect(rig.now).expect("a new connection");
+    rig.core.on_connected(rig.now);
+    rig.core.on_tls_failed(rig.now, err, true, &mut rig.out);
+    assert_eq!(rig.failure(tag).kind(), ErrorKind::Tls, "still bad: failed again, at once");
+    assert_eq!(rig.state(), ConnState::Failed { recheck_at: Some(rig.now + RECHECK_PERMANENT_AFTER) });
+    // Fixed: the next check finds the server.
+    rig.advance(RECHECK_PERMANENT_AFTER);
+    let tag = rig.keys_only(Op::Exists, b"k");
+    rig.ready_over_tls();
+    rig.take_sent(usize::MAX);
+    rig.deliver(b":1\r\n", usize::MAX);
+    assert_eq!(rig.outcome(tag), Outcome::Bool(true));
+}
+
+/// Failed, for good: a connection that can never work (its host name cannot be looked up)
+/// is not checked again.
+#[test]
+fn a_connection_failed_for_good_is_never_checked_again() {
+    let mut rig = Rig::new();
+    let err = crate::error::Error::new(ErrorKind::Connection, "no such host");
+    rig.core.fail_for_good(rig.now, err, &mut rig.out);
+    assert_eq!(rig.state(), ConnState::Failed { recheck_at: None });
+    rig.advance(10 * RECHECK_PERMANENT_AFTER);
+    let tag = rig.keys_only(Op::Exists, b"k");
+    assert_eq!(rig.failure(tag).message(), "no such host");
 }
 
 #[test]
@@ -1068,7 +1123,7 @@ fn tls_handshake_comes_between_connect_and_ping() {
     assert!(rig.core.recv_target(rig.now, &mut rig.out).is_none());
     let (interest, wake) = rig.core.interest(rig.now);
     assert!(interest.read, "the driver reads the server's hello");
-    assert_eq!(wake, Some(rig.now + Duration::from_millis(500)), "by half the connect_timeout (the nudge)");
+    assert_eq!(wake, Some(rig.now + Duration::from_millis(500)), "by half the connect_timeout (the plaintext check)");
     rig.core.on_tls_established(rig.now);
     assert_eq!(rig.state(), ConnState::Handshaking);
     assert_eq!(rig.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n");
@@ -1086,16 +1141,24 @@ fn a_silent_tls_handshake_times_out_as_a_failed_attempt() {
     let mut options = tls_options();
     options.connect_timeout = Duration::from_millis(500);
     let mut rig = Rig::with(options, 1, PipelineLimits::default());
-    rig.keys_only(Op::Exists, b"k");
+    let policy = ReconnectPolicy { fail_after_attempts: 1, ..ReconnectPolicy::default() };
+    rig.core = ConnCore::new(rig.core.options(), 1, policy, PipelineLimits::default());
+    let tag = rig.keys_only(Op::Exists, b"k");
     rig.core.poll_connect(rig.now).unwrap();
     rig.core.on_connected(rig.now);
-    assert!(rig.core.take_tls_nudge(rig.now + Duration::from_millis(250)));
+    assert!(rig.core.take_plaintext_check(rig.now + Duration::from_millis(250)));
     let (_, wake) = rig.core.interest(rig.now);
     assert_eq!(wake, Some(rig.now + Duration::from_millis(500)));
     rig.advance(Duration::from_millis(499));
     assert!(matches!(rig.state(), ConnState::TlsHandshaking { .. }));
     rig.advance(Duration::from_millis(1));
     assert!(matches!(rig.state(), ConnState::Backoff { .. }), "{:?}", rig.state());
+    // It says what was seen, and blames no certificate.
+    let err = rig.failure(tag);
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert!(err.message().contains("did not finish the handshake"), "{err}");
+    assert!(err.message().contains("not a plaintext Redis on this port"), "{err}");
+    assert!(!err.message().contains("certificate"), "{err}");
 }
 
 /// TlsHandshaking -> Failed: a certificate problem is never retried; every request, queued
@@ -1108,11 +1171,11 @@ fn a_permanent_tls_failure_fails_everything_at_once() {
     rig.core.on_connected(rig.now);
     let err = crate::error::Error::new(ErrorKind::Tls, "TLS to h:1: unknown issuer");
     rig.core.on_tls_failed(rig.now, err, true, &mut rig.out);
-    assert_eq!(rig.state(), ConnState::Failed);
+    assert!(matches!(rig.state(), ConnState::Failed { recheck_at: Some(_) }));
     assert_eq!(rig.failure(first).kind(), ErrorKind::Tls);
     let later = rig.keys_only(Op::Exists, b"k");
     assert_eq!(rig.failure(later).message(), "TLS to h:1: unknown issuer");
-    assert!(!rig.core.wants_connect(rig.now + Duration::from_secs(60)));
+    assert!(!rig.core.wants_connect(rig.now + Duration::from_secs(20)));
 }
 
 /// TlsHandshaking -> Backoff -> Connecting: a connection that broke mid-handshake is retried
@@ -1127,11 +1190,8 @@ fn a_tls_handshake_broken_by_the_network_is_retried() {
     rig.core.on_tls_failed(rig.now, err, false, &mut rig.out);
     assert!(rig.out.is_empty(), "the request waits for the next attempt");
     assert!(matches!(rig.state(), ConnState::Disconnected | ConnState::Backoff { .. }), "{:?}", rig.state());
-    assert!(rig.core.poll_connect(rig.now).is_some(), "the first reconnect is immediate");
-    rig.core.on_connected(rig.now);
-    rig.core.on_tls_established(rig.now);
-    assert_eq!(rig.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n");
-    rig.deliver(b"+PONG\r\n", usize::MAX);
+    assert!(rig.core.wants_connect(rig.now), "the first reconnect is immediate");
+    rig.ready_over_tls();
     rig.take_sent(usize::MAX);
     rig.deliver(b":0\r\n", usize::MAX);
     assert_eq!(rig.outcome(tag), Outcome::Bool(false));
@@ -1149,7 +1209,7 @@ fn a_client_certificate_refused_after_the_handshake_is_permanent() {
     assert_eq!(rig.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n");
     let err = crate::error::Error::new(ErrorKind::Tls, "h:1 requires a client certificate");
     rig.core.on_tls_failed(rig.now, err, true, &mut rig.out);
-    assert_eq!(rig.state(), ConnState::Failed);
+    assert!(matches!(rig.state(), ConnState::Failed { .. }));
     assert_eq!(rig.failure(tag).message(), "h:1 requires a client certificate");
 }
 
@@ -1180,22 +1240,81 @@ fn a_reset_before_any_reply_suggests_tls() {
     assert!(!rig.failure(tag).message().contains("TLS"));
 }
 
-/// TlsHandshaking: half of connect_timeout without the server's hello asks the driver, once, to
-/// nudge it (a plaintext server then answers, and the handshake fails as "answered in
-/// plaintext"); the deadline stays where it was.
+/// TlsHandshaking: half of connect_timeout into the handshake, the driver is asked, once, to
+/// check on a second connection whether the port is a plaintext server (nothing but TLS is
+/// written to this one); the deadline stays where it was.
 #[test]
-fn a_silent_tls_handshake_is_nudged_once_halfway_to_its_deadline() {
+fn a_silent_tls_handshake_gets_one_plaintext_check_halfway_to_its_deadline() {
     let mut rig = Rig::with(tls_options(), 1, PipelineLimits::default());
     rig.keys_only(Op::Exists, b"k");
     rig.core.poll_connect(rig.now).unwrap();
     rig.core.on_connected(rig.now);
     let (_, wake) = rig.core.interest(rig.now);
-    assert_eq!(wake, Some(rig.now + Duration::from_millis(500)), "woken for the nudge");
-    assert!(!rig.core.take_tls_nudge(rig.now + Duration::from_millis(499)));
-    assert!(rig.core.take_tls_nudge(rig.now + Duration::from_millis(500)));
-    assert!(!rig.core.take_tls_nudge(rig.now + Duration::from_millis(600)), "once");
+    assert_eq!(wake, Some(rig.now + Duration::from_millis(500)), "woken for the check");
+    assert!(!rig.core.take_plaintext_check(rig.now + Duration::from_millis(499)));
+    assert!(rig.core.take_plaintext_check(rig.now + Duration::from_millis(500)));
+    assert!(!rig.core.take_plaintext_check(rig.now + Duration::from_millis(600)), "once");
     let (_, wake) = rig.core.interest(rig.now + Duration::from_millis(600));
     assert_eq!(wake, Some(rig.now + Duration::from_secs(1)), "then the deadline");
     rig.core.on_tls_established(rig.now);
-    assert!(!rig.core.take_tls_nudge(rig.now + Duration::from_secs(2)), "never outside the TLS handshake");
+    assert!(!rig.core.take_plaintext_check(rig.now + Duration::from_secs(2)), "never outside the TLS handshake");
+}
+
+/// Ready -> (draining) -> Disconnected -> Connecting -> Ready: a TLS 1.2 connection whose send
+/// key reached its limit finishes the request being written, sends nothing new, and once
+/// every reply is in it is replaced; the requests held back go on the next connection, and
+/// none fails.
+#[test]
+fn a_tls12_connection_at_its_key_limit_drains_and_reconnects_failing_nothing() {
+    let mut rig = Rig::with(tls_options(), 1, PipelineLimits::default());
+    let first = rig.keys_only(Op::Exists, b"a");
+    rig.ready_over_tls();
+    let second = rig.set(b"b", b"value");
+    let third = rig.keys_only(Op::Del, b"c");
+    // The EXISTS whole and part of the SET went out when the key reached its limit.
+    let exists = b"*2\r\n$6\r\nEXISTS\r\n$1\r\na\r\n";
+    assert_eq!(rig.take_sent(exists.len() + 10), [&exists[..], b"*3\r\n$3\r\nSE"].concat());
+    rig.core.drain_for_new_keys();
+    rig.core.on_writable();
+    assert_eq!(rig.take_sent(usize::MAX), b"T\r\n$1\r\nb\r\n$5\r\nvalue\r\n", "the SET is finished, the DEL held back");
+    rig.deliver(b":1\r\n", usize::MAX);
+    assert_eq!(rig.state(), ConnState::Ready, "a reply still owed");
+    rig.deliver(b"+OK\r\n", usize::MAX);
+    assert_eq!(rig.state(), ConnState::Disconnected, "drained: replaced");
+    assert!(rig.core.wants_connect(rig.now), "at once, not after a backoff");
+    rig.ready_over_tls();
+    assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$3\r\nDEL\r\n$1\r\nc\r\n");
+    rig.deliver(b":1\r\n", usize::MAX);
+    assert_eq!(rig.outcome(first), Outcome::Bool(true));
+    assert_eq!(rig.outcome(second), Outcome::Done);
+    assert_eq!(rig.outcome(third), Outcome::Bool(true));
+    assert!(rig.out.is_empty());
+}
+
+/// While draining, the commands of a WATCH scope already open go out (the scope closes on
+/// this connection); a new scope waits for the next one.
+#[test]
+fn a_draining_connection_lets_an_open_watch_scope_finish() {
+    let mut rig = Rig::with(tls_options(), 1, PipelineLimits::default());
+    rig.core.poll_connect(rig.now);
+    let frame = |text: &str| text.as_bytes().to_vec();
+    let watch = rig.tag();
+    rig.push(
+        Request::command(frame("*2\r\n$5\r\nWATCH\r\n$1\r\nk\r\n"), watch, rig.now + TIMEOUT).in_scope(Scope::Opens),
+    );
+    rig.ready_over_tls();
+    assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$5\r\nWATCH\r\n$1\r\nk\r\n");
+    let unwatch = rig.tag();
+    rig.push(Request::command(frame("*1\r\n$7\r\nUNWATCH\r\n"), unwatch, rig.now + TIMEOUT).in_scope(Scope::Closes));
+    let next = rig.tag();
+    rig.push(
+        Request::command(frame("*2\r\n$5\r\nWATCH\r\n$1\r\nj\r\n"), next, rig.now + TIMEOUT).in_scope(Scope::Opens),
+    );
+    rig.core.drain_for_new_keys();
+    assert_eq!(rig.take_sent(usize::MAX), b"*1\r\n$7\r\nUNWATCH\r\n", "the open scope closes; the next waits");
+    rig.deliver(b"+OK\r\n+OK\r\n", usize::MAX);
+    assert_eq!(rig.state(), ConnState::Disconnected);
+    assert!(matches!(rig.outcome(watch), Outcome::Reply(_)));
+    assert!(matches!(rig.outcome(unwatch), Outcome::Reply(_)));
+    assert!(rig.out.is_empty(), "the next scope waits for the next connection");
 }

@@ -5,13 +5,18 @@
 //! The names follow redis-py's (`ssl_ca_certs`, `ssl_certfile`, ...), so users carry their
 //! settings over. Key material never appears in `Debug`, logs or errors: only file paths do.
 
+use super::certificate::{self, VersionOneCertificate};
+use super::record::KeyLimit;
 use crate::error::{Error, Result};
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, SubjectPublicKeyInfoDer, UnixTime};
+use rustls::sign::{CertifiedKey, SingleCertAndKey};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, InconsistentKeys, OtherError, RootCertStore, SignatureScheme,
+};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -53,6 +58,8 @@ impl TlsOptions {
 pub struct TlsConfig {
     options: TlsOptions,
     client: Arc<ClientConfig>,
+    /// When a connection's send key is renewed (see [`KeyLimit`]).
+    key_limit: KeyLimit,
 }
 
 impl fmt::Debug for TlsConfig {
@@ -97,21 +104,12 @@ impl TlsConfig {
             ),
             false => None,
         };
-        let builder = match (chain, options.check_hostname) {
-            (Some(chain), true) => builder.with_webpki_verifier(chain),
-            (chain, _) => builder.dangerous().with_custom_certificate_verifier(Arc::new(Relaxed { chain, provider })),
-        };
+        let verifier = Verifier { chain, check_hostname: options.check_hostname, provider: provider.clone() };
+        let builder = builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier));
         let mut client = match (&options.certfile, &options.keyfile) {
             (Some(certfile), Some(keyfile)) => {
-                let chain = certificates(certfile, "ssl_certfile")?;
-                let key = private_key(keyfile)?;
-                builder.with_client_auth_cert(chain, key).map_err(|err| {
-                    Error::invalid(format!(
-                        "ssl_keyfile {} does not go with ssl_certfile {}: {err}",
-                        keyfile.display(),
-                        certfile.display()
-                    ))
-                })?
+                let identity = client_identity(certfile, keyfile, &provider)?;
+                builder.with_client_cert_resolver(Arc::new(SingleCertAndKey::from(identity)))
             }
             _ => builder.with_no_client_auth(),
         };
@@ -120,7 +118,20 @@ impl TlsConfig {
         client.enable_secret_extraction = true;
         // No session resumption: a connection lives long and reconnects are rare.
         client.resumption = rustls::client::Resumption::disabled();
-        Ok(TlsConfig { options, client: Arc::new(client) })
+        Ok(TlsConfig { options, client: Arc::new(client), key_limit: KeyLimit::default() })
+    }
+
+    /// The same configuration with the send keys renewed at `limit`: for tests that take a
+    /// connection past it without moving hundreds of gigabytes.
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub fn with_key_limit(mut self, limit: KeyLimit) -> TlsConfig {
+        self.key_limit = limit;
+        self
+    }
+
+    /// When a connection's send key is renewed.
+    pub fn key_limit(&self) -> KeyLimit {
+        self.key_limit
     }
 
     /// The settings as given.
@@ -211,17 +222,65 @@ fn private_key(file: &Path) -> Result<PrivateKeyDer<'static>> {
     PrivateKeyDer::from_pem_slice(&text).map_err(|_| unreadable(&"no PEM private key in the file"))
 }
 
-/// Verification relaxed on purpose. `ssl_check_hostname=False` (`chain` set): the chain must
-/// still lead to a trusted CA, but the certificate may name any host. `ssl_cert_reqs="none"`
-/// (`chain` None): any certificate is accepted. Either way the handshake's signatures are
-/// checked, so the peer holds the key of the certificate it sent, whoever it is.
+/// This client's certificate and key (`ssl_certfile`, `ssl_keyfile`), checked to go together.
+/// A certificate webpki cannot parse (X.509 version 1, which OpenSSL servers take) is sent as it
+/// is: the server decides on it; only the key check reads its public key here instead (see
+/// [`certificate`]).
+fn client_identity(certfile: &Path, keyfile: &Path, provider: &CryptoProvider) -> Result<CertifiedKey> {
+    let chain = certificates(certfile, "ssl_certfile")?;
+    let key = provider
+        .key_provider
+        .load_private_key(private_key(keyfile)?)
+        .map_err(|err| Error::invalid(format!("ssl_keyfile {}: {err}", keyfile.display())))?;
+    let mismatch = || {
+        Error::invalid(format!(
+            "ssl_keyfile {} does not go with ssl_certfile {}: the key is not the certificate's (their public keys \
+             differ)",
+            keyfile.display(),
+            certfile.display()
+        ))
+    };
+    let identity = CertifiedKey::new(chain, key);
+    match identity.keys_match() {
+        Ok(()) | Err(rustls::Error::InconsistentKeys(InconsistentKeys::Unknown)) => Ok(identity),
+        Err(rustls::Error::InconsistentKeys(InconsistentKeys::KeyMismatch)) => Err(mismatch()),
+        Err(unparsed) => {
+            let end_entity = identity.cert[0].as_ref();
+            let summary = certificate::summary(end_entity).ok_or_else(|| {
+                Error::invalid(format!(
+                    "ssl_certfile {}: its first certificate is not an X.509 certificate this client can read: {unparsed}",
+                    certfile.display()
+                ))
+            })?;
+            match identity.key.public_key() {
+                Some(public) if public.as_ref() != summary.public_key => Err(mismatch()),
+                _ => Ok(identity),
+            }
+        }
+    }
+}
+
+/// How the server's certificate is verified: against the trust anchors (`chain`), and its name
+/// too unless `ssl_check_hostname=False`; not at all with `ssl_cert_reqs="none"` (`chain`
+/// None). Either way the handshake's signatures are checked, so the peer holds the key of the
+/// certificate it sent, whoever it is. An X.509 version 1 certificate is refused saying so
+/// (see [`certificate`]) unless nothing is verified.
 #[derive(Debug)]
-struct Relaxed {
+struct Verifier {
     chain: Option<Arc<WebPkiServerVerifier>>,
+    check_hostname: bool,
     provider: Arc<CryptoProvider>,
 }
 
-impl ServerCertVerifier for Relaxed {
+impl Verifier {
+    /// The public key of a version 1 certificate, which webpki does not parse.
+    fn version_one_key<'a>(cert: &'a CertificateDer<'_>) -> Option<SubjectPublicKeyInfoDer<'a>> {
+        let summary = certificate::summary(cert.as_ref()).filter(|summary| summary.version == 1)?;
+        Some(SubjectPublicKeyInfoDer::from(summary.public_key))
+    }
+}
+
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -232,8 +291,14 @@ impl ServerCertVerifier for Relaxed {
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
         use rustls::CertificateError::{NotValidForName, NotValidForNameContext};
         let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
+        if Verifier::version_one_key(end_entity).is_some() {
+            let v1 = VersionOneCertificate { host: server_name.to_str().into_owned() };
+            return Err(rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(Arc::new(v1)))));
+        }
         match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
-            Err(rustls::Error::InvalidCertificate(NotValidForName | NotValidForNameContext { .. })) => {
+            Err(rustls::Error::InvalidCertificate(NotValidForName | NotValidForNameContext { .. }))
+                if !self.check_hostname =>
+            {
                 Ok(ServerCertVerified::assertion())
             }
             other => other,
@@ -255,7 +320,13 @@ impl ServerCertVerifier for Relaxed {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        match Verifier::version_one_key(cert) {
+            // Only reached with nothing verified (ssl_cert_reqs="none"): the key is still
+            // checked to have signed the handshake.
+            Some(key) => rustls::crypto::verify_tls13_signature_with_raw_key(message, &key, dss, algorithms),
+            None => verify_tls13_signature(message, cert, dss, algorithms),
+        }
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
