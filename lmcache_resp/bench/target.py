@@ -207,7 +207,7 @@ def _embedded_many(options: Options, console: Console) -> Iterator[Target]:
         else EmbeddedServers(options.shards, io_threads=options.io_threads, server=kind)
     )
     what = (
-        f"a throwaway {'Valkey' if kind == 'valkey' else 'Redis'} Cluster of {options.cluster} primaries"
+        f"a throwaway {'Valkey' if kind in ('valkey', 'valkey9') else 'Redis'} Cluster of {options.cluster} primaries"
         if options.cluster else f"{options.shards} throwaway independent {_server_name(options)}s"
     )
     try:
@@ -230,7 +230,9 @@ def _embedded_many(options: Options, console: Console) -> Iterator[Target]:
 
 def _server_name(options: Options) -> str:
     """What the throwaway server is called in the run's output."""
-    return {"redis": "redis-server", "valkey": "valkey-server"}.get(options.server, os.path.basename(options.server))
+    return {"redis": "redis-server", "valkey": "valkey-server", "valkey9": "valkey-server"}.get(
+        options.server, os.path.basename(options.server)
+    )
 
 
 @contextmanager
