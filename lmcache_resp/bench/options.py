@@ -23,6 +23,7 @@ __all__ = [
     "PASSWORD_ENV",
     "PROBE_END_SHARE",
     "PEERS",
+    "REGIMES",
     "Options",
     "sweep_keys",
 ]
@@ -32,6 +33,9 @@ PASSWORD_ENV = "LMCACHE_RESP_PASSWORD"
 ALL_OPS = ("set", "get", "exists", "delete")
 DEFAULT_OPS = ("set", "get", "exists")
 PEERS = ("redis-py", "lmcache", "redis-benchmark", "lmcache-redis")
+# How a throwaway server treats memory it frees: as started (handing it back to the kernel, so new
+# values fault in fresh pages), or keeping it as a full production cache does (after a warm-up).
+REGIMES = ("fresh", "steady", "both")
 DEFAULT_SWEEP_CHUNKS = tuple(int(mib * MiB) for mib in (0.25, 0.5, 1, 2, 4, 8, 16, 32, 80))
 DEFAULT_SWEEP_WORKERS = (1, 2, 4, 8, 16)
 # Each sweep point moves at most this much per batch: keys are capped per chunk size.
@@ -102,11 +106,19 @@ class Options:
     # The throwaway server speaks TLS only, on certificates made for the run; every client
     # (ours and the peers) connects with TLS and verifies them.
     tls: bool = False
+    # The throwaway servers' memory regime: "fresh", "steady" or "both" (one whole run each; the
+    # command line runs them one after the other, each run then sees one of the two).
+    regime: str = "steady"
 
     @property
     def embedded(self) -> bool:
         """No server given: the run starts (and stops) a throwaway local redis-server."""
         return self.host is None and self.port is None and self.url is None
+
+    @property
+    def keeps_freed_memory(self) -> bool:
+        """The throwaway servers keep the memory they free (the steady regime)."""
+        return self.regime == "steady"
 
     @property
     def pool_bytes(self) -> int:

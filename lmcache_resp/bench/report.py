@@ -67,7 +67,7 @@ class RunResult:
 # -- the human-readable report ---------------------------------------------------------------
 
 
-def header_lines(options: Options) -> list[str]:
+def header_lines(options: Options, target: Target) -> list[str]:
     if options.sweep:
         workload = (f"sweep: chunk sizes {', '.join(format_size(c) for c in sorted(set(options.sweep_chunks)))} at "
                     f"{options.num_workers} workers; workers {', '.join(map(str, sorted(set(options.sweep_workers))))} at "
@@ -86,7 +86,7 @@ def header_lines(options: Options) -> list[str]:
         workload = (f"workload: {options.num_keys} keys x {format_size(options.chunk_bytes)} = {options.pool_bytes / GB:.3f} GB per "
                     f"batch (all keys in ONE call), {options.num_workers} I/O workers, {_plural(options.rounds, 'round')} after an untimed warm-up, ops "
                     f"{','.join(options.ops)}")
-    return [workload, UNITS_NOTE]
+    return [target.header_line(), workload, UNITS_NOTE]
 
 
 def standard_lines(result: RunResult) -> list[str]:
@@ -342,6 +342,7 @@ def _json_base(options: Options) -> dict[str, Any]:
             "client_inflight_mib": options.client_inflight_mib,
             "neighbour_flood": options.neighbour_flood,
             "flood_seconds": options.flood_seconds if options.neighbour_flood else None,
+            "regime": options.regime if options.embedded else None,
         },
     }
 

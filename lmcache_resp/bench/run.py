@@ -37,7 +37,7 @@ def run(options: Options, *, stdout: TextIO, stderr: TextIO) -> int:
 
     try:
         with open_target(options, console, ledger.prefix) as target:
-            for line in report.header_lines(options):
+            for line in report.header_lines(options, target):
                 console.say(line)
             try:
                 if options.sweep:
