@@ -810,3 +810,134 @@ def test_dead_server_with_lmcaches_connector(capsys: pytest.CaptureFixture[str])
             assert figures["batches"] == 3 and "passed" not in figures["outcomes"]
     assert set(doc["ratios_lmcache_over_ours"]) == {"set", "get", "exists"}
 
+
+# -- --compare lmcache-valkey: LMCache's glide-based client as a peer ---------------------------
+
+# Stands in for LMCache's ValkeyWorkerPool (same constructor, same submit_* futures and results),
+# on redis-py against the real server; $STANDIN_POOL: "hang" (no future ever completes) or
+# "corrupt" (GET flips the first byte).
+STANDIN_POOL = '''
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import redis
+
+
+class ValkeyWorkerPool:
+    def __init__(self, addresses, num_workers, username="", password="", request_timeout=5.0,
+                 connection_timeout=10.0, tls_enable=False, cluster_mode=False, database_id=None, ttl_seconds=None):
+        host, port = addresses[0]
+        self.mode = os.environ.get("STANDIN_POOL", "")
+        self.has_buffer_get = False
+        self.client = redis.Redis(host=host, port=port, db=database_id or 0, password=password or None,
+                                  socket_timeout=request_timeout)
+        self.executor = ThreadPoolExecutor(num_workers)
+
+    def _submit(self, call):
+        return Future() if self.mode == "hang" else self.executor.submit(call)
+
+    def submit_set(self, key, data):
+        return self._submit(lambda: self.client.set(key, bytes(data)) and None)
+
+    def submit_get_into(self, key, buf):
+        def get():
+            value = self.client.get(key)
+            if value is None or len(value) != len(buf):
+                return -1
+            buf[:] = value
+            if self.mode == "corrupt":
+                buf[0] ^= 0xFF
+            return len(value)
+        return self._submit(get)
+
+    def submit_exists(self, key):
+        return self._submit(lambda: bool(self.client.exists(key)))
+
+    def submit_delete(self, key):
+        return self._submit(lambda: self.client.delete(key) > 0)
+
+    def close(self):
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.client.close()
+'''
+
+
+@pytest.fixture
+def standin_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    package = tmp_path / "lmcache" / "v1" / "storage_backend" / "valkey"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(STANDIN_POOL)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    return monkeypatch
+
+
+def test_lmcache_valkey_driver_submits_a_future_per_key_and_verifies(
+    redis_server: RedisServer, standin_pool: pytest.MonkeyPatch
+) -> None:
+    from lmcache_resp.bench.lmcache_valkey import LMCacheValkeyPeer
+
+    workload = Workload([f"bench-test:{i}" for i in range(6)], 4096, 7)
+    peer = LMCacheValkeyPeer(_target(redis_server), workload, num_workers=3, python=sys.executable)
+    try:
+        assert "3 worker threads" in peer.describe() and "one future per key" in peer.describe()
+        samples = peer.run_round(0, ("set", "get", "exists", "delete"))
+        assert set(samples) == {"set", "get", "exists", "delete"}
+        assert samples["get"].payload_bytes == 6 * 4096 and samples["exists"].keys == 6 * workload.exists_repeat
+        assert redis_server.redis_py().dbsize() == 0
+        assert set(peer.run_round(1, ("set", "get"))) >= {"set", "get"}
+        assert redis_server.redis_py().dbsize() == 0
+    finally:
+        peer.close()
+    standin_pool.setenv("STANDIN_POOL", "corrupt")
+    peer = LMCacheValkeyPeer(_target(redis_server), workload, num_workers=3, python=sys.executable)
+    try:
+        with pytest.raises(PeerFailed, match=r"GET read back wrong data \(6\+ keys\): key 'bench-test:0'.* offset 0"):
+            peer.run_round(2, ("set", "get"))
+    finally:
+        peer.close()
+
+
+def test_a_hung_lmcache_valkey_batch_is_reported_not_waited_for(
+    redis_server: RedisServer, standin_pool: pytest.MonkeyPatch
+) -> None:
+    from lmcache_resp.bench.lmcache_valkey import LMCacheValkeyPeer
+
+    standin_pool.setenv("STANDIN_POOL", "hang")
+    peer = LMCacheValkeyPeer(_target(redis_server, timeout=0.5), Workload(["bench-test:0"], 4096, 7), num_workers=1,
+                             python=sys.executable)
+    try:
+        with pytest.raises(PeerFailed, match=r"1 of 1 keys without a result .* \(peer hung\)"):
+            peer.run_round(0, ("set",))
+    finally:
+        peer.close()
+
+
+# A Python with LMCache 0.5.6 and valkey-glide-sync, for the real lmcache-valkey runs:
+# $LMCACHE_TEST_PYTHON, else scripts/test-lmcache.sh's venv.
+LMCACHE_GLIDE_PYTHON = os.environ.get("LMCACHE_TEST_PYTHON") or LMCACHE_PYTHON
+
+
+def _has_lmcache_and_glide(python: str) -> bool:
+    if not os.access(python, os.X_OK):
+        return False
+    probe = subprocess.run([python, "-c", "import lmcache.v1.storage_backend.valkey, glide_sync"], capture_output=True,
+                           timeout=120)
+    return probe.returncode == 0
+
+
+needs_lmcache_glide = pytest.mark.skipif(not _has_lmcache_and_glide(LMCACHE_GLIDE_PYTHON),
+                                         reason="no Python with LMCache and valkey-glide-sync ($LMCACHE_TEST_PYTHON)")
+
+
+@needs_lmcache_glide
+def test_lmcache_valkey_peer_on_the_same_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_main(capsys, *TINY, "--cluster", "3", "--compare", "lmcache-valkey", "--lmcache-python",
+                                LMCACHE_GLIDE_PYTHON, "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    ours, peer = doc["clients"]
+    assert peer["name"] == "lmcache-valkey" and peer["failure"] is None, peer
+    assert "glide cluster client" in peer["description"]
+    assert peer["ops"]["get"]["median"] > 0 and set(peer["ops"]) == {"set", "get", "exists"}
+    assert "the peers get a throwaway" not in err + out  # no server of its own: it ran on the cluster
+

@@ -48,7 +48,7 @@ __all__ = ["build_parser", "main", "parse_options"]
 # swapping would measure the disk.
 MEMORY_SHARE = 0.6
 # Peers that hold a second copy of the data: redis-py its GET results, the LMCache driver its pool.
-COPYING_PEERS = ("redis-py", "lmcache", "lmcache-redis")
+COPYING_PEERS = ("redis-py", "lmcache", "lmcache-redis", "lmcache-valkey")
 # --regime both: one whole run per regime, fresh first; with --json one document holding both.
 REGIMES_SCHEMA = "lmcache-resp-bench-regimes/1"
 MAX_CHUNK_MIB = 512.0  # Redis's proto-max-bulk-len default
@@ -217,7 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     extra.add_argument("--sweep-workers", type=_list_of(_int_in(1, 256)), help="worker counts for --sweep, e.g. 1,2,4,8")
     extra.add_argument("--plot", type=Path, metavar="FILE.png", help="draw the sweep (implies --sweep; needs matplotlib)")
     extra.add_argument("--compare", type=_choices(PEERS), default=(), help=f"peers side by side: comma list of {','.join(PEERS)}")
-    extra.add_argument("--lmcache-python", metavar="PATH", help="a Python that can import LMCache's connector (lmcache_peer)")
+    extra.add_argument("--lmcache-python", metavar="PATH",
+                       help="a Python with LMCache: for --compare lmcache one that can import its C++ connector "
+                            "(lmcache_peer); for lmcache-valkey one with valkey-glide-sync too")
     extra.add_argument("--lmcache-redis-python", metavar="PATH",
                        help="a Python with LMCache installed, for --compare lmcache-redis (LMCache's redis-py-based "
                             "RedisConnector, over TLS with --tls or a rediss:// URL); default: this one"),
@@ -266,6 +268,9 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     if args.tls and "lmcache" in args.compare:
         parser.error("--tls: LMCache's C++ RESP connector has no TLS (over TLS, compare with --compare redis-py or "
                      "lmcache-redis, LMCache's redis-py-based connector)")
+    if args.tls and "lmcache-valkey" in args.compare:
+        parser.error("--tls: LMCache's valkey adapter cannot be given a CA to trust, so it cannot verify the run's test "
+                     "certificates (over TLS, compare with --compare lmcache-redis)")
     if args.regime is not None and given_server:
         parser.error("--regime sets how the throwaway servers keep memory: it cannot be used with --host/--port/--url")
     if sum(map(bool, (args.cluster, args.shards, args.unix))) > 1:
@@ -278,8 +283,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     if sweep and args.ceiling:
         parser.error("--ceiling cannot be combined with --sweep")
     if args.lmcache_python is not None:
-        if "lmcache" not in args.compare:
-            parser.error("--lmcache-python is only used with --compare lmcache")
+        if not {"lmcache", "lmcache-valkey"} & set(args.compare):
+            parser.error("--lmcache-python is only used with --compare lmcache or lmcache-valkey")
         if not (os.path.isfile(args.lmcache_python) and os.access(args.lmcache_python, os.X_OK)):
             parser.error(f"--lmcache-python: {args.lmcache_python!r} is not an executable file")
     if args.lmcache_redis_python is not None:

@@ -32,7 +32,7 @@ PASSWORD_ENV = "LMCACHE_RESP_PASSWORD"
 # Run in this order whatever order they are asked in: GET and EXISTS need the SET before them.
 ALL_OPS = ("set", "get", "exists", "delete")
 DEFAULT_OPS = ("set", "get", "exists")
-PEERS = ("redis-py", "lmcache", "redis-benchmark", "lmcache-redis")
+PEERS = ("redis-py", "lmcache", "redis-benchmark", "lmcache-redis", "lmcache-valkey")
 # How a throwaway server treats memory it frees: as started (handing it back to the kernel, so new
 # values fault in fresh pages), or keeping it as a full production cache does (after a warm-up).
 REGIMES = ("fresh", "steady", "both")

@@ -18,7 +18,7 @@ from lmcache_resp.bench.fleet import MODES, FleetDriver
 from lmcache_resp.bench.flood import measure_neighbour_flood
 from lmcache_resp.bench.measure import Driver, run_rounds
 from lmcache_resp.bench.ours import OursDriver
-from lmcache_resp.bench.peers import make_peer
+from lmcache_resp.bench.peers import CLUSTER_PEERS, make_peer
 from lmcache_resp.bench.sweep import plot_sweep, run_sweep
 from lmcache_resp.bench.target import KeyLedger, Target, open_target, peer_target
 from lmcache_resp.bench.workload import Mismatch, VerificationError, Workload
@@ -108,11 +108,14 @@ def _standard(options: Options, target: Target, ledger: KeyLedger, console: Cons
         get_piece_bytes=options.get_piece_bytes,
     )
     drivers: list[Driver] = [ours]
-    with peer_target(options, target, console) if options.compare else nullcontext(target) as peers_at:
+    # A peer that reaches a cluster runs on ours; the others on one server (peer_target).
+    on_ours = [name for name in options.compare if name in CLUSTER_PEERS and target.settings.cluster]
+    single = [name for name in options.compare if name not in on_ours]
+    with peer_target(options, target, console) if single else nullcontext(target) as peers_at:
         try:
             for name in options.compare:
                 try:
-                    drivers.append(make_peer(name, options, peers_at, ours, ledger))
+                    drivers.append(make_peer(name, options, target if name in on_ours else peers_at, ours, ledger))
                 except BenchError as exc:
                     result.unavailable[name] = str(exc)
                     console.warn(f"peer {name} not measured: {exc}")
