@@ -14,6 +14,7 @@ import io
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import TextIO, TypeVar
 
 from lmcache_resp import RespSettings, Secret
 from lmcache_resp.errors import InvalidInputError
-from lmcache_resp.bench.console import GiB, MiB, mib_to_bytes
+from lmcache_resp.bench.console import GiB, KiB, MiB, mib_to_bytes
 from lmcache_resp.bench.errors import EXIT_INTERRUPTED
 from lmcache_resp.bench.options import (
     ALL_OPS,
@@ -30,6 +31,8 @@ from lmcache_resp.bench.options import (
     DEFAULT_DEAD_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
     DEFAULT_FLOOD_SECONDS,
+    DEFAULT_L2_BENCH_ROUNDS,
+    DEFAULT_L2_CELLS,
     DEFAULT_OPS,
     DEFAULT_SWEEP_CHUNKS,
     DEFAULT_SWEEP_WORKERS,
@@ -37,6 +40,7 @@ from lmcache_resp.bench.options import (
     PASSWORD_ENV,
     PROBE_END_SHARE,
     PEERS,
+    L2_ADAPTERS,
     REGIMES,
     Options,
     sweep_keys,
@@ -71,7 +75,12 @@ muzzy_decay_ms:-1; preloaded into a libc-malloc valkey-server), after an untimed
 the server as started, handing freed memory back to the kernel, so new big values fault in fresh
 pages. The header names the server: name, version, malloc, regime.
 
-Exit status: 0 all verified, 1 data read back differs, 2 bad configuration, 130 interrupted.
+--compare lmcache-l2 runs LMCache's own `lmcache bench l2` from --lmcache-python for our
+native_plugin adapter, LMCache's resp and its valkey adapter, alternated ABBA (--rounds times) on
+the same throwaway server or cluster, flushed before every run, over --l2-cells and
+--l2-in-flight, verified (--no-skip-verify): medians of LMCache's p50 round times and ratios.
+Exit status: 0 all verified, 1 data read back differs (or a run failed), 2 bad configuration,
+130 interrupted.
 """
 
 
@@ -150,6 +159,26 @@ def _list_of(item: Callable[[str], N]) -> Callable[[str], tuple[N, ...]]:
     return parse
 
 
+_CELL = re.compile(r"^(\d+(?:\.\d+)?)([KMG])(?:x(\d+))?$", re.IGNORECASE)
+_UNITS = {"K": KiB, "M": MiB, "G": GiB}
+
+
+def _l2_cell(text: str) -> tuple[int, int]:
+    """SIZE[xKEYS], e.g. 256K, 1M, 32Mx8: a value size in KiB/MiB (LMCache's --data-size-kb is
+    whole KiB) and keys per submit (default LMCache's 32)."""
+    match = _CELL.match(text.strip())
+    expected = "SIZE[xKEYS] with SIZE in K or M, e.g. 256K, 4M or 32Mx8"
+    if match is None:
+        raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}")
+    value = float(match.group(1)) * _UNITS[match.group(2).upper()]
+    keys = int(match.group(3)) if match.group(3) else 32
+    if value != int(value) or int(value) % KiB or not KiB <= value <= MAX_CHUNK_MIB * MiB:
+        raise argparse.ArgumentTypeError(f"must be a whole number of KiB from 1K to {MAX_CHUNK_MIB:g}M, got {text!r}")
+    if not 1 <= keys <= 100_000:
+        raise argparse.ArgumentTypeError(f"must have 1..100000 keys, got {text!r}")
+    return int(value), keys
+
+
 def _cpu_affinity(text: str) -> str:
     # The native settings parser owns the syntax; asked with no environment, so that nothing but
     # this value can be refused.
@@ -219,11 +248,29 @@ def build_parser() -> argparse.ArgumentParser:
     extra.add_argument("--compare", type=_choices(PEERS), default=(), help=f"peers side by side: comma list of {','.join(PEERS)}")
     extra.add_argument("--lmcache-python", metavar="PATH",
                        help="a Python with LMCache: for --compare lmcache one that can import its C++ connector "
-                            "(lmcache_peer); for lmcache-valkey one with valkey-glide-sync too")
+                            "(lmcache_peer); for lmcache-valkey one with valkey-glide-sync too; for lmcache-l2 the "
+                            "one whose `lmcache bench l2` runs (default: this one, if it has LMCache)")
     extra.add_argument("--lmcache-redis-python", metavar="PATH",
                        help="a Python with LMCache installed, for --compare lmcache-redis (LMCache's redis-py-based "
                             "RedisConnector, over TLS with --tls or a rediss:// URL); default: this one"),
     extra.add_argument("--ceiling", action="store_true", help="also measure the loopback socket ceiling (no Redis in the path)")
+
+    l2 = parser.add_argument_group(
+        "LMCache's own benchmark (--compare lmcache-l2)",
+        "--compare lmcache-l2: instead of this benchmark, LMCache's `lmcache bench l2` from --lmcache-python\n"
+        "for each adapter below on the same throwaway server or cluster. (--compare lmcache-valkey: LMCache's\n"
+        "glide-based client, its valkey adapter's ValkeyWorkerPool, as a peer in this benchmark, on the same\n"
+        "cluster as ours with --cluster.)")
+    l2.add_argument("--l2-cells", type=_list_of(_l2_cell), metavar="SIZE[xKEYS],...",
+                    help="values and keys per submit, e.g. 256K,1M,4M,32Mx8 (keys default 32; default 256K, "
+                         "LMCache's defaults)")
+    l2.add_argument("--l2-in-flight", type=_list_of(_int_in(1, 64)), metavar="N,...",
+                    help="in-flight submits per round, e.g. 1,4 (default 1)")
+    l2.add_argument("--l2-bench-rounds", type=_int_in(1, 1000), metavar="N",
+                    help=f"LMCache's measurement rounds per run, after its one warm-up round (default "
+                         f"{DEFAULT_L2_BENCH_ROUNDS})")
+    l2.add_argument("--l2-adapters", type=_choices(L2_ADAPTERS), metavar="LIST",
+                    help=f"comma list of {','.join(L2_ADAPTERS)} (default all; resp is skipped on a cluster)")
     extra.add_argument("--bridge", action="store_true",
                        help="K client processes through one bridge (python -m lmcache_resp.bridge) against K "
                             "processes with a store each: throughput, connections, CPU per GB")
@@ -273,6 +320,20 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
                      "certificates (over TLS, compare with --compare lmcache-redis)")
     if args.regime is not None and given_server:
         parser.error("--regime sets how the throwaway servers keep memory: it cannot be used with --host/--port/--url")
+    l2_given = [name for name, value in (("--l2-cells", args.l2_cells), ("--l2-in-flight", args.l2_in_flight),
+                                          ("--l2-bench-rounds", args.l2_bench_rounds),
+                                          ("--l2-adapters", args.l2_adapters)) if value is not None]
+    if "lmcache-l2" in args.compare:
+        if len(args.compare) > 1:
+            parser.error("--compare lmcache-l2 runs LMCache's own benchmark instead of this one: give it alone")
+        if given_server or args.shards or args.unix or args.tls:
+            parser.error("--compare lmcache-l2 flushes its server between runs and LMCache's adapters reach it over "
+                         "plain TCP: it runs on one throwaway server or --cluster N (no --host/--port/--url, --shards, "
+                         "--unix or --tls)")
+        if args.sweep or args.plot is not None or args.bridge or args.dead_server or args.ceiling:
+            parser.error("--compare lmcache-l2 cannot be combined with --sweep, --bridge, --dead-server or --ceiling")
+    elif l2_given:
+        parser.error(f"{', '.join(l2_given)}: only used with --compare lmcache-l2")
     if sum(map(bool, (args.cluster, args.shards, args.unix))) > 1:
         parser.error("give one of --cluster, --shards and --unix")
     if not given_server and (args.username or args.password):
@@ -283,8 +344,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     if sweep and args.ceiling:
         parser.error("--ceiling cannot be combined with --sweep")
     if args.lmcache_python is not None:
-        if not {"lmcache", "lmcache-valkey"} & set(args.compare):
-            parser.error("--lmcache-python is only used with --compare lmcache or lmcache-valkey")
+        if not {"lmcache", "lmcache-valkey", "lmcache-l2"} & set(args.compare):
+            parser.error("--lmcache-python is only used with --compare lmcache, lmcache-valkey or lmcache-l2")
         if not (os.path.isfile(args.lmcache_python) and os.access(args.lmcache_python, os.X_OK)):
             parser.error(f"--lmcache-python: {args.lmcache_python!r} is not an executable file")
     if args.lmcache_redis_python is not None:
@@ -356,6 +417,10 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         dead_server=args.dead_server,
         dead_batches=DEFAULT_DEAD_BATCHES if args.dead_batches is None else args.dead_batches,
         regime=args.regime or "steady",
+        l2_cells=tuple(args.l2_cells) if args.l2_cells else DEFAULT_L2_CELLS,
+        l2_in_flight=tuple(dict.fromkeys(args.l2_in_flight)) if args.l2_in_flight else (1,),
+        l2_bench_rounds=DEFAULT_L2_BENCH_ROUNDS if args.l2_bench_rounds is None else args.l2_bench_rounds,
+        l2_adapters=tuple(name for name in L2_ADAPTERS if name in args.l2_adapters) if args.l2_adapters else L2_ADAPTERS,
     )
     problem = _memory_problem(options)
     if problem is not None:
@@ -375,9 +440,22 @@ def _mem_available(meminfo: str = "/proc/meminfo") -> int | None:
     return None
 
 
+def _l2_estimate_bytes(options: Options) -> int:
+    """Peak bytes of one `lmcache bench l2` run: the server holds every key it stores (new keys
+    every round, its warm-up round too), LMCache's process a store and a load buffer per round,
+    and the valkey adapter a scratch buffer per worker."""
+    rounds = options.l2_bench_rounds + 1
+    return max(
+        (rounds + 2) * value * keys * depth + options.num_workers * value
+        for value, keys in options.l2_cells for depth in options.l2_in_flight
+    )
+
+
 def _estimate_bytes(options: Options) -> int:
     """Peak bytes of this run on this machine: our page pool, the values a local server holds,
     and the copies peers keep."""
+    if options.lmcache_l2:
+        return _l2_estimate_bytes(options)
     if options.sweep:
         batch = max(sweep_keys(options.num_keys, c) * c for c in (*options.sweep_chunks, options.chunk_bytes))
     else:
@@ -400,6 +478,11 @@ def _memory_problem(options: Options) -> str | None:
     needed = _estimate_bytes(options)
     if needed <= MEMORY_SHARE * available:
         return None
+    if options.lmcache_l2:
+        return (f"its largest `lmcache bench l2` run needs about {needed / GiB:.1f} GiB (the server keeps every key "
+                f"of its {options.l2_bench_rounds} + 1 rounds; LMCache's buffers), more than {MEMORY_SHARE:.0%} of "
+                f"MemAvailable ({available / GiB:.1f} GiB): lower --l2-bench-rounds, a cell's size or keys, or "
+                "--l2-in-flight")
     return (
         f"this run needs about {needed / GiB:.1f} GiB (--num-keys {options.num_keys} x --chunk-mb "
         f"{options.chunk_bytes / MiB:g} = {options.pool_bytes / GiB:.2f} GiB of pages"
