@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, RedisServer
+from conftest import REPO, RedisCluster, RedisServer
 from lmcache_resp import RespSettings, _native
 from lmcache_resp.bench import main, pattern
 from lmcache_resp.bench.cli import parse_options
@@ -1264,3 +1264,35 @@ def test_lmcache_l2_with_lmcaches_own_benchmark(capsys: pytest.CaptureFixture[st
         for name in ("ours", "resp", "valkey"):
             assert cell["ops"][op]["adapters"][name]["median_ms"] > 0, (op, name)
 
+
+def test_the_ledger_deletes_every_key_it_holds_on_a_users_cluster(redis_cluster: RedisCluster) -> None:
+    """The keys a run wrote to a user's cluster are gone afterwards: the DEL batch completes
+    before its connector is closed (closing first dropped it, leaving the keys behind)."""
+    from lmcache_resp.bench.target import KeyLedger
+
+    settings = RespSettings.resolve("redis://" + ",".join(redis_cluster.endpoints), cluster=True, username="",
+                                    password="", timeout=10)
+    target = Target(settings, embedded=False)
+    for attempt in range(5):
+        ledger = KeyLedger()
+        keys = ledger.keys("lmcache_resp", 200)
+        for node in redis_cluster.nodes:
+            client = redis_cluster.redis_py(node)
+            for key in keys:
+                if redis_cluster.command(node, "CLUSTER", "KEYSLOT", key) in _slots_of(redis_cluster, node):
+                    client.set(key, b"x")
+        assert _keys_held(redis_cluster) == 200
+        ledger.delete_all(target)
+        assert _keys_held(redis_cluster) == 0, f"attempt {attempt}: keys left behind"
+
+
+def _slots_of(cluster: RedisCluster, node: Any) -> set[int]:
+    slots: set[int] = set()
+    for start, end, *owners in cluster.command(node, "CLUSTER", "SLOTS"):  # type: ignore[union-attr]
+        if any(int(owner[1]) == node.port for owner in owners):
+            slots.update(range(int(start), int(end) + 1))
+    return slots
+
+
+def _keys_held(cluster: RedisCluster) -> int:
+    return sum(int(cluster.command(node, "DBSIZE")) for node in cluster.nodes)  # type: ignore[call-overload]

@@ -8,6 +8,8 @@ is written: the run's ``finally`` deletes them all (DEL of a key that is gone is
 from __future__ import annotations
 
 import os
+import select
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,13 +18,16 @@ from typing import Any
 
 from lmcache_resp import RedisClient, RespConnector, RespSettings
 from lmcache_resp.embedded import EmbeddedCluster, EmbeddedRedis, EmbeddedServers
-from lmcache_resp.errors import InvalidInputError
+from lmcache_resp.errors import InvalidInputError, RespTimeoutError
 from lmcache_resp.servers import EXIT_MISSING, KEEP_FREED_MALLOC_CONF, LaunchError
 from lmcache_resp.bench.errors import BenchError
 from lmcache_resp.bench.options import Options
 from lmcache_resp.bench.console import Console
 
 __all__ = ["KeyLedger", "Target", "open_target", "peer_target", "redis_py_tls_kwargs", "regime_note", "tls_kwargs"]
+
+# How long deleting a run's keys may take beyond the per-key timeout.
+DELETE_GRACE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -157,14 +162,30 @@ class KeyLedger:
         if not self._keys:
             return
         if target.servers > 1 or target.settings.cluster:
-            # Routed like the run's own keys: each DEL goes to the server that holds the key.
+            # Routed like the run's own keys: each DEL goes to the server that holds the key. The
+            # batch must complete before the connector closes: closing drops what is in flight.
             with RespConnector.from_settings(target.settings) as connector:
-                connector.submit_batch_delete(list(self._keys))
+                batch = connector.submit_batch_delete(list(self._keys))
+                _wait_for_batch(connector, batch, target.settings.timeout + DELETE_GRACE_S)
         else:
             with RedisClient(**target.connect_kwargs()) as client:
                 for key in self._keys:
                     client.delete(key)
         self._keys.clear()
+
+
+def _wait_for_batch(connector: RespConnector, batch: int, timeout: float) -> None:
+    """Until ``batch`` completes (its failure raised), at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for result in connector.drain():
+            if result.id == batch:
+                result.check("deleting the run's keys")
+                return
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise RespTimeoutError(f"deleting the run's keys did not finish within {timeout:g} s")
+        select.select([connector.event_fd()], [], [], remaining)
 
 
 def _resolve(url: str | None = None, **connection: Any) -> RespSettings:
