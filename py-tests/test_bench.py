@@ -14,13 +14,14 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import REPO, RedisServer
+from conftest import REPO, RedisCluster, RedisServer
 from lmcache_resp import RespSettings, _native
 from lmcache_resp.bench import main, pattern
 from lmcache_resp.bench.cli import parse_options
@@ -221,6 +222,33 @@ def test_json_output_shape(capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["verified_bytes"] == (3 * 8 + 8) * 65536  # ... and the latency pass
     assert doc["key_prefix"].startswith("lmcache-resp-bench:")
     assert doc["sweep"] is None and doc["ceiling"] is None
+
+
+@pytest.mark.parametrize(("server", "name", "preloaded"), [("redis", "redis-server", False),
+                                                          ("valkey9", "valkey-server", True)])
+def test_the_header_names_the_server_and_its_memory_regime(
+    capsys: pytest.CaptureFixture[str], server: str, name: str, preloaded: bool
+) -> None:
+    status, out, err = run_main(capsys, *TINY, "--server", server)
+    assert status == 0, err
+    line = next(line for line in out.splitlines() if line.startswith("server: "))
+    assert re.match(rf"server: {name} \d+\.\d+\.\d+, malloc=(libc|jemalloc-\S+), io-threads \d+; regime steady: the "
+                    rf"server keeps the memory it frees, as a full production cache does \(", line), line
+    assert ("jemalloc preloaded" in line) == preloaded and "MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1" in line
+
+
+def test_regime_both_runs_once_per_regime(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_main(capsys, *TINY, "--regime", "both", "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert doc["schema"] == "lmcache-resp-bench-regimes/1" and list(doc["regimes"]) == ["fresh", "steady"]
+    for regime, run in doc["regimes"].items():
+        assert run["verified"] is True and run["server"]["regime"] == run["config"]["regime"] == regime
+        assert run["server"]["name"] == "redis-server" and run["server"]["malloc"].startswith("jemalloc")
+    status, out, err = run_main(capsys, *TINY, "--regime", "both")
+    assert status == 0, err
+    assert out.count("All tests passed") == 2
+    assert out.index("regime fresh: the server as started") < out.index("regime steady: the server keeps")
 
 
 def test_entry_point_runs_as_a_module() -> None:
@@ -782,3 +810,489 @@ def test_dead_server_with_lmcaches_connector(capsys: pytest.CaptureFixture[str])
         for figures in client["ops"].values():
             assert figures["batches"] == 3 and "passed" not in figures["outcomes"]
     assert set(doc["ratios_lmcache_over_ours"]) == {"set", "get", "exists"}
+
+
+# -- --compare lmcache-l2: LMCache's own benchmark, driven with a stand-in interpreter -----------
+
+# Stands in for LMCache's interpreter: answers the bench's probe (-c), and for `-m lmcache.cli.main
+# bench l2 ...` parses LMCache's arguments, records what it was given and what the server held at
+# its start, SETs the keys a run would store (so that a missing flush shows in the next run), and
+# writes a result in LMCache's JSON format: p50s per adapter type, varying by run, failures on
+# demand ($L2_STUB_FAIL: type:nth-run:verify|short-load|crash, comma separated).
+L2_STUB = r'''#!{python}
+import argparse, json, os, socket, sys, urllib.parse
+
+RECORD = os.environ["L2_STUB_RECORD"]
+BASE = {"native_plugin": {"Store": 2.0, "Load": 3.0, "Lookup": 0.5},
+        "resp": {"Store": 2.2, "Load": 2.7, "Lookup": 1.1}, "valkey": {"Store": 3.0, "Load": 6.0, "Lookup": 4.0}}
+
+
+def records():
+    try:
+        with open(RECORD) as lines:
+            return [json.loads(line) for line in lines]
+    except FileNotFoundError:
+        return []
+
+
+def record(entry):
+    with open(RECORD, "a") as out:
+        out.write(json.dumps(entry) + "\n")
+
+
+def call(host, port, *commands):
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(b"".join(b"*%d\r\n" % len(c) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a.encode()) for a in c)
+                              for c in commands))
+        stream = sock.makefile("rb")
+        replies = []
+        for _ in commands:
+            line = stream.readline()
+            replies.append(int(line[1:]) if line[:1] == b":" else line.strip().decode())
+        return replies
+
+
+args = sys.argv[1:]
+if args[0] == "-c":
+    import importlib.util
+    spec = importlib.util.find_spec("lmcache_resp")
+    record({"probe": True, "lmcache_resp": os.path.realpath(spec.origin) if spec else None,
+            "pythonpath": os.environ.get("PYTHONPATH")})
+    print(json.dumps({"python": "3.stub", "lmcache": "0.5.6", "glide": os.environ.get("L2_STUB_GLIDE", "2.6.0") or None,
+                      "lmcache_resp": spec.origin if spec else None, "error": None}))
+    sys.exit(0)
+assert args[:4] == ["-m", "lmcache.cli.main", "bench", "l2"], args
+parser = argparse.ArgumentParser()
+for name in ("--l2-adapter", "--format", "--output"):
+    parser.add_argument(name)
+for name in ("--num-keys", "--in-flight", "--data-size-kb", "--rounds", "--warmup-rounds"):
+    parser.add_argument(name, type=int)
+parser.add_argument("--lookup-max-hit-rate", type=float)
+parser.add_argument("--skip-verify", action=argparse.BooleanOptionalAction, default=True)
+ns = parser.parse_args(args[4:])
+spec = json.loads(ns.l2_adapter)
+kind = spec["type"]
+if kind == "native_plugin":
+    params = spec["adapter_params"]
+    where = urllib.parse.urlparse(params["url"]).netloc if "url" in params else f"{params['host']}:{params['port']}"
+elif kind == "resp":
+    where = f"{spec['host']}:{spec['port']}"
+else:
+    where = spec["startup_nodes"]
+nodes = [(hp.rsplit(":", 1)[0], int(hp.rsplit(":", 1)[1])) for hp in where.split(",")]
+dbsize = sum(call(h, p, ["DBSIZE"])[0] for h, p in nodes)
+cluster = len(nodes) > 1
+stored = ns.num_keys * ns.in_flight * (ns.rounds + ns.warmup_rounds)
+if not cluster:
+    call(*nodes[0], *(["SET", f"stub:{i}", "x"] for i in range(stored)))
+nth = sum(1 for r in records() if r.get("kind") == kind)
+failure = ""
+for item in filter(None, os.environ.get("L2_STUB_FAIL", "").split(",")):
+    failing_kind, failing_run, mode = item.split(":")
+    if failing_kind == kind and int(failing_run) == nth:
+        failure = mode
+p50 = {op: round(base * (1 + (nth % 3) / 10), 2) for op, base in BASE[kind].items()}
+total = ns.num_keys * ns.in_flight * ns.rounds
+record({"kind": kind, "spec": spec, "argv": args, "nth": nth, "dbsize_at_start": dbsize, "p50": p50,
+        "env": {k: os.environ.get(k) for k in ("LMCACHE_TRACK_USAGE", "LMCACHE_DISABLE_BANNER", "LMCACHE_RESP_PASSWORD")}})
+if failure == "crash":
+    print("Traceback: the stub crashed on purpose", file=sys.stderr)
+    sys.exit(3)
+sections = {}
+for i, op in enumerate(("Store", "Lookup", "Load")):
+    success = total - 1 if (failure == "short-load" and op == "Load") else total
+    sections[f"op_{i}"] = {"operation": op, "rounds": ns.rounds, "rounds_timed_out": 0, "total_keys": total,
+                           "total_success": success, "duration_p50_ms": p50[op]}
+with open(ns.output, "w") as out:
+    json.dump({"title": "L2 Adapter Benchmark Result", "metrics": {"config": {"num_keys": ns.num_keys}, **sections}}, out)
+if failure == "verify":
+    print("  [Verify] 3/32 keys have data mismatches!")
+    sys.exit(1)
+'''
+
+
+@pytest.fixture
+def l2_stub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """The stand-in interpreter and the file it records its runs in."""
+    stub = tmp_path / "python"
+    stub.write_text(L2_STUB.replace("{python}", sys.executable))
+    stub.chmod(0o755)
+    record = tmp_path / "record.jsonl"
+    monkeypatch.setenv("L2_STUB_RECORD", str(record))
+    return stub, record
+
+
+def _l2_runs(record: Path) -> list[dict[str, Any]]:
+    return [entry for entry in map(json.loads, record.read_text().splitlines()) if not entry.get("probe")]
+
+
+def test_l2_cells_and_depths_are_parsed() -> None:
+    options = parse_options(["--compare", "lmcache-l2", "--l2-cells", "256K, 1M,32Mx8", "--l2-in-flight", "1,4",
+                             "--l2-bench-rounds", "5", "--l2-adapters", "valkey,ours", "--regime", "fresh"])
+    assert options.lmcache_l2 and options.compare == ("lmcache-l2",)
+    assert options.l2_cells == ((256 << 10, 32), (1 << 20, 32), (32 << 20, 8))
+    assert options.l2_in_flight == (1, 4) and options.l2_bench_rounds == 5
+    assert options.l2_adapters == ("ours", "valkey") and options.regime == "fresh"
+    defaults = parse_options(["--compare", "lmcache-l2"])
+    assert defaults.l2_cells == ((256 << 10, 32),) and defaults.l2_in_flight == (1,)
+    assert defaults.l2_adapters == ("ours", "resp", "valkey") and defaults.regime == "steady"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--compare", "lmcache-l2", "--l2-cells", "3Q"], "SIZE[xKEYS]"),
+        (["--compare", "lmcache-l2", "--l2-cells", "1.5K"], "whole number of KiB"),
+        (["--compare", "lmcache-l2", "--l2-cells", "4Mx0"], "1..100000 keys"),
+        (["--compare", "lmcache-l2", "--l2-adapters", "memcached"], "ours, resp, valkey"),
+        (["--compare", "lmcache-l2", "--host", "h"], "throwaway server or --cluster N"),
+        (["--compare", "lmcache-l2", "--shards", "2"], "throwaway server or --cluster N"),
+        (["--compare", "lmcache-l2,redis-py"], "give it alone"),
+        (["--compare", "lmcache-l2", "--sweep"], "cannot be combined with --sweep"),
+        (["--compare", "lmcache-l2", "--l2-cells", "512Mx100", "--l2-bench-rounds", "1000"], "lower --l2-bench-rounds"),
+        (["--l2-cells", "256K"], "--l2-cells: only used with --compare lmcache-l2"),
+        (["--host", "h", "--regime", "fresh"], "--regime sets how the throwaway servers keep memory"),
+        (["--regime", "cold"], "invalid choice"),
+        (["--tls", "--compare", "lmcache-valkey"], "cannot be given a CA"),
+        (["--compare", "redis-py", "--lmcache-python", "/bin/sh"], "lmcache, lmcache-valkey or lmcache-l2"),
+    ],
+)
+def test_lmcache_l2_and_regime_settings_that_do_not_fit_are_rejected(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_options(argv)
+    assert exit_info.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_lmcache_l2_alternates_abba_flushes_and_reports_medians_and_ratios(
+    capsys: pytest.CaptureFixture[str], l2_stub: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stub, record = l2_stub
+    monkeypatch.setenv("LMCACHE_RESP_PASSWORD", "a user's secret, not the throwaway server's")
+    status, out, err = run_main(capsys, "--compare", "lmcache-l2", "--lmcache-python", str(stub), "--l2-cells",
+                                "64K,128Kx4", "--l2-in-flight", "1,2", "--rounds", "3", "--l2-bench-rounds", "2",
+                                "--num-workers", "3", "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    port = int(doc["server"]["endpoint"].rsplit(":", 1)[1])
+    assert doc["server"]["regime"] == "steady" and doc["verified"] is True and doc["failures"] == 0
+    runs = _l2_runs(record)
+    cells = [(64, 32, 1), (64, 32, 2), (128, 4, 1), (128, 4, 2)]
+    order = ["native_plugin", "resp", "valkey"]
+    # Steady: per cell one untimed run, then 3 alternations, the order reversed each time.
+    assert [r["kind"] for r in runs] == (order[:1] + order + order[::-1] + order) * len(cells)
+    # Every run starts on an empty server, though each stored its keys.
+    assert [r["dbsize_at_start"] for r in runs] == [0] * len(runs)
+    for i, run in enumerate(runs):
+        size_kb, keys, depth = cells[i // 10]
+        argv = run["argv"]
+        for flag, value in (("--num-keys", keys), ("--in-flight", depth), ("--data-size-kb", size_kb), ("--rounds", 2),
+                            ("--warmup-rounds", 1), ("--lookup-max-hit-rate", "1.0"), ("--format", "json")):
+            assert argv[argv.index(flag) + 1] == str(value), (flag, argv)
+        assert "--no-skip-verify" in argv
+        assert run["env"] == {"LMCACHE_TRACK_USAGE": "false", "LMCACHE_DISABLE_BANNER": "1", "LMCACHE_RESP_PASSWORD": None}
+    specs = {r["kind"]: r["spec"] for r in runs}
+    assert specs == {
+        "native_plugin": {"type": "native_plugin", "module_path": "lmcache_resp", "class_name": "RespConnector",
+                          "adapter_params": {"host": "127.0.0.1", "port": port, "num_workers": 3}},
+        "resp": {"type": "resp", "host": "127.0.0.1", "port": port, "num_workers": 3},
+        "valkey": {"type": "valkey", "startup_nodes": f"127.0.0.1:{port}", "num_workers": 3},
+    }
+    # The child imports this very lmcache_resp (PYTHONPATH reaches it and nothing else).
+    [probe] = [json.loads(line) for line in record.read_text().splitlines() if json.loads(line).get("probe")]
+    assert Path(probe["lmcache_resp"]) == REPO / "lmcache_resp" / "__init__.py"
+    assert probe["pythonpath"].split(os.pathsep)[0].startswith(tempfile.gettempdir())
+    # The figures: medians of the timed runs' p50s, ratios = the peer's median over ours.
+    names = {"native_plugin": "ours", "resp": "resp", "valkey": "valkey"}
+    for c, cell in enumerate(doc["cells"]):
+        assert (cell["value_bytes"] >> 10, cell["keys"], cell["in_flight"]) == cells[c]
+        timed = runs[c * 10 + 1:(c + 1) * 10]
+        for op, lmcache_op in (("store", "Store"), ("load", "Load"), ("lookup", "Lookup")):
+            medians = {}
+            for kind, name in names.items():
+                values = [r["p50"][lmcache_op] for r in timed if r["kind"] == kind]
+                entry = cell["ops"][op]["adapters"][name]
+                assert entry["p50_ms"] == values and len(values) == 3
+                medians[name] = statistics.median(values)
+                assert entry["median_ms"] == medians[name]
+                assert (entry["min_ms"], entry["max_ms"]) == (min(values), max(values))
+            for peer in ("resp", "valkey"):
+                ratio = cell["ops"][op]["ratios"][peer]
+                assert ratio["ours_over_peer"] == pytest.approx(medians[peer] / medians["ours"])
+                assert len(ratio["per_alternation"]) == 3
+    store = doc["cells"][0]["ops"]["store"]["adapters"]["ours"]
+    assert store["gb_per_s"] == pytest.approx(64 * 1024 * 32 / 1e9 / (store["median_ms"] / 1e3))
+
+
+def test_lmcache_l2_reports_failed_runs_and_leaves_them_out(
+    capsys: pytest.CaptureFixture[str], l2_stub: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose verification failed, whose load came up short, or that crashed is a failure
+    (exit status 1), listed, never averaged in. Fresh regime: no untimed run first."""
+    stub, record = l2_stub
+    monkeypatch.setenv("L2_STUB_FAIL", "resp:1:verify,valkey:0:short-load,native_plugin:2:crash")
+    status, out, err = run_main(capsys, "--compare", "lmcache-l2", "--lmcache-python", str(stub), "--l2-cells", "64K",
+                                "--rounds", "3", "--l2-bench-rounds", "2", "--regime", "fresh")
+    assert status == 1
+    runs = _l2_runs(record)
+    assert [r["kind"] for r in runs] == ["native_plugin", "resp", "valkey", "valkey", "resp", "native_plugin",
+                                         "native_plugin", "resp", "valkey"]
+    assert "regime fresh: the server as started" in out
+    assert "FAILED runs, left out of the figures (3):" in out
+    assert re.search(r"resp, 64 KiB x 32, 1 in flight, alternation 2: verification failed \(exit status 1\); "
+                     r"it said: .*mismatches", out), out
+    assert "valkey, 64 KiB x 32, 1 in flight, alternation 1: load: 63 of the 64 keys stored were loaded" in out
+    assert re.search(r"ours, 64 KiB x 32, 1 in flight, alternation 3: failed \(exit status 3\).*crashed on purpose", out)
+    assert "All tests passed" not in out and "FAILED: 3 lmcache bench l2 run(s)" in err
+
+    def cell_of(name: str, op: str = "store") -> str:
+        row = next(line for line in out.splitlines() if line.startswith(f"  {op} "))
+        return row.split("|")[["ours", "resp", "valkey"].index(name) + 1].strip()
+
+    # resp: its runs 0 and 2 (the failed run 1 left out); valkey: its runs 1 and 2.
+    resp = [r["p50"]["Store"] for r in runs if r["kind"] == "resp" and r["nth"] != 1]
+    assert cell_of("resp") == f"{statistics.median(resp):.2f} [{min(resp):.2f}-{max(resp):.2f}]"
+    valkey = [r["p50"]["Load"] for r in runs if r["kind"] == "valkey" and r["nth"] != 0]
+    assert cell_of("valkey", "load") == f"{statistics.median(valkey):.2f} [{min(valkey):.2f}-{max(valkey):.2f}]"
+
+
+def test_lmcache_l2_on_a_cluster_skips_resp_and_gives_the_others_every_node(
+    capsys: pytest.CaptureFixture[str], l2_stub: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stub, record = l2_stub
+    status, out, err = run_main(capsys, "--compare", "lmcache-l2", "--lmcache-python", str(stub), "--l2-cells", "64K",
+                                "--rounds", "1", "--l2-bench-rounds", "1", "--cluster", "3", "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    nodes = doc["server"]["endpoints"]
+    assert len(nodes) == 3 and doc["server"]["cluster"] is True
+    assert "no cluster mode" in doc["skipped"]["resp"] and set(doc["adapters"]) == {"ours", "valkey"}
+    runs = _l2_runs(record)
+    assert [r["kind"] for r in runs] == ["native_plugin", "native_plugin", "valkey"]
+    assert runs[0]["spec"]["adapter_params"] == {"url": "redis://" + ",".join(nodes), "cluster": True, "num_workers": 8}
+    assert runs[2]["spec"] == {"type": "valkey", "startup_nodes": ",".join(nodes), "num_workers": 8, "cluster_mode": True}
+    assert all(r["dbsize_at_start"] == 0 for r in runs)
+
+
+def test_lmcache_l2_without_glide_skips_the_valkey_adapter_and_says_why(
+    capsys: pytest.CaptureFixture[str], l2_stub: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stub, record = l2_stub
+    monkeypatch.setenv("L2_STUB_GLIDE", "")
+    status, out, err = run_main(capsys, "--compare", "lmcache-l2", "--lmcache-python", str(stub), "--l2-cells", "64K",
+                                "--rounds", "1", "--l2-bench-rounds", "1", "--regime", "fresh")
+    assert status == 0, err
+    assert re.search(r"valkey: not measured: valkey-glide-sync is not installed for \S+python", out), out
+    assert [r["kind"] for r in _l2_runs(record)] == ["native_plugin", "resp"]
+    assert re.search(r"^  store +\| [\d.]+ \[[\d.]+-[\d.]+\] +\| [\d.]+ \[[\d.]+-[\d.]+\] +\| [\d.]+x", out, re.M), out
+
+
+def test_lmcache_l2_needs_an_interpreter_with_lmcache(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    status, out, err = run_main(capsys, "--compare", "lmcache-l2", "--lmcache-python", sys.executable, "--l2-cells",
+                                "64K", "--rounds", "1")
+    assert status == 2
+    assert f"{sys.executable} cannot import LMCache (lmcache.cli.main)" in err and "--lmcache-python" in err
+
+
+@pytest.mark.parametrize(
+    ("sections", "expected"),
+    [
+        ({"Store": (64, 0), "Lookup": (64, 0), "Load": (64, 0)}, None),
+        ({"Store": (64, 0), "Load": (64, 0)}, "no lookup result"),
+        ({"Store": (63, 0), "Lookup": (63, 0), "Load": (63, 0)}, "store: 63 of 64 keys stored"),
+        ({"Store": (64, 0), "Lookup": (60, 0), "Load": (64, 0)}, "lookup: 60 of the 64 keys stored were found"),
+        ({"Store": (64, 1), "Lookup": (64, 0), "Load": (64, 0)}, "store: 1 rounds timed out"),
+    ],
+)
+def test_lmcache_l2_results_are_read_and_checked(sections: dict[str, tuple[int, int]], expected: str | None) -> None:
+    from lmcache_resp.bench.lmcache_l2 import Cell, read_result
+
+    doc = {"metrics": {"config": {}, **{
+        f"op_{i}": {"operation": op, "total_success": ok, "rounds_timed_out": timed_out, "duration_p50_ms": 1.5 + i}
+        for i, (op, (ok, timed_out)) in enumerate(sections.items())}}}
+    p50, failure = read_result(doc, Cell(65536, 32, 1), rounds=2)
+    assert failure == expected or (expected is not None and failure is not None and expected in failure), failure
+    if expected is None:
+        assert p50 == {"store": 1.5, "lookup": 2.5, "load": 3.5}
+    assert read_result({"metrics": []}, Cell(65536, 32, 1), 2)[1].startswith("unreadable result")  # type: ignore[union-attr]
+
+
+# -- --compare lmcache-valkey: LMCache's glide-based client as a peer ---------------------------
+
+# Stands in for LMCache's ValkeyWorkerPool (same constructor, same submit_* futures and results),
+# on redis-py against the real server; $STANDIN_POOL: "hang" (no future ever completes) or
+# "corrupt" (GET flips the first byte).
+STANDIN_POOL = '''
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import redis
+
+
+class ValkeyWorkerPool:
+    def __init__(self, addresses, num_workers, username="", password="", request_timeout=5.0,
+                 connection_timeout=10.0, tls_enable=False, cluster_mode=False, database_id=None, ttl_seconds=None):
+        host, port = addresses[0]
+        self.mode = os.environ.get("STANDIN_POOL", "")
+        self.has_buffer_get = False
+        self.client = redis.Redis(host=host, port=port, db=database_id or 0, password=password or None,
+                                  socket_timeout=request_timeout)
+        self.executor = ThreadPoolExecutor(num_workers)
+
+    def _submit(self, call):
+        return Future() if self.mode == "hang" else self.executor.submit(call)
+
+    def submit_set(self, key, data):
+        return self._submit(lambda: self.client.set(key, bytes(data)) and None)
+
+    def submit_get_into(self, key, buf):
+        def get():
+            value = self.client.get(key)
+            if value is None or len(value) != len(buf):
+                return -1
+            buf[:] = value
+            if self.mode == "corrupt":
+                buf[0] ^= 0xFF
+            return len(value)
+        return self._submit(get)
+
+    def submit_exists(self, key):
+        return self._submit(lambda: bool(self.client.exists(key)))
+
+    def submit_delete(self, key):
+        return self._submit(lambda: self.client.delete(key) > 0)
+
+    def close(self):
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.client.close()
+'''
+
+
+@pytest.fixture
+def standin_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    package = tmp_path / "lmcache" / "v1" / "storage_backend" / "valkey"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(STANDIN_POOL)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    return monkeypatch
+
+
+def test_lmcache_valkey_driver_submits_a_future_per_key_and_verifies(
+    redis_server: RedisServer, standin_pool: pytest.MonkeyPatch
+) -> None:
+    from lmcache_resp.bench.lmcache_valkey import LMCacheValkeyPeer
+
+    workload = Workload([f"bench-test:{i}" for i in range(6)], 4096, 7)
+    peer = LMCacheValkeyPeer(_target(redis_server), workload, num_workers=3, python=sys.executable)
+    try:
+        assert "3 worker threads" in peer.describe() and "one future per key" in peer.describe()
+        samples = peer.run_round(0, ("set", "get", "exists", "delete"))
+        assert set(samples) == {"set", "get", "exists", "delete"}
+        assert samples["get"].payload_bytes == 6 * 4096 and samples["exists"].keys == 6 * workload.exists_repeat
+        assert redis_server.redis_py().dbsize() == 0
+        assert set(peer.run_round(1, ("set", "get"))) >= {"set", "get"}
+        assert redis_server.redis_py().dbsize() == 0
+    finally:
+        peer.close()
+    standin_pool.setenv("STANDIN_POOL", "corrupt")
+    peer = LMCacheValkeyPeer(_target(redis_server), workload, num_workers=3, python=sys.executable)
+    try:
+        with pytest.raises(PeerFailed, match=r"GET read back wrong data \(6\+ keys\): key 'bench-test:0'.* offset 0"):
+            peer.run_round(2, ("set", "get"))
+    finally:
+        peer.close()
+
+
+def test_a_hung_lmcache_valkey_batch_is_reported_not_waited_for(
+    redis_server: RedisServer, standin_pool: pytest.MonkeyPatch
+) -> None:
+    from lmcache_resp.bench.lmcache_valkey import LMCacheValkeyPeer
+
+    standin_pool.setenv("STANDIN_POOL", "hang")
+    peer = LMCacheValkeyPeer(_target(redis_server, timeout=0.5), Workload(["bench-test:0"], 4096, 7), num_workers=1,
+                             python=sys.executable)
+    try:
+        with pytest.raises(PeerFailed, match=r"1 of 1 keys without a result .* \(peer hung\)"):
+            peer.run_round(0, ("set",))
+    finally:
+        peer.close()
+
+
+# A Python with LMCache 0.5.6 and valkey-glide-sync, for the real lmcache-valkey and lmcache-l2
+# runs: $LMCACHE_TEST_PYTHON, else scripts/test-lmcache.sh's venv.
+LMCACHE_GLIDE_PYTHON = os.environ.get("LMCACHE_TEST_PYTHON") or LMCACHE_PYTHON
+
+
+def _has_lmcache_and_glide(python: str) -> bool:
+    if not os.access(python, os.X_OK):
+        return False
+    probe = subprocess.run([python, "-c", "import lmcache.cli.main, glide_sync"], capture_output=True, timeout=120)
+    return probe.returncode == 0
+
+
+needs_lmcache_glide = pytest.mark.skipif(not _has_lmcache_and_glide(LMCACHE_GLIDE_PYTHON),
+                                         reason="no Python with LMCache and valkey-glide-sync ($LMCACHE_TEST_PYTHON)")
+
+
+@needs_lmcache_glide
+def test_lmcache_valkey_peer_on_the_same_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_main(capsys, *TINY, "--cluster", "3", "--compare", "lmcache-valkey", "--lmcache-python",
+                                LMCACHE_GLIDE_PYTHON, "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    ours, peer = doc["clients"]
+    assert peer["name"] == "lmcache-valkey" and peer["failure"] is None, peer
+    assert "glide cluster client" in peer["description"]
+    assert peer["ops"]["get"]["median"] > 0 and set(peer["ops"]) == {"set", "get", "exists"}
+    assert "the peers get a throwaway" not in err + out  # no server of its own: it ran on the cluster
+
+
+@needs_lmcache_glide
+def test_lmcache_l2_with_lmcaches_own_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_main(capsys, "--compare", "lmcache-l2", "--lmcache-python", LMCACHE_GLIDE_PYTHON,
+                                "--l2-cells", "64Kx8", "--rounds", "1", "--l2-bench-rounds", "2", "--num-workers", "2",
+                                "--regime", "fresh", "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert doc["verified"] is True and set(doc["adapters"]) == {"ours", "resp", "valkey"}
+    [cell] = doc["cells"]
+    for op in ("store", "load", "lookup"):
+        for name in ("ours", "resp", "valkey"):
+            assert cell["ops"][op]["adapters"][name]["median_ms"] > 0, (op, name)
+
+
+def test_the_ledger_deletes_every_key_it_holds_on_a_users_cluster(redis_cluster: RedisCluster) -> None:
+    """The keys a run wrote to a user's cluster are gone afterwards: the DEL batch completes
+    before its connector is closed (closing first dropped it, leaving the keys behind)."""
+    from lmcache_resp.bench.target import KeyLedger
+
+    settings = RespSettings.resolve("redis://" + ",".join(redis_cluster.endpoints), cluster=True, username="",
+                                    password="", timeout=10)
+    target = Target(settings, embedded=False)
+    for attempt in range(5):
+        ledger = KeyLedger()
+        keys = ledger.keys("lmcache_resp", 200)
+        for node in redis_cluster.nodes:
+            client = redis_cluster.redis_py(node)
+            for key in keys:
+                if redis_cluster.command(node, "CLUSTER", "KEYSLOT", key) in _slots_of(redis_cluster, node):
+                    client.set(key, b"x")
+        assert _keys_held(redis_cluster) == 200
+        ledger.delete_all(target)
+        assert _keys_held(redis_cluster) == 0, f"attempt {attempt}: keys left behind"
+
+
+def _slots_of(cluster: RedisCluster, node: Any) -> set[int]:
+    slots: set[int] = set()
+    for start, end, *owners in cluster.command(node, "CLUSTER", "SLOTS"):  # type: ignore[union-attr]
+        if any(int(owner[1]) == node.port for owner in owners):
+            slots.update(range(int(start), int(end) + 1))
+    return slots
+
+
+def _keys_held(cluster: RedisCluster) -> int:
+    return sum(int(cluster.command(node, "DBSIZE")) for node in cluster.nodes)  # type: ignore[call-overload]

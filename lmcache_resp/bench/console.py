@@ -10,7 +10,7 @@ import shutil
 import time
 from typing import TextIO
 
-__all__ = ["GB", "GiB", "KiB", "MiB", "UNITS_NOTE", "Console", "Progress", "format_size", "mib_to_bytes"]
+__all__ = ["GB", "GiB", "KiB", "MiB", "UNITS_NOTE", "Console", "Progress", "format_size", "mib_to_bytes", "table_lines"]
 
 # GB is 1e9 bytes of payload (what LMCache's benchmark reports); sizes are binary.
 GB = 1e9
@@ -39,6 +39,18 @@ def format_size(nbytes: int) -> str:
             value = nbytes / size
             return f"{value:g} {unit}" if value * 100 == int(value * 100) else f"{value:.2f} {unit}"
     return f"{nbytes} B"
+
+
+def table_lines(rows: list[list[str]], *, numbers_right: bool) -> list[str]:
+    """Columns padded to their widest cell, a rule under the header row."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for i, row in enumerate(rows):
+        cells = (cell.rjust(w) if i and numbers_right else cell.ljust(w) for cell, w in zip(row, widths))
+        lines.append(("  " + " | ".join(cells)).rstrip())
+        if i == 0:
+            lines.append("  " + "-+-".join("-" * w for w in widths))
+    return lines
 
 
 class Progress:

@@ -19,6 +19,7 @@ batch that never completes is reported as ``hung`` at that bound, never waited o
 from __future__ import annotations
 
 import json
+import os
 import select
 import time
 import uuid
@@ -245,6 +246,7 @@ class DeadServerResult:
     ops: tuple[str, ...]
     clients: list[ClientFigures]
     unavailable: dict[str, str]
+    target: Target | None = None
 
     def ratios(self) -> dict[str, dict[str, float | None]]:
         """LMCache / lmcache_resp per op: how many times longer its batches take to fail."""
@@ -267,7 +269,9 @@ class DeadServerResult:
         return {
             "schema": SCHEMA,
             "mode": "dead-server",
-            "server": {"version": self.server_version, "endpoint": self.endpoint, "killed": "SIGKILL"},
+            "server": {"version": self.server_version, "endpoint": self.endpoint, "killed": "SIGKILL",
+                       "name": self.target.server_name if self.target else None,
+                       "malloc": self.target.malloc if self.target else None, "regime": o.regime},
             "timeout_s": o.timeout,
             "num_workers": o.num_workers,
             "num_keys": o.num_keys,
@@ -283,7 +287,7 @@ class DeadServerResult:
     def lines(self) -> list[str]:
         o = self.options
         out = [
-            f"dead server: redis-server {self.server_version} on {self.endpoint} killed (SIGKILL) once each client had stored and "
+            f"dead server: {self.target.server_name if self.target else 'redis-server'} {self.server_version} on {self.endpoint} killed (SIGKILL) once each client had stored and "
             f"read back {o.num_keys} keys of {format_size(o.chunk_bytes)}; then {o.dead_batches} batches of "
             f"{o.num_keys} keys per op, clients taking turns; timeout {o.timeout:g} s",
         ]
@@ -354,7 +358,8 @@ def _measure(options: Options, console: Console, peer_factory: str | None) -> De
     if not ops:
         raise BenchError("--dead-server times set, get and exists batches: give at least one of them in --ops")
     try:
-        server = RedisServer(io_threads=options.io_threads, server=options.server)
+        server = RedisServer(io_threads=options.io_threads, server=options.server,
+                             keep_freed_memory=options.keeps_freed_memory)
     except RuntimeError as exc:
         raise BenchError(f"could not start a throwaway redis-server: {exc}") from None
     clients: list[_Client] = []
@@ -363,9 +368,12 @@ def _measure(options: Options, console: Console, peer_factory: str | None) -> De
         version = server.version()
         settings = RespSettings.resolve(host=HOST, port=server.port, username="", password="",
                                         timeout=options.timeout, num_workers=options.num_workers)
-        target = Target(settings, embedded=True, server_version=version)
+        name = os.path.basename(server.binary)
+        target = Target(settings, embedded=True, server_version=version, io_threads=server.io_threads or 1,
+                        server_name=name, malloc=server.malloc(), regime=options.regime)
         prefix = f"lmcache-resp-bench:{uuid.uuid4()}:dead-server:"
-        console.say(f"started a throwaway redis-server {version} on {HOST}:{server.port}; it is killed mid-run")
+        console.say(f"started a throwaway {name} {version} on {HOST}:{server.port}; it is killed mid-run")
+        console.say(target.header_line())
 
         def workload(name: str) -> Workload:
             return Workload([f"{prefix}{name}:{i}" for i in range(options.num_keys)], options.chunk_bytes, options.seed)
@@ -402,7 +410,7 @@ def _measure(options: Options, console: Console, peer_factory: str | None) -> De
                     figures[client.name].batches.setdefault(op, []).append(BatchTime(op, seconds, outcome, error))
                 console.progress.advance()
         return DeadServerResult(options, version, f"{HOST}:{server.port}", ops, list(figures.values()),
-                                unavailable)
+                                unavailable, target)
     finally:
         for client in reversed(clients):
             try:

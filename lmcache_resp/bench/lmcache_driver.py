@@ -119,14 +119,19 @@ class Session:
                     per_key = completion[3]
                     return bool(completion[1]), str(completion[2]), None if per_key is None else [bool(b) for b in per_key]
 
-    def _batch(self, op: str, round_index: int, repeat: int = 1) -> dict[str, Any]:
-        if self.client is None:
-            return {"ok": False, "error": "not initialised"}
+    def _prepare(self, op: str, round_index: int) -> None:
+        """Before a batch, outside its timing: a SET's round pattern in every buffer, a GET's
+        buffers poisoned (so that a buffer it never wrote cannot pass verification)."""
         if op == "set":
             for i, row in enumerate(self.pool):
                 self.pattern.fill(row, self.seed, round_index, i)
         elif op == "get":
             self.pool.fill(self.pattern.POISON)
+
+    def _batch(self, op: str, round_index: int, repeat: int = 1) -> dict[str, Any]:
+        if self.client is None:
+            return {"ok": False, "error": "not initialised"}
+        self._prepare(op, round_index)
         submit: Callable[[], Any] = {
             "set": lambda: self.client.submit_batch_set(self.keys, self.views),
             "get": lambda: self.client.submit_batch_get(self.keys, self.views),

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,7 +29,7 @@ from lmcache_resp.bench.measure import OpSample
 from lmcache_resp.bench.target import Target
 from lmcache_resp.bench.workload import Workload
 
-__all__ = ["DriverRounds", "LMCachePeer", "SubprocessChannel"]
+__all__ = ["DriverRounds", "LMCachePeer", "SubprocessChannel", "peer_python"]
 
 DRIVER = Path(__file__).resolve().with_name("lmcache_driver.py")
 SETUP_HINT = (
@@ -73,6 +73,12 @@ class SubprocessChannel:
         self._stderr: collections.deque[str] = collections.deque(maxlen=20)
         self._stderr_reader = threading.Thread(target=self._drain_stderr, name="peer-stderr", daemon=True)
         self._stderr_reader.start()
+
+    @classmethod
+    def driver(cls, python: str, path: Path) -> SubprocessChannel:
+        """The driver at ``path`` run by ``python``; the password goes in its init request, never
+        in its environment."""
+        return cls([python, str(path)], env={k: v for k, v in os.environ.items() if k != PASSWORD_ENV})
 
     def _drain_stderr(self) -> None:
         assert self.process.stderr is not None
@@ -122,6 +128,16 @@ class SubprocessChannel:
             for stream in (self.process.stdin, self.process.stdout):
                 if stream is not None:
                     stream.close()
+
+
+def peer_python(python: str | None, importable: Callable[[], bool], missing: str) -> str:
+    """The interpreter a peer's driver runs in: ``python`` if given, else this one when
+    ``importable()`` says it has what the peer needs; else BenchError ``missing``."""
+    if python is not None:
+        return python
+    if importable():
+        return sys.executable
+    raise BenchError(missing)
 
 
 def _in_process_available() -> bool:
@@ -176,6 +192,19 @@ class DriverRounds:
     def close(self) -> None:
         self.channel.close({"op": "close"})
 
+    def _start(self, init: dict[str, Any], peer: str, hint: str) -> dict[str, Any]:
+        """Sends the driver its ``init`` request; its reply, or BenchError (``--compare peer: ...``,
+        the driver gone) when it did not start."""
+        try:
+            reply = self.channel.request(init, self.timeout + INIT_GRACE_SECONDS)
+        except PeerFailed as exc:
+            self.channel.close()
+            raise BenchError(f"--compare {peer}: the driver did not start: {exc}") from None
+        if not reply.get("ok"):
+            self.channel.close({"op": "close"})
+            raise BenchError(f"--compare {peer}: {reply.get('error')}; {hint}")
+        return reply
+
 
 class LMCachePeer(DriverRounds):
     name = "lmcache"
@@ -207,9 +236,7 @@ class LMCachePeer(DriverRounds):
         if python is None and factory is None and _in_process_available():
             channel, factory, self.where = _InProcess(), "lmcache.lmcache_redis:LMCacheRedisClient", "in this process"
         elif python is not None:
-            # The password goes in the init request; the child need not see it in its environment.
-            env = {k: v for k, v in os.environ.items() if k != PASSWORD_ENV}
-            channel, self.where = SubprocessChannel([python, str(DRIVER)], env=env), f"driven through {python}"
+            channel, self.where = SubprocessChannel.driver(python, DRIVER), f"driven through {python}"
         else:
             raise BenchError(f"--compare lmcache: LMCache's connector (lmcache.lmcache_redis) is not importable by {sys.executable}; {SETUP_HINT}")
         self.channel = channel
@@ -219,14 +246,7 @@ class LMCachePeer(DriverRounds):
             "password": s.password.reveal() if s.password is not None else "",
             "keys": workload.keys, "chunk_bytes": workload.chunk_bytes, "seed": workload.seed, "timeout": s.timeout,
         }
-        try:
-            reply = channel.request(init, self.timeout + INIT_GRACE_SECONDS)
-        except PeerFailed as exc:
-            channel.close()
-            raise BenchError(f"--compare lmcache: the driver did not start: {exc}") from None
-        if not reply.get("ok"):
-            channel.close({"op": "close"})
-            raise BenchError(f"--compare lmcache: {reply.get('error')}; {SETUP_HINT}")
+        reply = self._start(init, "lmcache", SETUP_HINT)
         self.client_name = str(reply.get("client"))
 
     def describe(self) -> str:

@@ -12,14 +12,12 @@ name, registered for deletion before anything is written.
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 import urllib.parse
 from pathlib import Path
 
-from lmcache_resp.bench.errors import BenchError, PeerFailed
-from lmcache_resp.bench.lmcache_native import INIT_GRACE_SECONDS, DriverRounds, SubprocessChannel
-from lmcache_resp.bench.options import PASSWORD_ENV
+from lmcache_resp.bench.errors import BenchError
+from lmcache_resp.bench.lmcache_native import DriverRounds, SubprocessChannel, peer_python
 from lmcache_resp.bench.target import KeyLedger, Target, redis_py_tls_kwargs
 from lmcache_resp.bench.workload import Workload
 
@@ -61,30 +59,19 @@ class LMCacheRedisPeer(DriverRounds):
     supported_ops = ("set", "get", "exists")
 
     def __init__(self, target: Target, workload: Workload, ledger: KeyLedger, *, python: str | None) -> None:
-        if python is None:
-            if not _in_process_available():
-                raise BenchError(f"--compare lmcache-redis: LMCache ({CONNECTOR_MODULE}) is not importable by "
-                                 f"{sys.executable}; {SETUP_HINT}")
-            python = sys.executable
+        python = peer_python(python, _in_process_available, f"--compare lmcache-redis: LMCache ({CONNECTOR_MODULE}) is "
+                             f"not importable by {sys.executable}; {SETUP_HINT}")
         self.workload = workload
         self.timeout = target.settings.timeout
         self.tls = bool(target.settings.ssl)
-        env = {k: v for k, v in os.environ.items() if k != PASSWORD_ENV}
-        self.channel = SubprocessChannel([python, str(DRIVER)], env=env)
+        self.channel = SubprocessChannel.driver(python, DRIVER)
         self.where = f"driven through {python}"
         init = {
             "op": "init", "url": connector_url(target), "num_keys": len(workload.keys),
             "model": ledger.prefix + "lmcache-redis", "chunk_bytes": workload.chunk_bytes, "seed": workload.seed,
             "timeout": self.timeout,
         }
-        try:
-            reply = self.channel.request(init, self.timeout + INIT_GRACE_SECONDS)
-        except PeerFailed as exc:
-            self.channel.close()
-            raise BenchError(f"--compare lmcache-redis: the driver did not start: {exc}") from None
-        if not reply.get("ok"):
-            self.channel.close({"op": "close"})
-            raise BenchError(f"--compare lmcache-redis: {reply.get('error')}; {SETUP_HINT}")
+        reply = self._start(init, "lmcache-redis", SETUP_HINT)
         ledger.register(list(reply.get("redis_keys") or []))
         self.client_name = str(reply.get("client"))
         self.version = str(reply.get("lmcache"))

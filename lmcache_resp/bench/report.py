@@ -14,7 +14,7 @@ from lmcache_resp.stats import Stats
 from lmcache_resp import __version__
 from lmcache_resp.bench.ceiling import CeilingProbe, reference
 from lmcache_resp.bench.options import Options
-from lmcache_resp.bench.console import GB, MiB, UNITS_NOTE, format_size
+from lmcache_resp.bench.console import GB, MiB, UNITS_NOTE, format_size, table_lines
 from lmcache_resp.bench.flood import PROBE_GAP_S, FloodResult
 from lmcache_resp.bench.measure import PAYLOAD_OPS, ClientResult
 from lmcache_resp.bench.ours import LatencyStats
@@ -27,6 +27,7 @@ __all__ = [
     "failure_json",
     "flood_lines",
     "header_lines",
+    "json_base",
     "result_json",
     "standard_lines",
     "sweep_lines",
@@ -67,7 +68,9 @@ class RunResult:
 # -- the human-readable report ---------------------------------------------------------------
 
 
-def header_lines(options: Options) -> list[str]:
+def header_lines(options: Options, target: Target) -> list[str]:
+    if options.lmcache_l2:
+        return [target.header_line()]  # lmcache_l2.py says the rest
     if options.sweep:
         workload = (f"sweep: chunk sizes {', '.join(format_size(c) for c in sorted(set(options.sweep_chunks)))} at "
                     f"{options.num_workers} workers; workers {', '.join(map(str, sorted(set(options.sweep_workers))))} at "
@@ -86,7 +89,7 @@ def header_lines(options: Options) -> list[str]:
         workload = (f"workload: {options.num_keys} keys x {format_size(options.chunk_bytes)} = {options.pool_bytes / GB:.3f} GB per "
                     f"batch (all keys in ONE call), {options.num_workers} I/O workers, {_plural(options.rounds, 'round')} after an untimed warm-up, ops "
                     f"{','.join(options.ops)}")
-    return [workload, UNITS_NOTE]
+    return [target.header_line(), workload, UNITS_NOTE]
 
 
 def standard_lines(result: RunResult) -> list[str]:
@@ -141,7 +144,7 @@ def _compare_lines(result: RunResult) -> list[str]:
         rows.append([f"{OP_LABELS[op]} ({_unit(op)})", _cell(op, mine),
                      *(_cell(op, v) if op in p.ops else "n/a" for p, v in zip(peers, theirs)),
                      *(f"{mine / v:.2f}x" if mine and v else "n/a" for v in theirs)])
-    lines += _table(rows, numbers_right=False)
+    lines += table_lines(rows, numbers_right=False)
     cpu = [f"{client.name} {', '.join(parts)}" for client in result.clients if (parts := _cpu_parts(client))]
     if cpu:
         lines.append("  client CPU, seconds per GB: " + "; ".join(cpu))
@@ -202,7 +205,7 @@ def _sweep_table(points: list[SweepPoint], first: str, label: Callable[[SweepPoi
     for p in points:
         rows.append([label(p), f"{p.keys}{' (capped)' if p.capped else ''}", f"{p.keys * p.chunk_bytes / GB:.3f}",
                      f"{p.set_gbps:.3f}", f"{p.get_gbps:.3f}"])
-    return _table(rows, numbers_right=True)
+    return table_lines(rows, numbers_right=True)
 
 
 def flood_lines(result: RunResult) -> list[str]:
@@ -222,7 +225,7 @@ def flood_lines(result: RunResult) -> list[str]:
                      f"{f.flooded.p99_ms:.3f}", f"{f.quiet.count}/{f.flooded.count}", f"{f.flood_gbps:.3f}",
                      f"{f.p99_ratio:.2f}x", format_size(f.share_bytes) if f.share_bytes else "-",
                      "-" if share_ms is None else f"{share_ms:.3f}", "-" if added is None else f"{added:.2f}"])
-    lines += _table(rows, numbers_right=True)
+    lines += table_lines(rows, numbers_right=True)
     lines.append("  p99 ratio = flooded p99 / quiet p99; samples = quiet/flooded; share = the most one client has in "
                  "flight through the bridge (served round-robin); one share, ms = a share at the measured flood rate; "
                  "added p99 = (flooded p99 - quiet p99) in shares: about 1 or less is what round-robin promises")
@@ -251,18 +254,6 @@ def verified_line(result: RunResult) -> str:
             f"warm-ups{latency}, {result.verified_bytes / GB:.3f} GB) matched what was written")
 
 
-def _table(rows: list[list[str]], *, numbers_right: bool) -> list[str]:
-    """Columns padded to their widest cell, a rule under the header row."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for i, row in enumerate(rows):
-        cells = (cell.rjust(w) if i and numbers_right else cell.ljust(w) for cell, w in zip(row, widths))
-        lines.append(("  " + " | ".join(cells)).rstrip())
-        if i == 0:
-            lines.append("  " + "-+-".join("-" * w for w in widths))
-    return lines
-
-
 def _unit(op: str) -> str:
     return "GB/s" if op in PAYLOAD_OPS else "ops/s"
 
@@ -285,7 +276,7 @@ def _plural(count: int, noun: str) -> str:
 
 
 def result_json(result: RunResult) -> dict[str, Any]:
-    doc = _json_base(result.options)
+    doc = json_base(result.options)
     ours = result.ours
     doc.update(
         server=result.target.describe(),
@@ -315,12 +306,12 @@ def result_json(result: RunResult) -> dict[str, Any]:
 
 
 def failure_json(options: Options, error: str, mismatches: list[Mismatch] | None = None) -> dict[str, Any]:
-    doc = _json_base(options)
+    doc = json_base(options)
     doc.update(verified=False, error=error, mismatches=[asdict(m) for m in mismatches or []])
     return doc
 
 
-def _json_base(options: Options) -> dict[str, Any]:
+def json_base(options: Options) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "lmcache_resp": __version__,
@@ -342,6 +333,7 @@ def _json_base(options: Options) -> dict[str, Any]:
             "client_inflight_mib": options.client_inflight_mib,
             "neighbour_flood": options.neighbour_flood,
             "flood_seconds": options.flood_seconds if options.neighbour_flood else None,
+            "regime": options.regime if options.embedded else None,
         },
     }
 

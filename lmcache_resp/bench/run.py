@@ -16,9 +16,10 @@ from lmcache_resp.bench.options import Options
 from lmcache_resp.bench.console import Console
 from lmcache_resp.bench.fleet import MODES, FleetDriver
 from lmcache_resp.bench.flood import measure_neighbour_flood
+from lmcache_resp.bench.lmcache_l2 import L2Result, run_lmcache_l2
 from lmcache_resp.bench.measure import Driver, run_rounds
 from lmcache_resp.bench.ours import OursDriver
-from lmcache_resp.bench.peers import make_peer
+from lmcache_resp.bench.peers import CLUSTER_PEERS, make_peer
 from lmcache_resp.bench.sweep import plot_sweep, run_sweep
 from lmcache_resp.bench.target import KeyLedger, Target, open_target, peer_target
 from lmcache_resp.bench.workload import Mismatch, VerificationError, Workload
@@ -35,12 +36,15 @@ def run(options: Options, *, stdout: TextIO, stderr: TextIO) -> int:
             _print_json(stdout, report.failure_json(options, error, mismatches))
         return status
 
+    l2: L2Result | None = None
     try:
         with open_target(options, console, ledger.prefix) as target:
-            for line in report.header_lines(options):
+            for line in report.header_lines(options, target):
                 console.say(line)
             try:
-                if options.sweep:
+                if options.lmcache_l2:
+                    l2 = _lmcache_l2(options, target, console)
+                elif options.sweep:
                     result = _sweep(options, target, ledger, console)
                 elif options.neighbour_flood:
                     result = _neighbour_flood(options, target, ledger, console)
@@ -66,11 +70,35 @@ def run(options: Options, *, stdout: TextIO, stderr: TextIO) -> int:
         return EXIT_INTERRUPTED
     finally:
         console.progress.close()
+    if l2 is not None:
+        return _l2_outcome(l2, console, stdout)
     if options.json:
         _print_json(stdout, report.result_json(result))
     else:
         # Only now: every GET of every round has been verified (a mismatch raised above).
         console.say("All tests passed")
+    return EXIT_OK
+
+
+def _lmcache_l2(options: Options, target: Target, console: Console) -> L2Result:
+    result = run_lmcache_l2(options, target, console)
+    for line in result.lines():
+        console.say(line)
+    return result
+
+
+def _l2_outcome(result: L2Result, console: Console, stdout: TextIO) -> int:
+    """The JSON document or the last line, and the exit status: 1 when any run failed."""
+    failures = len(result.failures)
+    if result.options.json:
+        doc = report.json_base(result.options)
+        doc.update(server=result.target.describe(), **result.to_json())
+        _print_json(stdout, doc)
+    if failures:
+        console.warn(f"FAILED: {failures} lmcache bench l2 run(s) failed or came up short (listed above; left out of "
+                     "the figures)")
+        return EXIT_FAILED
+    console.say("All tests passed")
     return EXIT_OK
 
 
@@ -108,11 +136,14 @@ def _standard(options: Options, target: Target, ledger: KeyLedger, console: Cons
         get_piece_bytes=options.get_piece_bytes,
     )
     drivers: list[Driver] = [ours]
-    with peer_target(options, target, console) if options.compare else nullcontext(target) as peers_at:
+    # A peer that reaches a cluster runs on ours; the others on one server (peer_target).
+    on_ours = [name for name in options.compare if name in CLUSTER_PEERS and target.settings.cluster]
+    single = [name for name in options.compare if name not in on_ours]
+    with peer_target(options, target, console) if single else nullcontext(target) as peers_at:
         try:
             for name in options.compare:
                 try:
-                    drivers.append(make_peer(name, options, peers_at, ours, ledger))
+                    drivers.append(make_peer(name, options, target if name in on_ours else peers_at, ours, ledger))
                 except BenchError as exc:
                     result.unavailable[name] = str(exc)
                     console.warn(f"peer {name} not measured: {exc}")

@@ -8,6 +8,8 @@ is written: the run's ``finally`` deletes them all (DEL of a key that is gone is
 from __future__ import annotations
 
 import os
+import select
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,13 +18,16 @@ from typing import Any
 
 from lmcache_resp import RedisClient, RespConnector, RespSettings
 from lmcache_resp.embedded import EmbeddedCluster, EmbeddedRedis, EmbeddedServers
-from lmcache_resp.errors import InvalidInputError
-from lmcache_resp.servers import EXIT_MISSING, LaunchError
+from lmcache_resp.errors import InvalidInputError, RespTimeoutError
+from lmcache_resp.servers import EXIT_MISSING, KEEP_FREED_MALLOC_CONF, LaunchError
 from lmcache_resp.bench.errors import BenchError
 from lmcache_resp.bench.options import Options
 from lmcache_resp.bench.console import Console
 
-__all__ = ["KeyLedger", "Target", "open_target", "peer_target", "redis_py_tls_kwargs", "tls_kwargs"]
+__all__ = ["KeyLedger", "Target", "open_target", "peer_target", "redis_py_tls_kwargs", "regime_note", "tls_kwargs"]
+
+# How long deleting a run's keys may take beyond the per-key timeout.
+DELETE_GRACE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,12 @@ class Target:
     embedded: bool
     server_version: str | None = None
     io_threads: int | None = None
+    # A throwaway server's binary ("redis-server", "valkey-server"), the allocator it is built
+    # with ("jemalloc-5.3.0", "libc") and its memory regime ("fresh", "steady"); None for a
+    # server of the user's.
+    server_name: str | None = None
+    malloc: str | None = None
+    regime: str | None = None
 
     @property
     def endpoint(self) -> str:
@@ -70,10 +81,34 @@ class Target:
             "endpoints": self.settings.endpoints,
             "cluster": self.settings.cluster,
             "version": self.server_version,
+            "name": self.server_name,
+            "malloc": self.malloc,
+            "regime": self.regime,
             "io_threads": self.io_threads,
             "username": self.settings.username,
             "db": self.settings.db,
         }
+
+
+    def header_line(self) -> str:
+        """The server, for the head of the report: name, version, allocator and memory regime."""
+        if not self.embedded:
+            return (f"server: yours at {self.endpoint} (its version, allocator and memory regime are its own; "
+                    "--regime is for servers this run starts)")
+        many = (f"a cluster of {self.servers} primaries, " if self.settings.cluster
+                else f"{self.servers} independent servers, " if self.servers > 1 else "")
+        return (f"server: {many}{self.server_name} {self.server_version}, malloc={self.malloc}, "
+                f"io-threads {self.io_threads}; regime {self.regime}: {regime_note(self.regime, self.malloc)}")
+
+
+def regime_note(regime: str | None, malloc: str | None) -> str:
+    """What a throwaway server's memory regime means, in a few words."""
+    if regime == "fresh":
+        return ("the server as started: it hands memory it frees back to the kernel, so new big values "
+                "fault in fresh pages")
+    how = (f"jemalloc preloaded with MALLOC_CONF={KEEP_FREED_MALLOC_CONF}: a production Valkey is built with "
+           "jemalloc, this binary with libc's malloc" if malloc == "libc" else f"MALLOC_CONF={KEEP_FREED_MALLOC_CONF}")
+    return f"the server keeps the memory it frees, as a full production cache does ({how}); an untimed warm-up goes first"
 
 
 def tls_kwargs(settings: RespSettings) -> dict[str, Any]:
@@ -127,14 +162,30 @@ class KeyLedger:
         if not self._keys:
             return
         if target.servers > 1 or target.settings.cluster:
-            # Routed like the run's own keys: each DEL goes to the server that holds the key.
+            # Routed like the run's own keys: each DEL goes to the server that holds the key. The
+            # batch must complete before the connector closes: closing drops what is in flight.
             with RespConnector.from_settings(target.settings) as connector:
-                connector.submit_batch_delete(list(self._keys))
+                batch = connector.submit_batch_delete(list(self._keys))
+                _wait_for_batch(connector, batch, target.settings.timeout + DELETE_GRACE_S)
         else:
             with RedisClient(**target.connect_kwargs()) as client:
                 for key in self._keys:
                     client.delete(key)
         self._keys.clear()
+
+
+def _wait_for_batch(connector: RespConnector, batch: int, timeout: float) -> None:
+    """Until ``batch`` completes (its failure raised), at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for result in connector.drain():
+            if result.id == batch:
+                result.check("deleting the run's keys")
+                return
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise RespTimeoutError(f"deleting the run's keys did not finish within {timeout:g} s")
+        select.select([connector.event_fd()], [], [], remaining)
 
 
 def _resolve(url: str | None = None, **connection: Any) -> RespSettings:
@@ -171,7 +222,7 @@ def _embedded(options: Options, console: Console) -> Iterator[Target]:
             yield target
         return
     server = EmbeddedRedis(io_threads=options.io_threads, unix_socket=options.unix, executable=options.server,
-                           tls=options.tls)
+                           tls=options.tls, keep_freed_memory=options.keeps_freed_memory)
     name = _server_name(options)
     try:
         server.start()
@@ -192,7 +243,8 @@ def _embedded(options: Options, console: Console) -> Iterator[Target]:
             settings = _resolve(unix_path=server.unix_path, username="", password="", timeout=options.timeout)
         else:
             settings = _resolve(host=server.host, port=server.port, username="", password="", timeout=options.timeout)
-        yield Target(settings, embedded=True, server_version=version, io_threads=server.io_threads)
+        yield Target(settings, embedded=True, server_version=version, io_threads=server.io_threads, server_name=name,
+                     malloc=server.malloc(), regime=options.regime)
     finally:
         port = server.port
         server.stop()
@@ -203,11 +255,13 @@ def _embedded(options: Options, console: Console) -> Iterator[Target]:
 def _embedded_many(options: Options, console: Console) -> Iterator[Target]:
     kind = options.server
     servers = (
-        EmbeddedCluster(options.cluster, io_threads=options.io_threads, server=kind) if options.cluster
-        else EmbeddedServers(options.shards, io_threads=options.io_threads, server=kind)
+        EmbeddedCluster(options.cluster, io_threads=options.io_threads, server=kind,
+                        keep_freed_memory=options.keeps_freed_memory) if options.cluster
+        else EmbeddedServers(options.shards, io_threads=options.io_threads, server=kind,
+                             keep_freed_memory=options.keeps_freed_memory)
     )
     what = (
-        f"a throwaway {'Valkey' if kind == 'valkey' else 'Redis'} Cluster of {options.cluster} primaries"
+        f"a throwaway {'Valkey' if kind in ('valkey', 'valkey9') else 'Redis'} Cluster of {options.cluster} primaries"
         if options.cluster else f"{options.shards} throwaway independent {_server_name(options)}s"
     )
     try:
@@ -222,7 +276,8 @@ def _embedded_many(options: Options, console: Console) -> Iterator[Target]:
         )
         url = "redis://" + ",".join(servers.endpoints)
         settings = _resolve(url, username="", password="", timeout=options.timeout, cluster=bool(options.cluster))
-        yield Target(settings, embedded=True, server_version=version, io_threads=servers.io_threads)
+        yield Target(settings, embedded=True, server_version=version, io_threads=servers.io_threads,
+                     server_name=_server_name(options), malloc=servers.malloc(), regime=options.regime)
     finally:
         servers.stop()
         console.say(f"stopped {what.replace('a throwaway', 'the throwaway')}")
@@ -230,7 +285,9 @@ def _embedded_many(options: Options, console: Console) -> Iterator[Target]:
 
 def _server_name(options: Options) -> str:
     """What the throwaway server is called in the run's output."""
-    return {"redis": "redis-server", "valkey": "valkey-server"}.get(options.server, os.path.basename(options.server))
+    return {"redis": "redis-server", "valkey": "valkey-server", "valkey9": "valkey-server"}.get(
+        options.server, os.path.basename(options.server)
+    )
 
 
 @contextmanager
@@ -241,14 +298,18 @@ def peer_target(options: Options, target: Target, console: Console) -> Iterator[
     if target.servers == 1 and not target.settings.cluster:
         yield target
         return
-    server = EmbeddedRedis(io_threads=options.io_threads, executable=options.server)
+    server = EmbeddedRedis(io_threads=options.io_threads, executable=options.server,
+                           keep_freed_memory=options.keeps_freed_memory)
+    name = _server_name(options)
     try:
         server.start()
     except RuntimeError as exc:
-        raise _not_started("the peers' throwaway redis-server", exc) from None
+        raise _not_started(f"the peers' throwaway {name}", exc) from None
     try:
-        console.say(f"the peers get a throwaway redis-server of their own on {server.host}:{server.port} (one server)")
+        console.say(f"the peers get a throwaway {name} of their own on {server.host}:{server.port} (one server, "
+                    f"regime {options.regime})")
         settings = _resolve(host=server.host, port=server.port, username="", password="", timeout=options.timeout)
-        yield Target(settings, embedded=True, server_version=server.version(), io_threads=server.io_threads)
+        yield Target(settings, embedded=True, server_version=server.version(), io_threads=server.io_threads,
+                     server_name=name, malloc=server.malloc(), regime=options.regime)
     finally:
         server.stop()

