@@ -4,7 +4,7 @@ built module by ``mypy.stubtest`` in the test suite)."""
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, ClassVar, final
+from typing import Any, ClassVar, Literal, final
 
 from typing_extensions import disjoint_base
 
@@ -115,7 +115,7 @@ class Settings:
     @property
     def prefault(self) -> bool: ...
     @property
-    def get_piece_bytes(self) -> int: ...
+    def get_piece_bytes(self) -> int | Literal["auto"]: ...
     @property
     def ssl(self) -> bool: ...
     @property

@@ -36,7 +36,7 @@ class SettingsKwargs(TypedDict, total=False):
     eviction: Mapping[str, Any] | EvictionSettings | None
     prefault: bool | None
     cluster: bool | None
-    get_piece_bytes: int | None
+    get_piece_bytes: int | str | None
     ssl: bool | None
     ssl_ca_certs: str | os.PathLike[str] | None
     ssl_ca_path: str | os.PathLike[str] | None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from lmcache_resp import _native, metrics
 from lmcache_resp.stats import Stats
@@ -26,9 +26,12 @@ class RedisClient(Closeable):
     ``$LMCACHE_RESP_PASSWORD``. The constructor connects, authenticates and pings. Every call
     is bounded by ``timeout`` seconds. Safe to share between threads (calls are serialized).
 
-    A GET into a buffer larger than ``get_piece_bytes`` (default 1 MiB; 0: never) reads the
-    value in pieces of that size, past the server's big-reply cliff, checked with WATCH/EXEC so
-    that a value replaced mid-read is never returned mixed.
+    ``get_piece_bytes`` says how GETs of large values are read. ``"auto"`` (the default) decides
+    by what the server says it is: servers that copy big replies before writing them (Redis up
+    to 8.4, Valkey up to 8.1) have a big-reply cliff, so a GET into a buffer larger than 1 MiB
+    reads the value in 1 MiB pieces, checked with WATCH/EXEC so that a value replaced mid-read
+    is never returned mixed; Valkey 9 and Redis 8.6 write replies without that copy and get
+    whole GETs. A number of bytes sets the piece size for every server (0: whole GETs).
 
     TLS, with redis-py's names: ``url="rediss://..."`` or ``ssl=True``; ``ssl_ca_certs``,
     ``ssl_ca_path``, ``ssl_certfile``/``ssl_keyfile`` (mutual TLS), ``ssl_check_hostname``,
@@ -49,7 +52,7 @@ class RedisClient(Closeable):
         unix_path: str | None = None,
         url: str | None = None,
         connect_timeout: float | None = None,
-        get_piece_bytes: int | None = None,
+        get_piece_bytes: int | Literal["auto"] | None = None,
         ssl: bool | None = None,
         ssl_ca_certs: str | os.PathLike[str] | None = None,
         ssl_ca_path: str | os.PathLike[str] | None = None,

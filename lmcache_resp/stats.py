@@ -65,6 +65,10 @@ class EndpointStats(dict[str, Any]):
     ask = property(lambda self: int(self["ask"]))
     in_flight = property(lambda self: int(self["in_flight"]))
     down = property(lambda self: bool(self.get("down", False)), doc="known to be down now: its keys fail at once")
+    server = property(lambda self: str(self.get("server", "")),
+                      doc="what the server said it is (``valkey 9.1.2``); empty until a handshake heard it")
+    reads = property(lambda self: str(self.get("reads", "")),
+                     doc="how its large values are read: ``whole GETs`` or ``pieces of N MiB`` (get_piece_bytes)")
 
     @property
     def key_latency(self) -> Histogram:
@@ -145,7 +149,7 @@ class Stats(dict[str, Any]):
         before = other.to_dict()
 
         def minus(now: Any, then: Any, key: str) -> Any:
-            if key in ("endpoint", "enabled", "bounds", "in_flight", "down"):
+            if key in ("endpoint", "enabled", "bounds", "in_flight", "down", "server", "reads"):
                 return now
             if isinstance(now, dict):
                 return {k: minus(v, then.get(k, _zero(v)) if isinstance(then, dict) else _zero(v), k)

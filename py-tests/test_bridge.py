@@ -180,7 +180,7 @@ def test_sigterm_stops_the_bridge_cleanly(bridge: BridgeProcess) -> None:
 MAGIC = b"LMCRBRDG"
 
 
-def hello(version: int = 3, submission_ring_bytes: int = 0) -> bytes:
+def hello(version: int = 4, submission_ring_bytes: int = 0) -> bytes:
     body = bytes([1]) + MAGIC + struct.pack("<III", version, os.getpid(), submission_ring_bytes)
     return struct.pack("<I", len(body)) + body
 
@@ -202,7 +202,7 @@ def test_a_client_of_another_protocol_version_is_refused_saying_why(bridge: Brid
         sock.sendall(hello(version=999))
         body, fds = read_frame(sock)
     assert body[0] == 3 and body[1:9] == MAGIC, body[:9]
-    assert b"protocol version 999 is not this bridge's (3)" in body
+    assert b"protocol version 999 is not this bridge's (4)" in body
     # In the form every version reads: the reason, and nothing after it.
     (length,) = struct.unpack_from("<I", body, 9)
     assert len(body) == 13 + length, (len(body), length)

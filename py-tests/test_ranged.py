@@ -5,12 +5,15 @@ against a real server in native-tests/tests/ranged.rs."""
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from conftest import BridgeProcess, LMCacheLikeDriver, RedisServer, lmcache_pool, pattern
 
-from lmcache_resp import PagedRespStore, RedisClient, RespConnector, RespSettings
+from lmcache_resp import InvalidInputError, PagedRespStore, RedisClient, RespConnector, RespSettings
 
 PIECE = 64 * 1024
 # Around piece boundaries, and several pieces.
@@ -18,9 +21,14 @@ SIZES = [PIECE - 1, PIECE, PIECE + 1, 3 * PIECE, 5 * PIECE + 17]
 
 
 def test_the_setting_is_resolved_like_any_other() -> None:
-    assert RespSettings.resolve(env={}).get_piece_bytes == 1 << 20
+    assert RespSettings.resolve(env={}).get_piece_bytes == "auto"
     assert RespSettings.resolve("redis://h:1?get_piece_bytes=0", env={}).get_piece_bytes == 0
+    assert RespSettings.resolve("redis://h:1?get_piece_bytes=AUTO", env={}).get_piece_bytes == "auto"
     assert RespSettings.resolve(get_piece_bytes=8192, env={}).to_dict()["get_piece_bytes"] == 8192
+    assert RespSettings.resolve(get_piece_bytes="auto", env={}).to_dict()["get_piece_bytes"] == "auto"
+    for wrong in ("sometimes", 100, -1):
+        with pytest.raises(InvalidInputError, match='get_piece_bytes must be "auto"'):
+            RespSettings.resolve(get_piece_bytes=wrong, env={})
 
 
 def test_the_store_reads_large_values_in_pieces_byte_for_byte(redis_server: RedisServer) -> None:
@@ -85,3 +93,17 @@ def test_the_bridge_reads_in_pieces_for_its_clients(redis_server: RedisServer, t
             assert bytes(page.byte_array) == value
     finally:
         bridge.stop(signal.SIGKILL)
+
+
+def test_stats_say_what_each_server_is_and_how_its_large_values_are_read(redis_server: RedisServer) -> None:
+    """get_piece_bytes="auto": whole GETs from Valkey 9 (it writes big replies without copying
+    them), 1 MiB pieces from Redis 7.0 and Valkey 8.1; stats() names both facts per endpoint."""
+    expected = {"redis": ("redis", "pieces of 1 MiB"), "valkey": ("valkey", "pieces of 1 MiB"),
+                "valkey9": ("valkey", "whole GETs")}
+    choice = os.environ.get("REDIS_TEST_SERVER") or "redis"
+    if choice not in expected:
+        pytest.skip(f"REDIS_TEST_SERVER={choice} names a binary: what it is is not known here")
+    product, reads = expected[choice]
+    with PagedRespStore(f"resp://127.0.0.1:{redis_server.port}", page_size=1 << 20, num_pages=1) as store:
+        endpoint = store.stats().endpoints[f"127.0.0.1:{redis_server.port}"]
+        assert (endpoint.server, endpoint.reads) == (f"{product} {redis_server.version()}", reads)

@@ -402,8 +402,8 @@ def test_the_bridge_holds_the_tls_material_and_its_clients_attach_without_it(
 def test_a_32_mib_value_through_the_store_in_ranged_pieces(tls_server: RedisServer) -> None:
     size = 32 << 20
     with PagedRespStore(tls_server.url, page_size=size, num_pages=2, num_workers=2, timeout=30,
-                        **tls_server.tls_kwargs()) as store:
-        assert store.settings is not None and store.settings.get_piece_bytes == 1 << 20, "32 pieces of 1 MiB"
+                        get_piece_bytes=1 << 20, **tls_server.tls_kwargs()) as store:
+        assert store.stats().endpoints[f"127.0.0.1:{tls_server.port}"].reads == "pieces of 1 MiB", "32 pieces of 1 MiB"
         src, dst = store.allocate_many(2)
         value = pattern(size, 32)
         src.write_bytes(value)

@@ -236,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     workload.add_argument("--cpu-affinity", type=_cpu_affinity, help="auto, none, a CPU list like 0-3,8, or numa:N")
     workload.add_argument("--get-piece-mb", type=_piece_mib, metavar="MiB",
                           help="GETs of larger values are read in pieces of this size, 0 for whole GETs "
-                               "(default: the library's, 1 MiB)")
+                               "(default: the library's get_piece_bytes=auto: whole GETs from Valkey 9 and Redis 8.6, "
+                               "1 MiB pieces from older servers)")
 
     extra = parser.add_argument_group("extras")
     extra.add_argument("--json", action="store_true", help="machine-readable output only, on stdout")

@@ -13,7 +13,6 @@ import numpy as np
 from lmcache_resp import PagedRespStore, __version__
 from lmcache_resp.errors import InvalidInputError, RespConnectionError
 from lmcache_resp.bench import pattern
-from lmcache_resp.bench.console import MiB
 from lmcache_resp.bench.errors import BenchError
 from lmcache_resp.bench.options import ALL_OPS
 from lmcache_resp.bench.measure import OpSample, timed
@@ -82,9 +81,20 @@ class OursDriver:
         self.buffers: list[pattern.Bytes] = [page.numpy() for page in self.pages]
 
     def describe(self) -> str:
-        pieces = self.store.settings.get_piece_bytes if self.store.settings is not None else 0
-        reads = f"GETs over {pieces / MiB:g} MiB in pieces" if pieces else "whole GETs"
-        return f"lmcache_resp {__version__}, PagedRespStore, {self.num_workers} I/O workers, one batch per op, {reads}"
+        return (f"lmcache_resp {__version__}, PagedRespStore, {self.num_workers} I/O workers, one batch per op, "
+                f"large values read as {self.reads()}")
+
+    def reads(self) -> str:
+        """How large values are read from each server (get_piece_bytes, decided per server for
+        "auto"), as stats() reports it: ``whole GETs (valkey 9.1.2)``, grouped over servers."""
+        shapes: dict[str, list[str]] = {}
+        for name, endpoint in self.store.stats().endpoints.items():
+            if endpoint.reads:
+                said = f" ({endpoint.server})" if endpoint.server else ""
+                shapes.setdefault(f"{endpoint.reads}{said}", []).append(name)
+        if len(shapes) <= 1:
+            return next(iter(shapes), "unknown")
+        return "; ".join(f"{shape} from {', '.join(names)}" for shape, names in shapes.items())
 
     def run_round(self, round_index: int, ops: Sequence[str]) -> dict[str, OpSample]:
         keys, pages, w = self.workload.keys, self.pages, self.workload

@@ -19,14 +19,18 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// Past what the cap allows, and more than enough to grow the process by gigabytes without it.
 const STREAM_LIMIT: u64 = 1 << 30;
 
-/// A listener that answers PING with PONG and anything else with the start of an array that
-/// never ends: 64-byte bulk strings until the client hangs up (or 1 GiB was sent).
+/// A listener that answers PING with PONG, HELLO as a server before Redis 6 does, and anything
+/// else with the start of an array that never ends: 64-byte bulk strings until the client hangs
+/// up (or 1 GiB was sent).
 fn endless_peer() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     peer::serve(listener, |stream, command| {
         if contains(command, b"PING") {
             return stream.write_all(b"+PONG\r\n").is_ok();
+        }
+        if contains(command, b"HELLO") {
+            return stream.write_all(b"-ERR unknown command 'HELLO'\r\n").is_ok();
         }
         let mut chunk = b"*4294967295\r\n".to_vec();
         let element = [b"$64\r\n".as_slice(), &[b'x'; 64], b"\r\n"].concat();

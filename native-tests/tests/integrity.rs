@@ -5,6 +5,7 @@ use lmcache_resp_core::conn::Outcome;
 use lmcache_resp_core::engine::{Batch, Engine, EngineConfig, Item, Memory};
 use lmcache_resp_core::net::Endpoint;
 use lmcache_resp_core::op::Op;
+use lmcache_resp_core::settings::GetPieces;
 use lmcache_resp_core::{ErrorKind, RawBuf};
 use redis_harness::proxy::CuttingProxy;
 use redis_harness::{RedisServer, pattern};
@@ -19,7 +20,7 @@ fn engine_via(proxy: &CuttingProxy, server: &RedisServer) -> Engine {
     settings.timeout = Duration::from_secs(10);
     // Whole GETs: these tests are about one reply torn mid-payload (tests/ranged.rs has the
     // same faults for values read in pieces).
-    settings.get_piece_bytes = 0;
+    settings.get_piece_bytes = GetPieces::Bytes(0);
     Engine::start(EngineConfig::new(settings)).unwrap()
 }
 

@@ -8,6 +8,7 @@ use lmcache_resp_core::conn::Outcome;
 use lmcache_resp_core::engine::{Batch, Engine, EngineConfig, Item, Memory};
 use lmcache_resp_core::net::Endpoint;
 use lmcache_resp_core::op::Op;
+use lmcache_resp_core::settings::GetPieces;
 use lmcache_resp_core::{ErrorKind, RawBuf};
 use redis_harness::proxy::CuttingProxy;
 use redis_harness::{RedisServer, pattern};
@@ -20,7 +21,7 @@ fn engine(server: &RedisServer, port: u16, workers: usize) -> Engine {
     let mut settings = server.settings();
     settings.endpoints = vec![Endpoint::Tcp { host: "127.0.0.1".into(), port }];
     settings.num_workers = workers;
-    settings.get_piece_bytes = PIECE;
+    settings.get_piece_bytes = GetPieces::Bytes(PIECE);
     // One piece on the wire at a time: each piece is its own write, so a proxy can strike
     // between two of them.
     settings.pipeline.max_inflight_bytes = PIECE;
@@ -63,7 +64,9 @@ fn values_round_trip_byte_for_byte_at_every_piece_boundary() {
         assert!(exact == value, "size {size}: exact bytes differ");
     }
     // The blocking client reads in pieces too.
-    let mut client = BlockingClient::connect(server.options(), Duration::from_secs(10)).unwrap().with_get_pieces(PIECE);
+    let mut client = BlockingClient::connect(server.options(), Duration::from_secs(10))
+        .unwrap()
+        .with_get_pieces(GetPieces::Bytes(PIECE));
     let mut value = pattern(5 * PIECE + 3, 99);
     set(&engine, b"blocking", &mut value);
     let mut dest = vec![0u8; 6 * PIECE];
@@ -184,7 +187,7 @@ fn a_read_that_times_out_before_its_exec_leaves_no_connection_in_a_transaction()
     settings.num_workers = 1;
     // One connection besides the express one: the read's home, where GETs into 100 KiB go too.
     settings.connections_per_worker = 1;
-    settings.get_piece_bytes = BIG_PIECE;
+    settings.get_piece_bytes = GetPieces::Bytes(BIG_PIECE);
     // Two requests in flight: a GET and a MULTI fill it, and an EXEC sent apart would wait.
     settings.pipeline.max_inflight_requests = 2;
     settings.timeout = Duration::from_secs(3);
@@ -249,5 +252,60 @@ fn a_read_that_times_out_before_its_exec_leaves_no_connection_in_a_transaction()
         let Some(client) = in_transaction else { break };
         assert!(std::time::Instant::now() < deadline, "a connection inside MULTI or left watching: {client}");
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A field of an `INFO` section, as the server wrote it.
+fn info_field(info: &[u8], name: &str) -> Option<String> {
+    String::from_utf8_lossy(info)
+        .lines()
+        .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':').map(str::to_owned))
+}
+
+/// `get_piece_bytes = "auto"` (the default) reads by what the server is. Valkey 9 writes a big
+/// reply straight from the stored value, so a large GET is one GET; Redis 7.0 and Valkey 8.1
+/// copy it into fresh reply buffers first (the big-reply cliff), so it is 1 MiB GETRANGEs. The
+/// server's own command counts say which it got, and the bytes are checked either way.
+#[test]
+fn auto_reads_whole_from_servers_without_the_reply_copy_and_in_pieces_from_the_others() {
+    let server = RedisServer::start();
+    let mut settings = server.settings();
+    settings.num_workers = 1;
+    assert_eq!(settings.get_piece_bytes, GetPieces::Auto, "auto is the default");
+    let engine = Engine::start(EngineConfig::new(settings)).unwrap();
+    // What the server is, from INFO (not from the HELLO our handshake read).
+    let info = server.raw_command(&[b"INFO", b"server"]);
+    let valkey = info_field(&info, "server_name").as_deref() == Some("valkey");
+    let version = info_field(&info, if valkey { "valkey_version" } else { "redis_version" }).unwrap();
+    let major_minor: Vec<u32> = version.split('.').take(2).map(|p| p.parse().unwrap()).collect();
+    let whole = if valkey { major_minor[0] >= 9 } else { major_minor >= vec![8, 6] };
+    match std::env::var("REDIS_TEST_SERVER").as_deref() {
+        Ok("valkey9") => assert!(whole, "Valkey {version} writes replies without copying them"),
+        Ok("valkey") | Ok("redis") | Ok("") | Err(_) => assert!(!whole, "{version} copies big replies"),
+        Ok(_) => {}
+    }
+
+    let size = 4 * 1024 * 1024 + 5;
+    let mut value = pattern(size, 7);
+    set(&engine, b"auto", &mut value);
+    assert_eq!(server.raw_command(&[b"CONFIG", b"RESETSTAT"]), b"+OK\r\n");
+    let mut dest = vec![0u8; size];
+    assert_eq!(get(&engine, b"auto", &mut dest, true), Outcome::Hit(size));
+    assert!(dest == value, "bytes differ");
+    let stats = server.raw_command(&[b"INFO", b"commandstats"]);
+    let calls = |command: &str| {
+        info_field(&stats, &format!("cmdstat_{command}"))
+            .and_then(|fields| fields.split(',').find_map(|f| f.strip_prefix("calls=")?.parse::<u64>().ok()))
+            .unwrap_or(0)
+    };
+    let endpoint = &engine.stats().endpoints[0];
+    let said = format!("{} {version}", if valkey { "valkey" } else { "redis" });
+    assert_eq!(endpoint.server, said, "stats() names the server as it said it is");
+    if whole {
+        assert_eq!((calls("get"), calls("getrange")), (1, 0), "one whole GET from {version}");
+        assert_eq!(endpoint.reads, "whole GETs");
+    } else {
+        assert_eq!((calls("getrange"), calls("get")), (5, 0), "five 1 MiB pieces (the last of 5 bytes) from {version}");
+        assert_eq!(endpoint.reads, "pieces of 1 MiB");
     }
 }

@@ -7,6 +7,7 @@ use lmcache_resp_core::conn::Outcome;
 use lmcache_resp_core::engine::{Batch, BatchResult, Engine, EngineConfig, Item, Memory};
 use lmcache_resp_core::net::{Endpoint, Resolver};
 use lmcache_resp_core::op::Op;
+use lmcache_resp_core::settings::GetPieces;
 use lmcache_resp_core::settings::Settings;
 use lmcache_resp_core::{ErrorKind, RawBuf};
 use redis_harness::{ClusterNode, RedisCluster, RedisServer, dead_port, pattern};
@@ -101,7 +102,7 @@ fn a_live_reshard_in_the_middle_of_values_read_in_pieces_reads_no_wrong_byte() {
 fn live_reshard(piece_bytes: usize) {
     let cluster = RedisCluster::start(3, 0);
     let mut settings = cluster_settings(&cluster);
-    settings.get_piece_bytes = piece_bytes;
+    settings.get_piece_bytes = GetPieces::Bytes(piece_bytes);
     let engine = Arc::new(Engine::start(EngineConfig::new(settings)).unwrap());
     let keys = keys("reshard", 400);
     let size = 20_000;
@@ -134,7 +135,7 @@ fn redirects_of_reads_in_pieces_count_in_stats() {
     let nodes = cluster.nodes().to_vec();
     let mut settings = cluster_settings(&cluster);
     settings.num_workers = 1;
-    settings.get_piece_bytes = 4096;
+    settings.get_piece_bytes = GetPieces::Bytes(4096);
     let engine = Engine::start(EngineConfig::new(settings)).unwrap();
     let owner = |slot: u16| engine.cluster().unwrap().map().primary(slot).unwrap().clone();
     let slot = (1..SLOT_COUNT).find(|&s| owner(s) == nodes[0].addr()).unwrap();

@@ -16,6 +16,7 @@ use lmcache_resp_core::conn::Outcome;
 use lmcache_resp_core::engine::{Batch, BatchResult, Engine, EngineConfig, Item, Memory};
 use lmcache_resp_core::net::tls::KeyLimit;
 use lmcache_resp_core::op::Op;
+use lmcache_resp_core::settings::GetPieces;
 use lmcache_resp_core::settings::tls::VERIFICATION_OFF_WARNING;
 use lmcache_resp_core::settings::{Settings, Sources, Value};
 use lmcache_resp_core::{Error, ErrorKind, RawBuf};
@@ -151,9 +152,9 @@ fn values_at_record_and_piece_boundaries_round_trip_byte_exact_through_the_engin
         return;
     }
     let server = tls_server(TlsServer::default());
-    let settings = resolve(&server.url(), &trusting(server.certs()));
+    let mut settings = resolve(&server.url(), &trusting(server.certs()));
     assert!(settings.tls.is_some(), "rediss:// turns TLS on");
-    assert_eq!(settings.get_piece_bytes, MIB, "values over 1 MiB are read in pieces");
+    settings.get_piece_bytes = GetPieces::Bytes(MIB);
     // A GET reply's header `$NNNNN\r\n` is 8 bytes: 16374 and 16376 end the value (with its
     // trailer) exactly at the end of the server's first record.
     let sizes = [
@@ -805,7 +806,7 @@ fn a_tls_cluster_resharded_under_load_reads_every_byte_right() {
     settings.num_workers = 3;
     settings.timeout = Duration::from_secs(15);
     // Values read in pieces: a MOVED or ASK mid-value starts its read over where the key lives.
-    settings.get_piece_bytes = 4096;
+    settings.get_piece_bytes = GetPieces::Bytes(4096);
     let engine = Arc::new(Engine::start(EngineConfig::new(settings)).unwrap());
     let keys = keys("tls-reshard", 300);
     let size = 20_000;
@@ -855,7 +856,7 @@ fn cut_get(
     let proxy = CuttingProxy::start(server.port());
     let mut settings = resolve(&rediss(proxy.port()), &trusting(server.certs()));
     settings.num_workers = 1;
-    settings.get_piece_bytes = piece_bytes;
+    settings.get_piece_bytes = GetPieces::Bytes(piece_bytes);
     let engine = Engine::start(EngineConfig::new(settings)).unwrap();
     let key = vec![b"cut".to_vec()];
     let mut value = vec![pattern(4 * MIB, 11)];
@@ -899,7 +900,7 @@ fn whole_gets_larger_than_a_reads_budget_complete_byte_exact() {
     }
     let server = tls_server(TlsServer::default());
     let mut settings = resolve(&server.url(), &trusting(server.certs()));
-    settings.get_piece_bytes = 0;
+    settings.get_piece_bytes = GetPieces::Bytes(0);
     settings.num_workers = 1;
     let engine = Engine::start(EngineConfig::new(settings)).unwrap();
     let keys = keys("budget", 4);
@@ -1136,7 +1137,7 @@ fn round_trip_under_a_key_limit(server: &RedisServer, prefix: &str, records: Opt
     }
     settings.num_workers = 1;
     settings.connections_per_worker = 1;
-    settings.get_piece_bytes = 256 << 10;
+    settings.get_piece_bytes = GetPieces::Bytes(256 << 10);
     let engine = Engine::start(EngineConfig::new(settings)).unwrap();
     let sizes: Vec<usize> =
         (0..120).map(|i| [5, 700, RECORD - 3, RECORD + 9, 3 * RECORD, 1 << 20][i % 6] + i).collect();

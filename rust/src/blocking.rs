@@ -7,8 +7,9 @@ use crate::health::{HealthBoard, Probe, ProbePolicy, ProbeVerdict};
 use crate::memory::RawBuf;
 use crate::net::{Address, ConnectOptions, Endpoint, Readiness, wait_for};
 use crate::op::{Op, check_key_len};
-use crate::ranged::{self, RangedReads};
+use crate::ranged::{self, RangedReads, ReadShape};
 use crate::resp::{Command, Reply};
+use crate::settings::GetPieces;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,8 @@ pub struct BlockingClient {
     completions: Vec<Completion>,
     /// GETs of large values, read in pieces (on this one connection).
     ranged: RangedReads,
+    /// How large values are read (`get_piece_bytes`).
+    get_pieces: GetPieces,
     /// With [`BlockingClient::failing_fast`]: the server's health and its prober.
     health: Option<HealthBoard>,
 }
@@ -43,7 +46,8 @@ impl BlockingClient {
             endpoint,
             timeout,
             completions: Vec::new(),
-            ranged: RangedReads::new(0),
+            ranged: RangedReads::new(),
+            get_pieces: GetPieces::Bytes(0),
             health: None,
         };
         client.ping()?;
@@ -75,10 +79,16 @@ impl BlockingClient {
         self
     }
 
-    /// GETs of values larger than `piece_bytes` are read in pieces of that size (0: never).
-    pub fn with_get_pieces(mut self, piece_bytes: usize) -> BlockingClient {
-        self.ranged = RangedReads::new(piece_bytes);
+    /// How GETs of large values are read: as the setting says (`Auto`: by what the server said
+    /// it is in the handshake); without this call, every value with one GET.
+    pub fn with_get_pieces(mut self, get_pieces: GetPieces) -> BlockingClient {
+        self.get_pieces = get_pieces;
         self
+    }
+
+    /// How this client reads large values from its server now.
+    pub fn read_shape(&self) -> ReadShape {
+        ReadShape::choose(self.get_pieces, self.conn.server_identity())
     }
 
     /// The server this client talks to.
@@ -151,9 +161,10 @@ impl BlockingClient {
     fn call(&mut self, op: Op, key: &[u8], data: Option<RawBuf>) -> Result<Outcome> {
         check_key_len(key.len())?;
         let request = Request::new(op, key, data, 0, Instant::now() + self.timeout);
-        if self.ranged.takes(&request) {
+        let shape = self.read_shape();
+        if RangedReads::takes(&request, shape) {
             self.completions.clear();
-            let mut conns = OneConn { conn: &mut self.conn, failed: Vec::new() };
+            let mut conns = OneConn { conn: &mut self.conn, shape, failed: Vec::new() };
             self.ranged.start(request, key, 0, &mut conns);
             self.completions.extend(conns.failed);
             return self.wait();
@@ -177,7 +188,8 @@ impl BlockingClient {
             self.conn.expire(now, &mut self.completions);
             let mut queued_more = false;
             loop {
-                let mut conns = OneConn { conn: &mut self.conn, failed: Vec::new() };
+                let shape = ReadShape::choose(self.get_pieces, self.conn.server_identity());
+                let mut conns = OneConn { conn: &mut self.conn, shape, failed: Vec::new() };
                 queued_more |= self.ranged.route_completions(&mut self.completions, &mut conns, now);
                 if conns.failed.is_empty() {
                     break;
@@ -223,6 +235,7 @@ pub fn probe_of(options: Arc<ConnectOptions>, timeout: std::time::Duration) -> P
 /// The client's one connection as a ranged read sees it.
 struct OneConn<'a> {
     conn: &'a mut Conn,
+    shape: ReadShape,
     /// Requests that failed as they were queued.
     failed: Vec<Completion>,
 }
@@ -246,6 +259,10 @@ impl ranged::Conns for OneConn<'_> {
 
     fn route(&mut self, _key: &[u8]) -> Result<usize> {
         Ok(0)
+    }
+
+    fn read_shape(&self, _node: usize) -> ReadShape {
+        self.shape
     }
 }
 

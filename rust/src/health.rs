@@ -23,6 +23,7 @@
 
 use crate::error::{Error, ErrorKind};
 use crate::logging::{Digest, Held};
+use crate::net::ServerIdentity;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -81,9 +82,12 @@ struct Down {
     next_probe: Instant,
 }
 
-/// One server's health, shared by every connection to it (of every worker of an engine).
+/// One server's health, shared by every connection to it (of every worker of an engine), and
+/// what the server said it is in their handshakes.
 pub struct EndpointHealth {
     name: String,
+    /// The server's product and version, from the last handshake that told (`HELLO`).
+    identity: Mutex<Option<ServerIdentity>>,
     /// The fast path: read by every push.
     down: AtomicBool,
     /// Incremented each time the server comes back: a connection backing off since an earlier
@@ -97,6 +101,20 @@ impl EndpointHealth {
     /// The server's name, as errors and logs give it.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// What the server said it is, in the last handshake that told.
+    pub fn identity(&self) -> Option<ServerIdentity> {
+        lock(&self.identity).clone()
+    }
+
+    /// A handshake heard the server say what it is (an upgrade in place, or a failover to a
+    /// server of another version, replaces what an earlier one said).
+    pub fn learned(&self, identity: &ServerIdentity) {
+        let mut known = lock(&self.identity);
+        if known.as_ref() != Some(identity) {
+            *known = Some(identity.clone());
+        }
     }
 
     /// Whether the server is known to be unreachable.
@@ -369,6 +387,7 @@ impl HealthBoard {
         }
         let health = Arc::new(EndpointHealth {
             name: name.to_string(),
+            identity: Mutex::new(None),
             down: AtomicBool::new(false),
             recoveries: AtomicU64::new(0),
             state: Mutex::new(None),
@@ -384,6 +403,11 @@ impl HealthBoard {
             lock(&self.board.entries).values().filter(|e| e.health.is_down()).map(|e| e.health.name.clone()).collect();
         down.sort_unstable();
         down
+    }
+
+    /// What each server the board tracks said it is, by name (`None`: it has not said).
+    pub fn identities(&self) -> HashMap<String, Option<ServerIdentity>> {
+        lock(&self.board.entries).iter().map(|(name, e)| (name.clone(), e.health.identity())).collect()
     }
 
     /// How many servers the board tracks.

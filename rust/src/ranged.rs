@@ -34,6 +34,10 @@
 //! The requests of a ranged read carry tags with [`INTERNAL_TAG`] set: their completions come
 //! back here ([`RangedReads::route_completions`]), never to the batch the GET belongs to.
 
+pub mod shape;
+
+pub use shape::ReadShape;
+
 use crate::conn::{Completion, Handoff, Outcome, Request, Scope};
 use crate::error::{Error, ErrorKind};
 use crate::resp::{Command, Reply};
@@ -61,6 +65,8 @@ pub trait Conns {
     fn push(&mut self, conn: usize, request: Request, asking: bool);
     /// The server that holds `key` now (in a cluster, by the current slot map).
     fn route(&mut self, key: &[u8]) -> Result<usize, Error>;
+    /// How server `node`'s large values are read (what it said it is, under the setting).
+    fn read_shape(&self, node: usize) -> ReadShape;
 }
 
 /// Which request of a ranged read a completion answers.
@@ -153,8 +159,8 @@ struct Session {
 }
 
 /// The ranged reads of one worker (or one blocking client).
+#[derive(Default)]
 pub struct RangedReads {
-    piece_bytes: usize,
     sessions: Vec<Option<Session>>,
     free: Vec<u32>,
     /// Home connections, and the session whose WATCH holds each.
@@ -164,24 +170,18 @@ pub struct RangedReads {
 }
 
 impl RangedReads {
-    /// Reads of values larger than `piece_bytes` go in pieces of that size; 0 turns ranged
-    /// reads off.
-    pub fn new(piece_bytes: usize) -> RangedReads {
-        RangedReads {
-            piece_bytes,
-            sessions: Vec::new(),
-            free: Vec::new(),
-            holders: HashMap::new(),
-            waiting: HashMap::new(),
-        }
+    /// No reads yet. How large a value each server's reads take in one GET is the `Conns`'
+    /// to say ([`Conns::read_shape`]).
+    pub fn new() -> RangedReads {
+        RangedReads { sessions: Vec::new(), free: Vec::new(), holders: HashMap::new(), waiting: HashMap::new() }
     }
 
-    /// Whether `request` is a GET whose value may be larger than a piece: its destination's
-    /// size (the value's exact length, for an exact-length GET) is more than a piece.
-    pub fn takes(&self, request: &Request) -> bool {
-        self.piece_bytes > 0
-            && request.op() == Some(crate::op::Op::Get)
-            && request.destination().is_some_and(|dest| dest.len() > self.piece_bytes)
+    /// Whether `request` is a GET whose value may be larger than a piece of `shape` (its
+    /// server's): its destination's size (the value's exact length, for an exact-length GET) is
+    /// more than a piece.
+    pub fn takes(request: &Request, shape: ReadShape) -> bool {
+        request.op() == Some(crate::op::Op::Get)
+            && request.destination().is_some_and(|dest| dest.len() > shape.piece_bytes())
     }
 
     /// Whether a read in progress is bound to server `node`: it reads from it, waits for a
@@ -360,7 +360,10 @@ impl RangedReads {
     /// The length is known: a miss or a refusal with the destination untouched, one plain GET,
     /// or the pieces.
     fn after_probe(&mut self, id: u32, conns: &mut impl Conns) {
-        let piece_bytes = self.piece_bytes;
+        let node = self.session(id).node;
+        // Asked now, not when the read started: a redirect may have moved it to a server of
+        // another version.
+        let piece_bytes = conns.read_shape(node).piece_bytes();
         let session = self.session(id);
         let length = session.length.expect("the probe answered its length");
         let dest = session.user.destination().expect("a GET has a destination");
@@ -400,7 +403,6 @@ impl RangedReads {
         session.phase = Phase::Reading;
         session.pending = pieces.len();
         session.written = session.written.max(length);
-        let node = session.node;
         for piece in pieces {
             let conn = conns
                 .conns_of(node)

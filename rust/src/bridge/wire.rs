@@ -17,8 +17,9 @@ use crate::op::Op;
 
 /// `b"LMCRBRDG"`: the first bytes of every handshake.
 pub const MAGIC: [u8; 8] = *b"LMCRBRDG";
-/// Bump on any incompatible change; a mismatch is refused with both numbers named.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// Bump on any incompatible change; a mismatch is refused with both numbers named. 4: the
+/// metrics carry what each server is and how its large values are read.
+pub const PROTOCOL_VERSION: u32 = 4;
 /// The largest control frame a client reads (a bridge's page list of a whole pool stays far
 /// below).
 pub const MAX_FRAME: usize = 64 << 20;

@@ -18,6 +18,7 @@ use super::request::{Completion, Kind, Outcome, Request, Scope};
 use crate::cluster::{NodeAddr, Redirect};
 use crate::error::{Error, ErrorKind};
 use crate::health::EndpointHealth;
+use crate::net::ServerIdentity;
 use crate::net::handshake::{self, Verdict};
 use crate::net::{ConnectOptions, Endpoint, Interest, IoVecs};
 use crate::op::Op;
@@ -191,6 +192,8 @@ pub struct ConnCore {
     recoveries_at_backoff: u64,
     /// Bytes arrived on this connection since it connected.
     received_any: bool,
+    /// What the server said it is in this connection's handshake (`HELLO`), if it said.
+    server: Option<ServerIdentity>,
     /// When a TLS handshake the server has not answered gets a plaintext check (see
     /// [`ConnCore::take_plaintext_check`]).
     plaintext_check_at: Option<Instant>,
@@ -236,9 +239,16 @@ impl ConnCore {
             health: None,
             recoveries_at_backoff: 0,
             received_any: false,
+            server: None,
             plaintext_check_at: None,
             draining: false,
         }
+    }
+
+    /// What the server said it is in the last handshake (`HELLO`); `None` before one, or from a
+    /// server that did not say.
+    pub fn server_identity(&self) -> Option<&ServerIdentity> {
+        self.server.as_ref()
     }
 
     /// Shares `health` with the other connections to the same server: failed attempts mark it
@@ -1119,6 +1129,12 @@ impl ConnCore {
                 };
                 match handshake::judge(step, &reply, &self.options) {
                     Verdict::Proceed => {
+                        if step == handshake::Step::Hello {
+                            self.server = ServerIdentity::from_hello(&reply);
+                            if let (Some(health), Some(server)) = (&self.health, &self.server) {
+                                health.learned(server);
+                            }
+                        }
                         if !self.queue.iter().any(|r| matches!(r.kind, Kind::Handshake(_))) {
                             self.state = ConnState::Ready;
                             self.failures = 0;

@@ -111,6 +111,11 @@ impl Conn {
         self
     }
 
+    /// What the server said it is in the last handshake (see [`ConnCore::server_identity`]).
+    pub fn server_identity(&self) -> Option<&crate::net::ServerIdentity> {
+        self.core.server_identity()
+    }
+
     /// In Redis Cluster: see [`ConnCore::handing_off`].
     pub fn handing_off(mut self) -> Conn {
         self.core = self.core.handing_off();

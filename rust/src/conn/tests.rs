@@ -18,6 +18,33 @@ use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 
+/// What every handshake ends with: HELLO (which server is this?) and PING.
+const HANDSHAKE: &[u8] = b"*2\r\n$5\r\nHELLO\r\n$1\r\n2\r\n*1\r\n$4\r\nPING\r\n";
+const HELLO: &[u8] = b"*2\r\n$5\r\nHELLO\r\n$1\r\n2\r\n";
+const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+
+/// How many of `commands` (in order) `sent` holds whole.
+fn sent_commands(sent: &[u8], commands: &[&[u8]]) -> usize {
+    let mut end = 0;
+    commands
+        .iter()
+        .take_while(|command| {
+            end += command.len();
+            sent.len() >= end
+        })
+        .count()
+}
+
+/// Redis 7.0.15's reply to `HELLO 2`, as it sends it.
+const REDIS_HELLO: &[u8] =
+    b"*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n$5\r\nproto\r\n:2\r\n\
+    $2\r\nid\r\n:3\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n";
+
+/// The server's answers to [`HANDSHAKE`].
+fn handshake_replies() -> Vec<u8> {
+    [REDIS_HELLO, b"+PONG\r\n"].concat()
+}
+
 /// A connection core, its clock, and what it completed.
 struct Rig {
     core: ConnCore,
@@ -94,21 +121,36 @@ impl Rig {
         address
     }
 
-    /// Connects and answers the handshake (PING only, without credentials).
+    /// Connects and answers the handshake (HELLO and PING, without credentials).
     fn ready(&mut self) {
         self.connect();
-        assert_eq!(self.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n");
-        self.deliver(b"+PONG\r\n", usize::MAX);
-        assert_eq!(self.state(), ConnState::Ready);
+        self.answer_handshake();
     }
 
-    /// Connects to a TLS endpoint, completes TLS and answers the handshake's PING.
+    /// Connects over TLS (the TLS handshake succeeds at once) and answers the handshake.
     fn ready_over_tls(&mut self) {
         self.core.poll_connect(self.now).expect("a connect is wanted");
         self.core.on_connected(self.now);
         self.core.on_tls_established(self.now);
-        assert_eq!(self.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n");
-        self.deliver(b"+PONG\r\n", usize::MAX);
+        self.answer_handshake();
+    }
+
+    /// Answers HELLO and PING, each once it is sent (a pipeline limit of one request lets them
+    /// out one by one).
+    fn answer_handshake(&mut self) {
+        let commands: [&[u8]; 2] = [HELLO, PING];
+        let replies: [&[u8]; 2] = [REDIS_HELLO, b"+PONG\r\n"];
+        let (mut sent, mut answered) = (Vec::new(), 0);
+        while self.state() == ConnState::Handshaking {
+            let more = self.take_sent(usize::MAX);
+            assert!(!more.is_empty() || answered < sent_commands(&sent, &commands), "the handshake stalled");
+            sent.extend(more);
+            while answered < sent_commands(&sent, &commands) {
+                self.deliver(replies[answered], usize::MAX);
+                answered += 1;
+            }
+        }
+        assert_eq!(sent, HANDSHAKE);
         assert_eq!(self.state(), ConnState::Ready);
     }
 
@@ -215,8 +257,8 @@ fn connecting_to_handshaking_to_ready_with_user_requests_held_back() {
     let mut rig = Rig::new();
     let exists = rig.keys_only(Op::Exists, b"k");
     rig.connect();
-    assert_eq!(rig.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n", "only the handshake goes out first");
-    rig.deliver(b"+PONG\r\n", 1);
+    assert_eq!(rig.take_sent(usize::MAX), HANDSHAKE, "only the handshake goes out first");
+    rig.deliver(&handshake_replies(), 1);
     assert_eq!(rig.state(), ConnState::Ready);
     assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$6\r\nEXISTS\r\n$1\r\nk\r\n");
     rig.deliver(b":1\r\n", 2);
@@ -232,11 +274,11 @@ fn auth_and_select_precede_ping_and_never_show_the_password_in_errors() {
     let sent = rig.take_sent(usize::MAX);
     assert_eq!(
         sent,
-        b"*2\r\n$4\r\nAUTH\r\n$7\r\nhunter2\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n*1\r\n$4\r\nPING\r\n".as_slice()
+        [b"*2\r\n$4\r\nAUTH\r\n$7\r\nhunter2\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n".as_slice(), HANDSHAKE].concat()
     );
     rig.deliver(b"+OK\r\n+OK\r\n", 3);
     assert_eq!(rig.state(), ConnState::Handshaking, "still waiting for PONG");
-    rig.deliver(b"+PONG\r\n", 3);
+    rig.deliver(&handshake_replies(), 3);
     assert_eq!(rig.state(), ConnState::Ready);
 }
 
@@ -326,7 +368,7 @@ fn handshaking_to_backoff_on_a_loading_server_then_backoff_to_connecting() {
     rig.advance(Duration::from_millis(10));
     rig.connect();
     rig.take_sent(usize::MAX);
-    rig.deliver(b"+PONG\r\n", 100);
+    rig.deliver(&handshake_replies(), 100);
     rig.take_sent(usize::MAX);
     rig.deliver(b":0\r\n", 100);
     assert_eq!(rig.outcome(exists), Outcome::Bool(false));
@@ -754,7 +796,7 @@ fn awaiting_addresses_requests_wait_without_a_connect_or_a_spin_until_they_arriv
     assert_eq!(rig.core.interest(rig.now).1, Some(rig.now), "work waiting and addresses known: connect now");
     assert_eq!(rig.connect(), 0);
     rig.take_sent(usize::MAX);
-    rig.deliver(b"+PONG\r\n", usize::MAX);
+    rig.deliver(&handshake_replies(), usize::MAX);
     assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$6\r\nEXISTS\r\n$1\r\nk\r\n");
     rig.deliver(b":0\r\n", usize::MAX);
     assert_eq!(rig.outcome(exists), Outcome::Bool(false));
@@ -1126,8 +1168,8 @@ fn tls_handshake_comes_between_connect_and_ping() {
     assert_eq!(wake, Some(rig.now + Duration::from_millis(500)), "by half the connect_timeout (the plaintext check)");
     rig.core.on_tls_established(rig.now);
     assert_eq!(rig.state(), ConnState::Handshaking);
-    assert_eq!(rig.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n");
-    rig.deliver(b"+PONG\r\n", 3);
+    assert_eq!(rig.take_sent(usize::MAX), HANDSHAKE);
+    rig.deliver(&handshake_replies(), 3);
     assert_eq!(rig.state(), ConnState::Ready);
     assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$6\r\nEXISTS\r\n$1\r\nk\r\n");
     rig.deliver(b":1\r\n", usize::MAX);
@@ -1206,7 +1248,7 @@ fn a_client_certificate_refused_after_the_handshake_is_permanent() {
     rig.core.poll_connect(rig.now).unwrap();
     rig.core.on_connected(rig.now);
     rig.core.on_tls_established(rig.now);
-    assert_eq!(rig.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n");
+    assert_eq!(rig.take_sent(usize::MAX), HANDSHAKE);
     let err = crate::error::Error::new(ErrorKind::Tls, "h:1 requires a client certificate");
     rig.core.on_tls_failed(rig.now, err, true, &mut rig.out);
     assert!(matches!(rig.state(), ConnState::Failed { .. }));
@@ -1224,7 +1266,7 @@ fn a_reset_before_any_reply_suggests_tls() {
             rig.advance(Duration::from_millis(10));
         }
         rig.core.on_connected(rig.now);
-        assert_eq!(rig.take_sent(usize::MAX), b"*1\r\n$4\r\nPING\r\n");
+        assert_eq!(rig.take_sent(usize::MAX), HANDSHAKE);
         let reset = io::Error::from(io::ErrorKind::ConnectionReset);
         rig.core.on_io_error(rig.now, reset, &mut rig.out);
     }
@@ -1317,4 +1359,41 @@ fn a_draining_connection_lets_an_open_watch_scope_finish() {
     assert!(matches!(rig.outcome(watch), Outcome::Reply(_)));
     assert!(matches!(rig.outcome(unwatch), Outcome::Reply(_)));
     assert!(rig.out.is_empty(), "the next scope waits for the next connection");
+}
+
+#[test]
+fn the_handshake_learns_which_server_this_is_and_tells_every_connection_to_it() {
+    use crate::net::{Product, ServerIdentity, Version};
+    let (mut one, mut other, _board, health) = two_sharing_health();
+    assert_eq!(health.identity(), None, "nothing is known before a handshake");
+    one.keys_only(Op::Exists, b"k");
+    other.keys_only(Op::Exists, b"k");
+    one.ready();
+    let redis = ServerIdentity { product: Product::Redis, version: Version(7, 0, 15) };
+    assert_eq!(one.core.server_identity(), Some(&redis));
+    assert_eq!(health.identity(), Some(redis), "the other connections to it know too");
+    // A server upgraded in place (or a failover to another version) says so on reconnect.
+    other.connect();
+    assert_eq!(other.take_sent(usize::MAX), HANDSHAKE);
+    let valkey9 = b"*14\r\n$6\r\nserver\r\n$6\r\nvalkey\r\n$7\r\nversion\r\n$5\r\n9.1.2\r\n$5\r\nproto\r\n:2\r\n\
+        $2\r\nid\r\n:3\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n";
+    other.deliver(valkey9, 5);
+    other.deliver(b"+PONG\r\n", 5);
+    assert_eq!(other.state(), ConnState::Ready);
+    assert_eq!(health.identity(), Some(ServerIdentity { product: Product::Valkey, version: Version(9, 1, 2) }));
+}
+
+#[test]
+fn a_server_that_refuses_hello_is_served_without_knowing_what_it_is() {
+    let mut rig = Rig::new();
+    let exists = rig.keys_only(Op::Exists, b"k");
+    rig.connect();
+    assert_eq!(rig.take_sent(usize::MAX), HANDSHAKE);
+    // Redis 5 (no HELLO), or an ACL that denies it.
+    rig.deliver(b"-ERR unknown command `HELLO`, with args beginning with: `2`, \r\n+PONG\r\n", 7);
+    assert_eq!(rig.state(), ConnState::Ready);
+    assert_eq!(rig.core.server_identity(), None);
+    assert_eq!(rig.take_sent(usize::MAX), b"*2\r\n$6\r\nEXISTS\r\n$1\r\nk\r\n");
+    rig.deliver(b":1\r\n", 2);
+    assert_eq!(rig.outcome(exists), Outcome::Bool(true));
 }

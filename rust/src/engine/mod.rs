@@ -50,8 +50,9 @@ use crate::net::EventFd;
 use crate::net::{Address, Resolver};
 use crate::op::Op;
 use crate::placement::{self, PlanSource};
+use crate::ranged::ReadShape;
 use crate::ring::{Consumer, Producer};
-use crate::settings::Settings;
+use crate::settings::{GetPieces, Settings};
 use batches::Batches;
 use buffers::BufferTable;
 use cluster::ClusterView;
@@ -272,6 +273,8 @@ pub struct Engine {
     refresher: Mutex<Option<(Arc<ClusterView>, JoinHandle<()>)>>,
     /// Which servers are down; shared with the workers' connections.
     health: Arc<HealthBoard>,
+    /// How large values are read (`get_piece_bytes`), for [`Engine::stats`].
+    get_pieces: GetPieces,
 }
 
 impl Engine {
@@ -365,7 +368,7 @@ impl Engine {
                 health: health.clone(),
             };
             let nodes = Nodes::new(factory, &servers)?;
-            let ranged = crate::ranged::RangedReads::new(settings.get_piece_bytes);
+            let ranged = crate::ranged::RangedReads::new();
             let worker =
                 worker::Worker::new(shared.clone(), pair.take, pair.post, doorbell, route.clone(), nodes, ranged);
             let cpu = placement.worker_cpus.get(index).copied().flatten();
@@ -405,8 +408,10 @@ impl Engine {
             owner_pid: current_pid(),
             refresher: Mutex::new(None),
             health,
+            get_pieces: settings.get_piece_bytes,
         };
         engine.warm_up()?;
+        engine.log_read_shapes();
         if let Some(view) = route.cluster() {
             *engine.refresher.lock().unwrap_or_else(|p| p.into_inner()) = Some((view.clone(), view.spawn_refresher()?));
         }
@@ -423,6 +428,31 @@ impl Engine {
         match result.outcomes.into_iter().find(|o| !o.is_success()) {
             Some(Outcome::Failed(err)) => Err(err),
             _ => Ok(()),
+        }
+    }
+
+    /// Says, once the warm-up heard every server, how each one's large values are read: one
+    /// line per shape and server version, naming up to four servers.
+    fn log_read_shapes(&self) {
+        let mut groups: Vec<((String, String), Vec<String>)> = Vec::new();
+        let mut identities: Vec<_> = self.health.identities().into_iter().collect();
+        identities.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, identity) in identities {
+            let shape = ReadShape::choose(self.get_pieces, identity.as_ref()).to_string();
+            let server = identity.map_or_else(|| "a server that did not say what it is".into(), |i| i.to_string());
+            match groups.iter_mut().find(|(key, _)| key.0 == shape && key.1 == server) {
+                Some((_, names)) => names.push(name),
+                None => groups.push(((shape, server), vec![name])),
+            }
+        }
+        for ((shape, server), names) in groups {
+            let shown = names.iter().take(4).cloned().collect::<Vec<_>>().join(", ");
+            let more = if names.len() > 4 { format!(" and {} more", names.len() - 4) } else { String::new() };
+            log::info!(
+                target: "lmcache_resp::engine",
+                "large values are read as {shape} from {shown}{more} ({server}; get_piece_bytes={})",
+                self.get_pieces
+            );
         }
     }
 
@@ -471,8 +501,12 @@ impl Engine {
     pub fn stats(&self) -> crate::metrics::Snapshot {
         let mut snapshot = self.shared.metrics.snapshot();
         let down = self.health.down();
+        let identities = self.health.identities();
         for endpoint in &mut snapshot.endpoints {
             endpoint.down = u64::from(down.contains(&endpoint.endpoint));
+            let identity = identities.get(&endpoint.endpoint).cloned().flatten();
+            endpoint.server = identity.as_ref().map(ToString::to_string).unwrap_or_default();
+            endpoint.reads = ReadShape::choose(self.get_pieces, identity.as_ref()).to_string();
         }
         snapshot
     }

@@ -25,8 +25,9 @@ use super::cluster::ClusterView;
 use crate::cluster::{NodeAddr, Rendezvous, key_slot};
 use crate::conn::{Completion, Conn, PipelineLimits, ReconnectPolicy};
 use crate::error::{Error, ErrorKind, Result};
-use crate::health::HealthBoard;
+use crate::health::{EndpointHealth, HealthBoard};
 use crate::net::{Address, Endpoint, Lookup, Resolver, Waker};
+use crate::ranged::ReadShape;
 use crate::settings::Settings;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -109,6 +110,8 @@ enum SlotState {
 struct Slot {
     /// Cluster nodes and TCP servers; `None` for a Unix socket.
     addr: Option<NodeAddr>,
+    /// The node's health, and what it said it is, shared with its connections.
+    health: Arc<EndpointHealth>,
     state: SlotState,
     /// When the node was last routed to (a tick of [`Nodes`]), to forget the least recent first.
     last_used: u64,
@@ -205,7 +208,7 @@ impl Nodes {
         };
         let state = if addresses.is_some() { SlotState::Live } else { SlotState::Resolving };
         self.tick += 1;
-        let slot = Slot { addr: addr.clone(), state, last_used: self.tick };
+        let slot = Slot { addr: addr.clone(), health: health.clone(), state, last_used: self.tick };
         let index = match self.free.pop() {
             Some(index) => {
                 for &conn in &self.conns_of[index] {
@@ -231,6 +234,12 @@ impl Nodes {
             self.resolving.push(index);
         }
         index
+    }
+
+    /// How node `node`'s large values are read: what it said it is in a handshake (of any
+    /// worker's connection to it), under the `get_piece_bytes` setting.
+    pub fn read_shape(&self, node: usize) -> ReadShape {
+        ReadShape::choose(self.factory.settings.get_piece_bytes, self.slots[node].health.identity().as_ref())
     }
 
     /// The index of a cluster node, putting it in the table if it is new. Never blocks: a host

@@ -375,7 +375,7 @@ impl Worker {
             let mut request = Request::new(descriptor.op, descriptor.key, data, tag, deadline)
                 .with_exact_length(descriptor.flags & FLAG_EXACT_LENGTH != 0);
             request.slot = slot;
-            if self.ranged.takes(&request) {
+            if request.op() == Some(Op::Get) && RangedReads::takes(&request, self.nodes.read_shape(node)) {
                 let key = descriptor.key.to_vec();
                 self.start_ranged(node, request, &key);
             } else {
@@ -503,6 +503,10 @@ impl ranged::Conns for WorkerConns<'_> {
 
     fn route(&mut self, key: &[u8]) -> Result<usize, Error> {
         self.nodes.route(self.route, key).map(|(node, _)| node)
+    }
+
+    fn read_shape(&self, node: usize) -> ranged::ReadShape {
+        self.nodes.read_shape(node)
     }
 }
 

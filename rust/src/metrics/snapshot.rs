@@ -57,6 +57,11 @@ pub struct EndpointSnapshot {
     /// 1 while the endpoint is known to be down (its keys fail at once; see
     /// [`crate::health`]), else 0.
     pub down: u64,
+    /// What the server said it is (`valkey 9.1.2`); empty until a handshake heard it.
+    pub server: String,
+    /// How its large values are read (`whole GETs`, `pieces of 1 MiB`; see
+    /// `crate::ranged::shape`).
+    pub reads: String,
     /// Per key: its batch's submission to its completion.
     pub key_latency: Histogram,
 }
@@ -124,6 +129,8 @@ impl Snapshot {
                 put(&mut out, v);
             }
             hist(&mut out, &e.key_latency);
+            name(&mut out, &e.server);
+            name(&mut out, &e.reads);
         }
         out
     }
@@ -192,6 +199,8 @@ impl Snapshot {
                 *v = word!();
             }
             e.key_latency = hist!();
+            e.server = name!();
+            e.reads = name!();
             out.endpoints.push(e);
         }
         (at == bytes.len()).then_some(out)

@@ -81,6 +81,8 @@ fn a_snapshot_survives_its_encoding() {
             EndpointSnapshot { endpoint: name.into(), bytes_sent: i as u64 + 10, in_flight: 3, ..Default::default() };
         e.errors[4] = 2;
         e.key_latency.counts[21] = 1;
+        e.server = format!("valkey 9.1.{i}");
+        e.reads = "pieces of 1 MiB".into();
         s.endpoints.push(e);
     }
     let bytes = s.encode();

@@ -1,6 +1,6 @@
-//! What is said on every new connection before any data moves: AUTH, SELECT, PING. Shared by
-//! every connection type, and judged here: which failures are permanent (never retried) and
-//! which are worth a reconnect.
+//! What is said on every new connection before any data moves: AUTH, SELECT, HELLO, PING.
+//! Shared by every connection type, and judged here: which failures are permanent (never
+//! retried) and which are worth a reconnect.
 
 use super::options::ConnectOptions;
 use crate::error::{Error, ErrorKind};
@@ -13,13 +13,16 @@ pub enum Step {
     Auth,
     /// `SELECT db`, when the database is not 0.
     Select,
+    /// `HELLO 2`, always: which server this is (see [`super::server`]). A server that refuses it
+    /// (before Redis 6, or where it is renamed or denied) is served all the same.
+    Hello,
     /// `PING`, always: the connection is ready once it answers.
     Ping,
 }
 
 /// The handshake commands for these options, in order, each as its encoded frame.
 pub fn commands(options: &ConnectOptions) -> Vec<(Step, Vec<u8>)> {
-    let mut steps = Vec::with_capacity(3);
+    let mut steps = Vec::with_capacity(4);
     if let Some(password) = &options.password {
         let username = options.username.as_deref().map(str::as_bytes);
         let auth = Command::Auth { username, password: password.expose().as_bytes() };
@@ -28,6 +31,7 @@ pub fn commands(options: &ConnectOptions) -> Vec<(Step, Vec<u8>)> {
     if options.db != 0 {
         steps.push((Step::Select, Command::Select { db: options.db }.header()));
     }
+    steps.push((Step::Hello, Command::Hello.header()));
     steps.push((Step::Ping, Command::Ping.header()));
     steps
 }
@@ -77,6 +81,8 @@ fn judge_reply(step: Step, reply: &Reply, options: &ConnectOptions) -> Verdict {
             ErrorKind::Authentication,
             format!("{endpoint} requires authentication and no password was given: {}", String::from_utf8_lossy(text)),
         )),
+        // What a server is only shapes how large values are read; not knowing is no failure.
+        (Step::Hello, _) => Verdict::Proceed,
         (Step::Select, Reply::Error(text)) => Verdict::Permanent(Error::new(
             ErrorKind::InvalidInput,
             format!("cannot select database {} at {endpoint}: {}", options.db, String::from_utf8_lossy(text)),
@@ -112,11 +118,12 @@ mod tests {
     #[test]
     fn commands_follow_the_options() {
         let steps: Vec<Step> = commands(&options(None, None, 0)).into_iter().map(|s| s.0).collect();
-        assert_eq!(steps, [Step::Ping]);
+        assert_eq!(steps, [Step::Hello, Step::Ping]);
         let all = commands(&options(Some("pw"), Some("u"), 3));
-        assert_eq!(all.iter().map(|s| s.0).collect::<Vec<_>>(), [Step::Auth, Step::Select, Step::Ping]);
+        assert_eq!(all.iter().map(|s| s.0).collect::<Vec<_>>(), [Step::Auth, Step::Select, Step::Hello, Step::Ping]);
         assert_eq!(all[0].1, b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$2\r\npw\r\n");
         assert_eq!(all[1].1, b"*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n");
+        assert_eq!(all[2].1, b"*2\r\n$5\r\nHELLO\r\n$1\r\n2\r\n");
     }
 
     #[test]
@@ -140,6 +147,13 @@ mod tests {
         assert!(err.message().contains("cannot select database 0"), "{err}");
 
         assert_eq!(judge(Step::Ping, &Reply::Simple(b"PONG".to_vec()), &opts), Verdict::Proceed);
+        // HELLO is a question, not a gate: a server before Redis 6 (or one that denies it) is
+        // served without knowing what it is. Only what would fail every command still fails.
+        let unknown = Reply::Error(b"ERR unknown command 'HELLO', with args beginning with: '2'".to_vec());
+        assert_eq!(judge(Step::Hello, &unknown, &opts), Verdict::Proceed);
+        assert_eq!(judge(Step::Hello, &Reply::Array(vec![]), &opts), Verdict::Proceed);
+        assert!(matches!(judge(Step::Hello, &noauth, &opts), Verdict::Permanent(_)));
+        assert!(matches!(judge(Step::Hello, &loading, &opts), Verdict::Transient(_)));
         assert!(matches!(judge(Step::Ping, &Reply::Integer(1), &opts), Verdict::Transient(_)));
 
         let echo = Reply::Error(b"ERR unknown command 'AUTH', with args beginning with: 'hunter2'".to_vec());

@@ -6,8 +6,8 @@
 use super::errors::{invalid_input, to_py_err};
 use crate::net::{Endpoint, TlsOptions};
 use crate::secret::Secret;
-use crate::settings::EvictionPolicy;
 use crate::settings::{ENV_VARS, EVICTION_FIELDS, Eviction, FIELDS, Settings, Sources, Value};
+use crate::settings::{EvictionPolicy, GetPieces};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyMapping, PyString};
 
@@ -299,11 +299,15 @@ impl PySettings {
         self.0.prefault
     }
 
-    /// GETs of values larger than this are read in pieces of this size; 0: never. (Named
-    /// explicitly: PyO3 would drop a getter's `get_` prefix.)
+    /// How GETs of large values are read: `"auto"` (per server, from what it is), or a piece
+    /// size in bytes (0: one GET per value). (Named explicitly: PyO3 would drop a getter's
+    /// `get_` prefix.)
     #[getter(get_piece_bytes)]
-    fn get_piece_bytes(&self) -> usize {
-        self.0.get_piece_bytes
+    fn get_piece_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(match self.0.get_piece_bytes {
+            GetPieces::Auto => PyString::new(py, "auto").into_any(),
+            GetPieces::Bytes(bytes) => bytes.into_pyobject(py)?.into_any(),
+        })
     }
 
     /// TLS is on (`rediss://` or `ssl=True`).
@@ -383,7 +387,7 @@ impl PySettings {
         out.set_item("max_capacity_gb", s.max_capacity_gb)?;
         out.set_item("eviction", self.eviction().to_dict(py)?)?;
         out.set_item("prefault", s.prefault)?;
-        out.set_item("get_piece_bytes", s.get_piece_bytes)?;
+        out.set_item("get_piece_bytes", self.get_piece_bytes(py)?)?;
         out.set_item("ssl", self.ssl())?;
         out.set_item("ssl_ca_certs", self.ssl_ca_certs())?;
         out.set_item("ssl_ca_path", self.ssl_ca_path())?;

@@ -65,6 +65,8 @@ fn endpoint<'py>(py: Python<'py>, e: &EndpointSnapshot) -> PyResult<Bound<'py, P
     out.set_item("ask", e.ask)?;
     out.set_item("in_flight", e.in_flight)?;
     out.set_item("down", e.down != 0)?;
+    out.set_item("server", &e.server)?;
+    out.set_item("reads", &e.reads)?;
     out.set_item("key_latency", histogram(py, &e.key_latency)?)?;
     Ok(out)
 }

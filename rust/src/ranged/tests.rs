@@ -126,6 +126,10 @@ impl Conns for FakeConns {
     fn route(&mut self, _key: &[u8]) -> Result<usize, Error> {
         Ok(self.route_to)
     }
+
+    fn read_shape(&self, _node: usize) -> ReadShape {
+        ReadShape::Pieces(PIECE)
+    }
 }
 
 struct Rig {
@@ -140,7 +144,7 @@ struct Rig {
 impl Rig {
     fn new(value: Option<Vec<u8>>, conns_of: Vec<Vec<usize>>) -> Rig {
         Rig {
-            reads: RangedReads::new(PIECE),
+            reads: RangedReads::new(),
             conns: FakeConns::new(conns_of),
             model: Model { value, watch: HashMap::new(), log: Vec::new() },
             out: Vec::new(),
@@ -158,7 +162,7 @@ impl Rig {
         self.pages.push(page);
         let request =
             Request::new(Op::Get, b"key", Some(dest), tag, self.now + Duration::from_secs(5)).with_exact_length(exact);
-        assert!(self.reads.takes(&request));
+        assert!(RangedReads::takes(&request, self.conns.read_shape(0)));
         self.reads.start(request, b"key", 0, &mut self.conns);
         self.pages.len() - 1
     }

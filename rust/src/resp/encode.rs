@@ -42,6 +42,8 @@ pub enum Command<'a> {
     },
     /// `PING`.
     Ping,
+    /// `HELLO 2`: the server's name and version, staying on RESP2 (Redis 6 and later).
+    Hello,
     /// `SELECT db`.
     Select {
         /// The database number.
@@ -152,6 +154,7 @@ impl Command<'_> {
             Command::Auth { username: Some(user), password } => args(b"AUTH", &[user, password], None),
             Command::Auth { username: None, password } => args(b"AUTH", &[password], None),
             Command::Ping => args(b"PING", &[], None),
+            Command::Hello => args(b"HELLO", &[b"2"], None),
             Command::Select { db } => args(b"SELECT", &[db_digits.format(db).as_bytes()], None),
             Command::Asking => args(b"ASKING", &[], None),
             Command::Cluster { subcommand } => args(b"CLUSTER", &[subcommand], None),

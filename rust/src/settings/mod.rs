@@ -59,14 +59,53 @@ pub mod defaults {
     pub const MAX_INFLIGHT_BYTES: u64 = 1 << 40;
     /// The largest `max_inflight_requests` accepted.
     pub const MAX_INFLIGHT_REQUESTS: u64 = 1 << 20;
-    /// GETs of values larger than this are read in pieces of this size (`crate::ranged`):
-    /// servers answer replies of a few MiB at several times the rate of one reply of tens of
-    /// MiB (bench/RESULTS.md has the sweep this value comes from).
-    pub const GET_PIECE_BYTES: usize = 1 << 20;
+    /// How GETs of large values are read: decided per server from what it is
+    /// (`crate::ranged::shape`).
+    pub const GET_PIECES: super::GetPieces = super::GetPieces::Auto;
     /// Smallest piece size accepted (other than 0, which turns pieces off).
     pub const MIN_GET_PIECE_BYTES: u64 = 4096;
     /// Largest piece size accepted.
     pub const MAX_GET_PIECE_BYTES: u64 = 1 << 30;
+}
+
+/// How GETs of large values are read (the `get_piece_bytes` setting).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GetPieces {
+    /// Per server, from what its handshake says it is (`crate::ranged::shape`).
+    Auto,
+    /// Values larger than this many bytes in pieces of this size, from every server; 0: every
+    /// value with one GET.
+    Bytes(usize),
+}
+
+impl std::fmt::Display for GetPieces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GetPieces::Auto => f.write_str("auto"),
+            GetPieces::Bytes(bytes) => write!(f, "{bytes}"),
+        }
+    }
+}
+
+/// `"auto"`, or 0, or a piece size in bytes.
+fn get_pieces(given: &Given<'_>) -> Result<GetPieces> {
+    if matches!(given.value, Value::Text(text) if text.trim().eq_ignore_ascii_case("auto")) {
+        return Ok(GetPieces::Auto);
+    }
+    let refuse = || {
+        Error::invalid(format!(
+            "get_piece_bytes must be \"auto\" (decided per server), 0 (one GET per value) or a piece size of {}..{} \
+             bytes, got {}",
+            defaults::MIN_GET_PIECE_BYTES,
+            defaults::MAX_GET_PIECE_BYTES,
+            given.value
+        ))
+    };
+    let bytes = given.integer(0, defaults::MAX_GET_PIECE_BYTES).map_err(|_| refuse())?;
+    if bytes != 0 && bytes < defaults::MIN_GET_PIECE_BYTES {
+        return Err(refuse());
+    }
+    Ok(GetPieces::Bytes(bytes as usize))
 }
 
 /// `max_capacity_gb` counts GiB (2^30 bytes), as LMCache's own adapters do
@@ -150,9 +189,9 @@ pub struct Settings {
     pub max_capacity_gb: f64,
     /// How capacity tracking evicts (used only when `max_capacity_gb` > 0).
     pub eviction: Eviction,
-    /// GETs of values larger than this many bytes are read in pieces of this size; 0 reads
-    /// every value with one GET.
-    pub get_piece_bytes: usize,
+    /// How GETs of large values are read: per server (`auto`), or in pieces of a given size
+    /// (0: every value with one GET).
+    pub get_piece_bytes: GetPieces,
     /// Fault the arena's pages in at creation.
     pub prefault: bool,
     /// TLS to every server (and every cluster node); `None` is plaintext. Built (its files
@@ -180,7 +219,7 @@ impl Settings {
             max_capacity_gb: 0.0,
             eviction: Eviction::default(),
             prefault: defaults::PREFAULT,
-            get_piece_bytes: defaults::GET_PIECE_BYTES,
+            get_piece_bytes: defaults::GET_PIECES,
             tls: None,
             warnings: Vec::new(),
         }
@@ -394,15 +433,7 @@ impl<'a> Resolver<'a> {
             settings.prefault = given.flag()?;
         }
         if let Some(given) = self.tuning("get_piece_bytes") {
-            let bytes = given.integer(0, defaults::MAX_GET_PIECE_BYTES)?;
-            if bytes != 0 && bytes < defaults::MIN_GET_PIECE_BYTES {
-                return Err(Error::invalid(format!(
-                    "get_piece_bytes must be 0 (no pieces) or at least {} bytes, got {}",
-                    defaults::MIN_GET_PIECE_BYTES,
-                    given.value
-                )));
-            }
-            settings.get_piece_bytes = bytes as usize;
+            settings.get_piece_bytes = get_pieces(&given)?;
         }
         if let Some(given) = self.tuning("cluster") {
             settings.cluster = given.flag()?;
