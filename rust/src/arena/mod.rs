@@ -26,7 +26,7 @@
 
 mod layout;
 mod ledger;
-mod map;
+mod mapping;
 mod pool;
 
 use std::fmt;
@@ -37,7 +37,7 @@ pub use layout::{
     RingRegionSpec,
 };
 pub use ledger::{Claim, PageLedger};
-pub use map::{Arena, HugePages};
+pub use mapping::{Arena, HugePages};
 pub use pool::{PageHandle, PagePool, PoolError};
 
 /// Why an arena could not be laid out, created or attached.

@@ -4,7 +4,7 @@
 //!
 //! Redis Cluster:
 //! - [`slot`]: the hash slot of a key (CRC16 with hash tags), as every cluster node computes it.
-//! - [`map`]: which primary and replicas serve each slot, read from `CLUSTER SHARDS` (Redis 7+)
+//! - [`slot_map`]: which primary and replicas serve each slot, read from `CLUSTER SHARDS` (Redis 7+)
 //!   or `CLUSTER SLOTS`, patched by `MOVED`.
 //! - [`redirect`]: the `MOVED`/`ASK` error replies, and which cluster errors are worth a retry.
 //!
@@ -14,14 +14,14 @@
 //! The reply fixtures under `testdata/` are bytes captured from a live Redis 7.0 cluster by
 //! `testdata/capture.py`; tests parse them with the crate's own RESP decoder.
 
-pub mod map;
 pub mod node;
 pub mod redirect;
 pub mod shard;
 pub mod slot;
+pub mod slot_map;
 
-pub use map::{Health, Node, Shard, SlotMap};
 pub use node::NodeAddr;
 pub use redirect::{Redirect, RedirectKind, Transient, is_cluster_down, transient};
 pub use shard::Rendezvous;
 pub use slot::{SLOT_COUNT, key_slot};
+pub use slot_map::{Health, Node, Shard, SlotMap};
