@@ -7,7 +7,7 @@ use super::bridge::attach_timeout;
 use super::buffers::{Access, HeldBuffer, batch_list, key_bytes, key_list};
 use super::errors::to_py_err;
 use super::facts::{capacity_dict, facts_placement};
-use super::results::{BatchResult, op_from_name};
+use super::results::{PyBatchResult, op_from_name};
 use super::settings::settings_of;
 use crate::capacity::TrackedEngine;
 use crate::engine::EngineConfig;
@@ -103,7 +103,7 @@ impl Connector {
     }
 
     /// Finished batches; clears the eventfd's readiness.
-    fn drain(&self, py: Python<'_>) -> PyResult<Vec<BatchResult>> {
+    fn drain(&self, py: Python<'_>) -> PyResult<Vec<PyBatchResult>> {
         let (results, released) = py
             .detach(|| {
                 let results = self.connector.drain()?;
@@ -114,7 +114,7 @@ impl Connector {
             .map_err(|e: crate::Error| to_py_err(&e))?;
         // Released here, with the GIL held, after the workers are done with them.
         drop(released);
-        Ok(results.into_iter().map(BatchResult).collect())
+        Ok(results.into_iter().map(PyBatchResult).collect())
     }
 
     fn event_fd(&self) -> i32 {

@@ -70,7 +70,7 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::PagedStore>()?;
     m.add_class::<store::Page>()?;
     m.add_class::<connector::Connector>()?;
-    m.add_class::<results::BatchResult>()?;
+    m.add_class::<results::PyBatchResult>()?;
     m.add_class::<bridge::Bridge>()?;
     m.add_class::<settings::PySettings>()?;
     m.add_class::<settings::PyEviction>()?;

@@ -1,9 +1,10 @@
-//! `_native.BatchResult`: one finished batch, typed. The store, the connector and LMCache's
+//! `_native.BatchResult` ([`PyBatchResult`]): one finished batch, the core's
+//! [`crate::engine::BatchResult`], typed for Python. The store, the connector and LMCache's
 //! completion tuples all read it; nothing parses error text.
 
 use super::errors::{class_name, exception_class, to_py_exception};
 use crate::conn::Outcome;
-use crate::engine::BatchResult as CoreResult;
+use crate::engine::BatchResult;
 use crate::error::Error;
 use crate::op::Op;
 use pyo3::prelude::*;
@@ -32,10 +33,10 @@ pub fn op_name(op: Op) -> &'static str {
 }
 
 /// A finished batch: one outcome per key, in submission order.
-#[pyclass(module = "lmcache_resp._native", frozen)]
-pub struct BatchResult(pub CoreResult);
+#[pyclass(module = "lmcache_resp._native", name = "BatchResult", frozen)]
+pub struct PyBatchResult(pub BatchResult);
 
-impl BatchResult {
+impl PyBatchResult {
     fn failed(&self) -> impl Iterator<Item = (usize, &Error)> {
         self.0.outcomes.iter().enumerate().filter_map(|(i, o)| match o {
             Outcome::Failed(err) => Some((i, err)),
@@ -57,7 +58,7 @@ impl BatchResult {
 }
 
 #[pymethods]
-impl BatchResult {
+impl PyBatchResult {
     /// The id `submit` returned (unique for the store's or connector's lifetime).
     #[getter]
     fn id(&self) -> u64 {

@@ -4,7 +4,7 @@ use super::bridge::attach_timeout;
 use super::buffers::{batch_list, count_of, key_bytes, key_list, lengths_of};
 use super::errors::{invalid_input, to_py_err};
 use super::facts::{capacity_dict, facts_placement};
-use super::results::{BatchResult, op_from_name};
+use super::results::{PyBatchResult, op_from_name};
 use super::settings::settings_of;
 use crate::arena::{Arena, ArenaSpec, PageHandle};
 use crate::engine::EngineConfig;
@@ -177,9 +177,9 @@ impl PagedStore {
         keys: &Bound<'_, PyAny>,
         pages: Option<&Bound<'_, PyAny>>,
         lengths: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<BatchResult> {
+    ) -> PyResult<PyBatchResult> {
         match self.batch(py, op, keys, pages, lengths, true)? {
-            Batched::Done(result) => Ok(BatchResult(result)),
+            Batched::Done(result) => Ok(PyBatchResult(result)),
             Batched::Submitted(_) => unreachable!("run waits"),
         }
     }
@@ -201,9 +201,9 @@ impl PagedStore {
     }
 
     /// Finished submitted batches; clears the eventfd's readiness.
-    fn drain(&self, py: Python<'_>) -> PyResult<Vec<BatchResult>> {
+    fn drain(&self, py: Python<'_>) -> PyResult<Vec<PyBatchResult>> {
         let results = py.detach(|| self.store.drain()).map_err(|e| to_py_err(&e))?;
-        Ok(results.into_iter().map(BatchResult).collect())
+        Ok(results.into_iter().map(PyBatchResult).collect())
     }
 
     fn event_fd(&self) -> i32 {
