@@ -42,6 +42,9 @@ for server in valkey valkey9; do
     echo "    (the $server pass of the Rust tests took $((SECONDS - started)) s)"
 done
 
+echo "==> cargo test of the bindings' own unit tests (the benchmark's loopback ceiling probe), with the python feature"
+cargo test -p lmcache-resp --lib --features python --quiet python::
+
 echo "==> clippy (every target, with the python and test-hooks features; warnings are errors)"
 cargo clippy --workspace --all-targets --features lmcache-resp/python,lmcache-resp/test-hooks -- -D warnings
 

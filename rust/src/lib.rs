@@ -24,7 +24,6 @@ pub mod arena;
 pub mod blocking;
 pub mod bridge;
 pub mod capacity;
-pub mod ceiling;
 pub mod cluster;
 pub mod conn;
 pub mod engine;

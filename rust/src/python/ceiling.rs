@@ -1,5 +1,7 @@
-//! The machine's own limit for moving blocks through a local stream socket, with no Redis in
-//! the path: the ceiling the benchmark reports its results against.
+//! `_native.loopback_ceiling`: the machine's own limit for moving blocks through a local stream
+//! socket, with no Redis in the path, the ceiling `python -m lmcache_resp.bench --ceiling`
+//! reports its results against. Benchmark support, not part of the core: it is compiled only
+//! into the bindings, and nothing in the core uses it.
 //!
 //! `pairs` sender/receiver thread pairs, one connection each. Senders write preallocated
 //! blocks in turn; receivers read into preallocated block-sized buffers in turn. With one
@@ -10,30 +12,33 @@
 //! kernel's receive processing, which runs in its context, so each side is what a client pays
 //! to send (SET) or to receive (GET) one byte.
 
+use super::errors;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-/// What one [`loopback_ceiling`] run measured.
+/// What one [`measure`] run measured.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Ceiling {
+struct Ceiling {
     /// Wall-clock seconds from the threads' release until every receiver had all its bytes.
-    pub seconds: f64,
+    seconds: f64,
     /// Bytes moved, over all pairs.
-    pub bytes: u64,
+    bytes: u64,
     /// User plus system CPU time of the whole process over the measurement.
-    pub cpu_seconds: f64,
+    cpu_seconds: f64,
     /// CPU time of the sending threads.
-    pub sender_cpu_seconds: f64,
+    sender_cpu_seconds: f64,
     /// CPU time of the receiving threads.
-    pub receiver_cpu_seconds: f64,
+    receiver_cpu_seconds: f64,
 }
 
 impl Ceiling {
     /// Decimal GB (1e9 bytes) per second.
-    pub fn gb_per_s(&self) -> f64 {
+    fn gb_per_s(&self) -> f64 {
         self.bytes as f64 / self.seconds / 1e9
     }
 }
@@ -68,7 +73,7 @@ fn thread_cpu_seconds() -> f64 {
 
 /// Moves about `total_bytes` (rounded up to whole blocks per pair) and times it. Each pair's
 /// sender and receiver cycle through `working_set_bytes` of distinct blocks (at least one).
-pub fn loopback_ceiling(
+fn measure(
     pairs: usize,
     block_bytes: usize,
     total_bytes: u64,
@@ -144,6 +149,32 @@ pub fn loopback_ceiling(
     })
 }
 
+/// Raw local stream throughput (no Redis): `{"seconds", "bytes", "gb_per_s", "cpu_seconds",
+/// "sender_cpu_seconds", "receiver_cpu_seconds"}`. Each side cycles through `working_set_bytes`
+/// of distinct blocks (0: one block, copied from and to cache).
+#[pyfunction]
+#[pyo3(signature = (pairs, block_bytes, total_bytes, unix=false, working_set_bytes=0))]
+pub fn loopback_ceiling<'py>(
+    py: Python<'py>,
+    pairs: usize,
+    block_bytes: usize,
+    total_bytes: u64,
+    unix: bool,
+    working_set_bytes: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let result = py
+        .detach(|| measure(pairs, block_bytes, total_bytes, unix, working_set_bytes))
+        .map_err(|e| errors::invalid_input(format!("loopback ceiling probe failed: {e}")))?;
+    let out = PyDict::new(py);
+    out.set_item("seconds", result.seconds)?;
+    out.set_item("bytes", result.bytes)?;
+    out.set_item("gb_per_s", result.gb_per_s())?;
+    out.set_item("cpu_seconds", result.cpu_seconds)?;
+    out.set_item("sender_cpu_seconds", result.sender_cpu_seconds)?;
+    out.set_item("receiver_cpu_seconds", result.receiver_cpu_seconds)?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,12 +183,12 @@ mod tests {
     fn moves_every_byte_over_tcp_and_unix() {
         for unix in [false, true] {
             for working_set in [0, 256 * 1024] {
-                let result = loopback_ceiling(2, 64 * 1024, 4 << 20, unix, working_set).unwrap();
+                let result = measure(2, 64 * 1024, 4 << 20, unix, working_set).unwrap();
                 assert_eq!(result.bytes, 4 << 20);
                 assert!(result.seconds > 0.0 && result.gb_per_s() > 0.0);
                 assert!(result.sender_cpu_seconds > 0.0 && result.receiver_cpu_seconds > 0.0);
             }
         }
-        assert!(loopback_ceiling(0, 1, 1, false, 0).is_err());
+        assert!(measure(0, 1, 1, false, 0).is_err());
     }
 }
