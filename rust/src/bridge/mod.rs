@@ -5,13 +5,14 @@
 //! - [`wire`]: the control messages and the batch records (pure, checked decoding).
 //! - [`channel`]: frames and file descriptors over the control socket.
 //! - [`signal`]: the socketpair each client and the bridge wake each other through.
-//! - [`server`]: the bridge, its limits, and what its two threads share; `control` (accepts,
-//!   handshakes under a deadline, page requests) and `relay` (fair admission of batches into
-//!   the engine, results back) are those threads.
-//! - Their decisions as plain types, tested without sockets or an engine: `admission` (shares,
-//!   slices, round-robin, backlog bounds), `batch` (the pages a batch may name, and what the
-//!   bridge keeps of it), `audit` (memory in pages a client does not hold), `refusals` (the
-//!   log of refused connections at a bounded rate).
+//! - [`server`]: the bridge process's side. `state` (what its two threads share: the engine,
+//!   the page budget, the clients, the release of a client's pages) is imported by `control`
+//!   (accepts, handshakes under a deadline, page requests) and `relay` (fair admission of
+//!   batches into the engine, results back), and imports neither. Their decisions are plain
+//!   types, tested without sockets or an engine: `admission` (shares, slices, round-robin,
+//!   backlog bounds), `batch` (the pages a batch may name, and what the bridge keeps of it),
+//!   `audit` (memory in pages a client does not hold), `refusals` (the log of refused
+//!   connections at a bounded rate).
 //!
 //! The clients' side, a store and LMCache's connector attached to a bridge, are fronts like
 //! their in-process twins: [`crate::front::BridgedPageStore`], [`crate::front::BridgedConnector`].
@@ -22,13 +23,7 @@
 //! names pages of its region by index and allocation generation; the bridge runs only those it
 //! handed that client.
 
-mod admission;
-mod audit;
-mod batch;
 pub mod channel;
-mod control;
-mod refusals;
-mod relay;
 pub mod server;
 pub mod signal;
 pub mod wire;

@@ -10,8 +10,8 @@
 //! A batch that fails its check is kept the same way and fails slice by slice, so its
 //! completions wait behind the client's outbox bound like everyone else's.
 
-use super::wire::{self, KeyEntry, NO_PAGE, SUBMISSION_HEADER, Submission};
 use crate::arena::{Claim, PageHandle, PageLedger, PagePool};
+use crate::bridge::wire::{self, KeyEntry, NO_PAGE, SUBMISSION_HEADER, Submission};
 use crate::conn::Outcome;
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{BatchShape, MemoryKind, Op};

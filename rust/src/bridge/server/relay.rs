@@ -20,10 +20,10 @@
 use super::admission::{Admission, Load, Share};
 use super::audit::{self, Geometry};
 use super::batch::{self, QueuedBatch};
-use super::server::{BridgeState, Client, ClientData};
-use super::signal::Drained;
-use super::wire::{self, KeyEntry, NO_PAGE, Submission};
+use super::state::{self, BridgeState, Client, ClientData};
 use crate::arena::PageHandle;
+use crate::bridge::signal::Drained;
+use crate::bridge::wire::{self, KeyEntry, NO_PAGE, Submission};
 use crate::conn::Outcome;
 use crate::engine::{Batch, BatchResult, Item, Memory, records::SUBMISSION_HEADER_LEN};
 use crate::memory::RawBuf;
@@ -391,10 +391,10 @@ fn retire_gone(shared: &BridgeState, clients: &[Arc<Client>]) {
         let handles: Vec<PageHandle> =
             client.held.lock().unwrap_or_else(|p| p.into_inner()).values().copied().collect();
         let returned = handles.len();
-        let _ = super::control::release_pages(shared, client, &handles);
+        let _ = state::release_pages(shared, client, &handles);
         // All of it, pages it wrote without holding them included: the memory is freed even
         // if the process keeps its mapping.
-        super::control::punch(&client.region, 0, client.region.size() as u64);
+        state::punch(&client.region, 0, client.region.size() as u64);
         shared.lock_clients().remove(&client.id);
         log::info!(target: "lmcache_resp::bridge",
             "bridge: client {} (pid {}, uid {}) detached; {returned} pages back",

@@ -14,29 +14,24 @@
 //! reads its replies, waits on itself (its socket fills, its writes block), not on the bridge's
 //! memory or the others' turns.
 
-use super::channel::{self, Inbox, Received};
 use super::refusals::{Cause, RefusalLog};
-use super::server::{BridgeState, Client, ClientData, Dropped};
-use super::signal::SignalEnd;
-use super::wire::{Control, PROTOCOL_VERSION, Welcome};
-use crate::arena::{Arena, ArenaSpec, PageHandle, PageLedger, PagePool, RingRegionSpec};
+use super::state::{self, BridgeState, Client, Dropped};
+use crate::arena::PageHandle;
+use crate::bridge::channel::{self, Inbox, Received};
+use crate::bridge::wire::{Control, PROTOCOL_VERSION, Welcome};
 use crate::error::{Error, ErrorKind, Result};
-use crate::ring::{self, Consumer, Producer};
 use rustix::event::{PollFd, PollFlags, poll};
 use rustix::net::UCred;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// Bounds on what a client's submission ring may be.
-const MIN_SUBMISSION_RING: usize = 64 << 10;
-const MAX_SUBMISSION_RING: usize = 16 << 20;
 /// Control replies waiting for a client: past this, its requests are not read until it reads
 /// (the largest reply, a page list of its whole quota, may come on top of it once).
 const REPLY_BACKLOG: usize = 64 << 10;
@@ -476,7 +471,7 @@ fn handshake(
         );
         return refuse(conn, refusals, Cause::Full, reason, Some(ErrorKind::Connection));
     }
-    match new_client(shared, pid, uid, ring_bytes as usize) {
+    match Client::create(shared, pid, uid, ring_bytes as usize) {
         Ok((client, theirs)) => {
             let welcome = Welcome {
                 version: PROTOCOL_VERSION,
@@ -517,76 +512,6 @@ fn list(prefix: &str, ids: &[u32]) -> String {
         return String::new();
     }
     format!("{prefix}{}", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))
-}
-
-/// A client's region (its rings and up to its quota of pages, nothing else: memory is taken
-/// only as pages are used) and its signal socketpair; returns the peer's end.
-fn new_client(shared: &BridgeState, pid: i32, uid: u32, ring_bytes: usize) -> Result<(Arc<Client>, SignalEnd)> {
-    let id = shared.next_client.fetch_add(1, Ordering::Relaxed);
-    let submission = match ring_bytes {
-        0 => shared.limits.submission_ring_bytes,
-        asked => asked.clamp(MIN_SUBMISSION_RING, MAX_SUBMISSION_RING),
-    }
-    .next_power_of_two();
-    let completion = shared.limits.completion_ring_bytes.next_power_of_two();
-    let spec = ArenaSpec {
-        page_size: shared.page_size,
-        num_pages: shared.limits.client_pages,
-        rings: vec![RingRegionSpec {
-            submission_bytes: ring::ring_size(submission),
-            completion_bytes: ring::ring_size(completion),
-        }],
-        batch_slots: 0,
-        name_hint: format!("client-{id}"),
-    };
-    let region = Arc::new(Arena::create(&spec).map_err(|e| Error::invalid(e.to_string()))?);
-    let (sub_base, sub_len, comp_base, comp_len) = region.ring_region(0);
-    let owner: Arc<dyn std::any::Any + Send + Sync> = region.clone();
-    let ring_err = |e: ring::RingError| Error::invalid(format!("ring setup: {e}"));
-    // SAFETY: both regions lie inside the fresh arena, 4096-aligned and `ring_size` long as
-    // specified, mapped from a memfd just sized (so they read as zeros: only the headers are
-    // written, the rings' pages are taken as they are used); the client maps them only after
-    // the welcome. The bridge attaches the consumer of the submission ring and the producer
-    // of the completion ring: the client, the other end of each.
-    let (submissions, completions) = unsafe {
-        ring::init_ring_on_zeroed(sub_base, submission);
-        ring::init_ring_on_zeroed(comp_base, completion);
-        (
-            Consumer::attach(sub_base, sub_len, owner.clone()).map_err(ring_err)?,
-            Producer::attach(comp_base, comp_len, owner).map_err(ring_err)?,
-        )
-    };
-    let pool = PagePool::new(region.clone()).map_err(|e| Error::invalid(e.to_string()))?;
-    let (ours, theirs) = SignalEnd::pair().map_err(|e| Error::os("socketpair", e))?;
-    let client = Arc::new(Client {
-        id,
-        pid,
-        uid,
-        ledger: PageLedger::new(region.num_pages()),
-        region,
-        pool,
-        held: Mutex::new(HashMap::new()),
-        held_changes: AtomicU64::new(0),
-        signal: ours,
-        data: Mutex::new(ClientData {
-            submissions,
-            completions,
-            record: Vec::new(),
-            queued: VecDeque::new(),
-            queued_bytes: 0,
-            outbox: VecDeque::new(),
-            outbox_bytes: 0,
-            inflight_bytes: 0,
-            inflight_keys: 0,
-            inflight_slices: 0,
-            release: Vec::new(),
-            audited: None,
-        }),
-        gone: AtomicBool::new(false),
-        control_closed: AtomicBool::new(false),
-        dropped: Mutex::new(None),
-    });
-    Ok((client, theirs))
 }
 
 /// Pages a client may still take: what its region has left and the shared budget allows.
@@ -650,40 +575,7 @@ fn free(shared: &BridgeState, client: &Client, index: u32, generation: u32) -> R
     client.pool.check(&handle).map_err(|_| {
         Error::new(ErrorKind::Page, format!("page {index} (generation {generation}) is not one of this client's"))
     })?;
-    client.ledger.free_if_idle(index, || release_pages(shared, client, &[handle]))
-}
-
-/// Frees pages of a client: back in its region's pool, their memory given back to the system
-/// (a hole punched in its memfd), their budget back to the bridge.
-pub(super) fn release_pages(shared: &BridgeState, client: &Client, handles: &[PageHandle]) -> Result<()> {
-    for handle in handles {
-        client.pool.check(handle).map_err(|e| Error::new(ErrorKind::Page, e.to_string()))?;
-    }
-    // The holes first: once in the pool a page may be handed out again at once, and its new
-    // bytes must not be punched away; while still held, its memory counts as the client's.
-    // The whole stride: a partial 4 KiB block at a page's end would stay in memory.
-    let stride = client.region.layout().page_stride as u64;
-    for handle in handles {
-        punch(&client.region, client.region.page_offset(handle.index as usize), stride);
-    }
-    client.pool.free_many(handles).map_err(|e| Error::new(ErrorKind::Page, e.to_string()))?;
-    let mut held = client.held.lock().unwrap_or_else(|p| p.into_inner());
-    for handle in handles {
-        held.remove(&handle.index);
-    }
-    client.held_changes.fetch_add(1, Ordering::AcqRel);
-    shared.return_budget(handles.len());
-    Ok(())
-}
-
-/// Gives `len` bytes of the region at `offset` back to the system: they read as zeros after.
-pub(super) fn punch(region: &Arena, offset: u64, len: u64) {
-    let _ = rustix::fs::fallocate(
-        region.fd(),
-        rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
-        offset,
-        len,
-    );
+    client.ledger.free_if_idle(index, || state::release_pages(shared, client, &[handle]))
 }
 
 /// A leaving client's pages that no batch uses go back now; the others when their batches
@@ -695,7 +587,7 @@ fn return_idle_pages(shared: &BridgeState, client: &Client) -> u32 {
             let held = client.held.lock().unwrap_or_else(|p| p.into_inner());
             idle.iter().filter_map(|index| held.get(index).copied()).collect()
         };
-        let _ = release_pages(shared, client, &handles);
+        let _ = state::release_pages(shared, client, &handles);
         handles.len() as u32
     })
 }
