@@ -8,6 +8,10 @@
 //!
 //! Every front checks a batch against [`crate::op::BatchShape`] and counts the pages it uses
 //! in a [`crate::arena::PageLedger`] before anything is sent.
+//!
+//! The bridge twins are adapters: the bridge's protocol, the client's side of it included,
+//! lives in [`crate::bridge`] ([`crate::bridge::client`]), so these files only answer the
+//! traits below.
 
 mod bridged_connector;
 mod bridged_store;
