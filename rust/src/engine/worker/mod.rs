@@ -1,5 +1,15 @@
 //! One I/O worker thread: takes descriptors from its submission ring, spreads them over its
 //! connections, drives the sockets, and posts completions to its completion ring.
+//!
+//! The loop's steps are methods that take the time and touch no socket of their own (taking
+//! submissions while a connection has room, sealing, settling ranged reads, posting and counting
+//! off completions); only [`Worker::wait`] polls, and only `Conn::drive` does I/O. What becomes
+//! of a request a cluster node hands back is decided in `reroute.rs`. `tests.rs` drives the
+//! steps in memory, with real rings and connections that are never driven: no server.
+
+mod reroute;
+#[cfg(test)]
+mod tests;
 
 use super::Shared;
 use super::buffers::Access;
@@ -16,6 +26,7 @@ use crate::net::socket::{poll_flags, timeout_until};
 use crate::op::Op;
 use crate::ranged::{self, RangedReads};
 use crate::ring::{Consumer, Producer, PushError};
+use reroute::{Parked, RETRY_MAX, Reroute, Unparked};
 use rustix::event::{PollFd, PollFlags, poll};
 use std::collections::HashSet;
 use std::os::fd::AsFd;
@@ -28,14 +39,6 @@ use std::time::{Duration, Instant};
 const MAX_MESSAGE: usize = 2048;
 /// While the completion ring is full, look again this often.
 const FULL_RING_RETRY: Duration = Duration::from_millis(1);
-/// A request whose cluster node failed waits this long before it is routed again, doubling
-/// per try up to `RETRY_MAX` (a failover takes the cluster's node timeout, about a second).
-const RETRY_BASE: Duration = Duration::from_millis(20);
-const RETRY_MAX: Duration = Duration::from_millis(320);
-
-/// Redirects and retries one request may take before it fails: more means the cluster keeps
-/// moving its slot, or keeps failing.
-const MAX_REROUTES: u8 = 16;
 
 pub struct Worker {
     shared: Arc<Shared>,
@@ -47,8 +50,8 @@ pub struct Worker {
     /// Per connection (as `nodes.conns`): what poll last said.
     readiness: Vec<Readiness>,
     /// Cluster: requests waiting to be sent again (their node failed, or the cluster is
-    /// re-forming), with when, and the error they fail with if time runs out.
-    parked: Vec<(Instant, Request, Error)>,
+    /// re-forming).
+    parked: Parked,
     /// Requests were handed to connections after they were driven: drive them again before
     /// sleeping, or they would wait for readiness that never comes.
     rerouted: bool,
@@ -101,7 +104,7 @@ impl Worker {
             route,
             nodes,
             readiness,
-            parked: Vec::new(),
+            parked: Parked::default(),
             rerouted: false,
             finished: Vec::new(),
             metrics: crate::metrics::WorkerMetrics::new(shared.metrics.clone()),
@@ -119,13 +122,7 @@ impl Worker {
             let now = Instant::now();
             let sealed = self.shared.sealed.load(Ordering::Acquire);
             if sealed {
-                let err = Error::closed("the store");
-                for conn in &mut self.nodes.conns {
-                    conn.fail_unsent(&err, &mut self.finished);
-                }
-                for (_, request, _) in self.parked.drain(..) {
-                    self.finished.push(request.completion(Outcome::Failed(err.clone())));
-                }
+                self.seal();
             }
             if self.finished.is_empty() {
                 self.take_submissions(now, sealed)?;
@@ -157,17 +154,31 @@ impl Worker {
             }
             self.trim_nodes();
             self.post_completions()?;
-            if sealed
-                && self.finished.is_empty()
-                && self.parked.is_empty()
-                && self.ranged.is_empty()
-                && self.nodes.conns.iter().all(Conn::is_empty)
-                && self.submissions.is_empty()
-            {
+            if sealed && self.is_idle() {
                 return Ok(());
             }
             self.wait();
         }
+    }
+
+    /// The engine is closing: what no connection has sent yet, and what waits to be routed
+    /// again, fails as closed (what is on the wire completes, or fails at its deadline).
+    fn seal(&mut self) {
+        let err = Error::closed("the store");
+        for conn in &mut self.nodes.conns {
+            conn.fail_unsent(&err, &mut self.finished);
+        }
+        self.parked.fail_all(&err, &mut self.finished);
+    }
+
+    /// Nothing left to do: every completion posted, nothing parked, read in pieces, on a
+    /// connection or in the submission ring. A sealed worker exits then.
+    fn is_idle(&mut self) -> bool {
+        self.finished.is_empty()
+            && self.parked.is_empty()
+            && self.ranged.is_empty()
+            && self.nodes.conns.iter().all(Conn::is_empty)
+            && self.submissions.is_empty()
     }
 
     /// Cluster: forgets nodes nothing needs once the table has grown past its bound (see
@@ -255,64 +266,35 @@ impl Worker {
             self.finished.extend(conns.failed);
             return;
         }
-        if request.reroutes >= MAX_REROUTES || request.deadline <= now {
-            let err = match why {
-                Handoff::Redirect(r) => Error::new(
-                    ErrorKind::Server,
-                    format!(
-                        "slot {} kept moving: last redirected to {} after {} tries",
-                        r.slot, r.node, request.reroutes
-                    ),
-                ),
-                Handoff::Retry(err) => err,
-            };
-            let outcome = Outcome::Failed(err.context(format!("{} gave up", request.op().map_or("request", Op::name))));
-            return self.finished.push(request.completion(outcome));
-        }
-        match why {
-            Handoff::Redirect(redirect) => {
-                let asking = redirect.kind == RedirectKind::Ask;
-                if !asking {
-                    view.moved(redirect.slot, &redirect.node);
+        match reroute::reroute(&request, why, now) {
+            Reroute::GiveUp(outcome) => self.finished.push(request.completion(outcome)),
+            Reroute::Follow { node, asking, moved } => {
+                if let Some(slot) = moved {
+                    view.moved(slot, &node);
                 }
-                match self.nodes.node_at(&redirect.node) {
+                match self.nodes.node_at(&node) {
                     Ok(node) => self.send(node, request.rerouted(), asking),
                     Err(err) => self.finished.push(request.completion(Outcome::Failed(err))),
                 }
             }
-            Handoff::Retry(err) => {
+            Reroute::Park(err) => {
                 view.request_refresh();
-                let wait = RETRY_BASE.saturating_mul(1 << request.reroutes.min(4)).min(RETRY_MAX);
-                let request = request.rerouted();
-                self.parked.push(((now + wait).min(request.deadline), request, err));
+                self.parked.park(now, request, err);
             }
         }
     }
 
     /// Routes the parked requests whose wait is over again, by the map as it is now.
     fn unpark(&mut self, now: Instant) {
-        if self.parked.iter().all(|(at, _, _)| *at > now) {
-            return;
-        }
         let Route::Cluster(view) = &*self.route else { return };
         let view = view.clone();
-        let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked).into_iter().partition(|p| p.0 <= now);
-        self.parked = waiting;
-        for (_, request, err) in due {
-            if request.deadline <= now {
-                let outcome = Outcome::Failed(
-                    Error::new(
-                        ErrorKind::Timeout,
-                        format!("{} timed out waiting for the cluster", request.op().map_or("request", Op::name)),
-                    )
-                    .context(err.message()),
-                );
-                self.finished.push(request.completion(outcome));
-                continue;
-            }
-            match self.nodes.route_slot(&view, request.slot) {
-                Ok(node) => self.send(node, request, false),
-                Err(route_err) => self.parked.push((now + RETRY_MAX, request, route_err)),
+        for due in self.parked.take_due(now) {
+            match due {
+                Unparked::Expired(completion) => self.finished.push(completion),
+                Unparked::Route(request) => match self.nodes.route_slot(&view, request.slot) {
+                    Ok(node) => self.send(node, request, false),
+                    Err(route_err) => self.parked.park_until(now + RETRY_MAX, request, route_err),
+                },
             }
         }
     }
@@ -324,9 +306,7 @@ impl Worker {
         for conn in &mut self.nodes.conns {
             conn.abort(err, &mut self.finished);
         }
-        for (_, request, _) in self.parked.drain(..) {
-            self.finished.push(request.completion(Outcome::Failed(err.clone())));
-        }
+        self.parked.fail_all(err, &mut self.finished);
         while let Ok(true) = self.submissions.try_pop_into(&mut self.record) {
             if let Ok(descriptor) = Descriptor::decode(&self.record) {
                 let tag = descriptor.tag.pack();
@@ -436,7 +416,7 @@ impl Worker {
     }
 
     fn wait(&mut self) {
-        let mut wake: Option<Instant> = self.parked.iter().map(|(at, _, _)| *at).min();
+        let mut wake: Option<Instant> = self.parked.next_wake();
         if !self.finished.is_empty() {
             wake = Some(Instant::now() + FULL_RING_RETRY);
         } else if self.rerouted || (self.has_room() && !self.submissions.is_empty()) {
