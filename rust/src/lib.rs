@@ -12,9 +12,12 @@
 //!   read in pieces over several connections), [`placement`].
 //! - Engine: [`engine`] (I/O worker threads fed through rings), [`capacity`] (client-side
 //!   capacity tracking over it).
+//! - Bridge: [`bridge`], both sides of the cross-process protocol: the bridge process over one
+//!   engine ([`bridge::server`]) and the processes attached to it ([`bridge::client`]).
 //! - Fronts: [`front`] (the paged store and LMCache's connector, in this process or through a
-//!   bridge), [`bridge`] (the bridge process and its wire protocol).
-//! - Bindings (feature `python`): `lmcache_resp._native`, which translates and decides nothing.
+//!   bridge: the bridge twins are adapters over [`bridge::client`]).
+//! - Bindings (feature `python`): `lmcache_resp._native`, which translates and decides nothing
+//!   (and carries the benchmark's loopback probe, `python/ceiling.rs`, which the core does not).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]

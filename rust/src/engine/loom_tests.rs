@@ -49,7 +49,7 @@ fn the_waiting_thread_always_wakes_for_its_finished_batch() {
             .map(|_| {
                 let (counter, filed, futex) = (counter.clone(), filed.clone(), futex.clone());
                 thread::spawn(move || {
-                    // Publish the completion, then count it off (worker.rs: post_completions).
+                    // Publish the completion, then count it off (worker/mod.rs: post_completions).
                     *filed.lock().unwrap() += 1;
                     let before = counter.fetch_sub(1, Ordering::AcqRel);
                     match counter::wake_for(before, 1) {
