@@ -25,7 +25,7 @@ pub struct TrackedEngine {
     engine: Engine,
     tracking: Option<Mutex<Tracking>>,
     /// Failed keys, summarised per batch (rate-limited) as results come out.
-    failures: crate::logging::FailureLog,
+    failures: crate::engine::FailureLog,
 }
 
 /// The tracker, and the keys of tracked batches until their results are known.
@@ -49,7 +49,7 @@ impl TrackedEngine {
         let engine = Engine::start(config)?;
         let tracking =
             capacity.map(|config| Mutex::new(Tracking { tracker: Tracker::new(config), pending: HashMap::new() }));
-        Ok(TrackedEngine { engine, tracking, failures: crate::logging::FailureLog::default() })
+        Ok(TrackedEngine { engine, tracking, failures: crate::engine::FailureLog::default() })
     }
 
     /// Submits a batch for `drain`.

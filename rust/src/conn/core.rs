@@ -502,7 +502,7 @@ impl ConnCore {
     pub fn on_connected(&mut self, now: Instant) {
         debug_assert!(matches!(self.state, ConnState::Connecting { .. }), "{:?}", self.state);
         self.next_address = 0;
-        crate::metrics::hook::connected();
+        super::hook::connected();
         self.write_blocked = false;
         self.received_any = false;
         self.draining = false;
@@ -1082,7 +1082,7 @@ impl ConnCore {
             if self.write_offset == 0 {
                 request.attempts += 1;
                 if request.attempts > 1 && matches!(request.kind, Kind::User(_)) {
-                    crate::metrics::hook::retry();
+                    super::hook::retry();
                 }
             }
             let left = request.frame_len() - self.write_offset;

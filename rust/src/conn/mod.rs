@@ -10,6 +10,7 @@
 //! connection (`plaintext_check`).
 
 pub mod core;
+pub mod hook;
 mod plaintext_check;
 pub mod reader;
 pub mod request;

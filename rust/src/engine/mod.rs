@@ -19,22 +19,24 @@
 
 mod batches;
 mod buffers;
-pub mod clock;
 pub mod cluster;
 mod complete;
 mod control;
 mod counter;
+mod failures;
 mod futex;
 #[cfg(all(test, loom))]
 mod loom_tests;
 pub mod records;
 mod route;
+mod shared;
 mod submit;
 mod tiling;
 mod worker;
 
 pub use batches::{BatchResult, Delivery};
 pub use buffers::Access;
+pub use failures::FailureLog;
 pub use records::Region;
 pub use route::WARM_UP_NODES;
 pub use submit::Ticket;
@@ -59,8 +61,9 @@ use cluster::ClusterView;
 use control::ControlBlock;
 use lmcache_resp_numa::{self as numa, Placement};
 use route::{ConnFactory, Nodes, Route};
+use shared::Shared;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -177,65 +180,6 @@ impl<'a> Batch<'a> {
     /// The same batch with [`Batch::exact_length`] set to `exact_length`.
     pub fn with_exact_length(self, exact_length: bool) -> Batch<'a> {
         Batch { exact_length, ..self }
-    }
-}
-
-/// What the workers share with the front-end.
-pub(crate) struct Shared {
-    pub control: Arc<ControlBlock>,
-    /// The page arena (None when all memory is caller buffers).
-    pub pages: Option<Arc<Arena>>,
-    pub pipeline: crate::conn::PipelineLimits,
-    pub completion_event: EventFd,
-    pub doorbells: Vec<Arc<EventFd>>,
-    pub buffers: BufferTable,
-    /// No more records will be pushed: workers fail what is left and exit.
-    pub sealed: AtomicBool,
-    /// Set once, by whoever finds the engine broken first.
-    failure: OnceLock<Error>,
-    /// The always-on counters (crate::metrics).
-    pub metrics: Arc<crate::metrics::EngineMetrics>,
-}
-
-impl Shared {
-    pub fn failure(&self) -> Option<&Error> {
-        self.failure.get()
-    }
-
-    /// The engine is broken: remember why (the first reason wins), stop taking work, make the
-    /// workers drop their connections at once, and wake everyone who waits.
-    pub fn fail(&self, err: Error) {
-        let err = Error::new(ErrorKind::EngineFailed, err.message().to_owned());
-        if self.failure.set(err).is_err() {
-            return;
-        }
-        self.sealed.store(true, Ordering::Release);
-        for doorbell in &self.doorbells {
-            doorbell.signal();
-        }
-        self.completion_event.signal();
-        for slot in 0..self.control.slots() {
-            futex::futex_wake_all(self.control.counter(slot));
-        }
-    }
-
-    pub fn counter(&self, slot: u32) -> &AtomicU32 {
-        self.control.counter(slot as usize)
-    }
-
-    /// Counts `keys` completions (already published) off the batch in `slot`; wakes the
-    /// waiting thread if they were its last. Returns whether drainers must be signalled (the
-    /// caller signals the eventfd once for a burst).
-    pub fn count_off(&self, slot: u32, keys: u32) -> bool {
-        let counter = self.counter(slot);
-        match counter::wake_for(counter.fetch_sub(keys, Ordering::AcqRel), keys) {
-            counter::Wake::Nobody => false,
-            counter::Wake::Waiter => {
-                futex::futex_wake_all(counter);
-                false
-            }
-            counter::Wake::Drainers => true,
-        }
     }
 }
 

@@ -68,7 +68,7 @@ pub struct Descriptor<'a> {
     pub offset: u64,
     /// SET: value length. GET: destination capacity. EXISTS/DEL: 0.
     pub len: u64,
-    /// Nanoseconds on [`crate::engine::clock`]'s monotonic clock.
+    /// Nanoseconds on [`crate::clock`]'s monotonic clock.
     pub deadline_ns: u64,
     /// The key, as sent to the server.
     pub key: &'a [u8],
@@ -230,5 +230,14 @@ mod tests {
     fn tags_pack_slot_and_index() {
         let tag = Tag { slot: u32::MAX, index: 1 };
         assert_eq!(Tag::unpack(tag.pack()), tag);
+    }
+
+    #[test]
+    fn a_callers_tag_is_never_taken_for_a_ranged_reads_own() {
+        // Ranged reads mark their own requests' tags with INTERNAL_TAG (bit 63); the highest
+        // batch slot an engine may have stays below it.
+        let highest = Tag { slot: crate::metrics::MAX_BATCH_SLOTS as u32 - 1, index: u32::MAX };
+        assert_eq!(highest.pack() & crate::ranged::INTERNAL_TAG, 0);
+        assert_eq!(Tag { slot: 4095, index: 7 }.pack() & crate::ranged::INTERNAL_TAG, 0);
     }
 }

@@ -3,11 +3,11 @@
 
 use super::batches::{self, Delivery};
 use super::buffers::Access;
-use super::clock;
 use super::counter;
 use super::records::{Descriptor, FLAG_EXACT_LENGTH, Region, Tag};
 use super::tiling::{self, tile};
 use super::{Batch, Engine, Lane, Memory};
+use crate::clock;
 use crate::conn::Outcome;
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{BatchShape, MemoryKind, Op};

@@ -9,7 +9,7 @@
 //! - per key, by the worker that ran it, under the endpoint it was sent to: keys by operation,
 //!   payload bytes, hits, misses, errors by kind, in-flight keys, the key latency (submission
 //!   of its batch to its completion posted), redirects and retries ([`WorkerMetrics`]);
-//! - per connection, through [`hook`] (the connection's core calls it on the worker's thread):
+//! - per connection, through `conn::hook` (the connection's core calls it on the worker's thread):
 //!   resends after a broken connection and reconnects.
 //!
 //! A key's endpoint travels in its tag while it is on a worker (bits 48..63, see
@@ -21,12 +21,14 @@
 //!
 //! [`on_batch_done`]: EngineMetrics::on_batch_done
 
-pub mod hook;
 mod snapshot;
 
-pub use snapshot::{EndpointSnapshot, Histogram, Snapshot};
+pub use snapshot::{
+    BUCKETS, EndpointSnapshot, FIRST_BOUND_NS, Histogram, KINDS, OP_NAMES, OPS, Snapshot, bucket_bound_seconds,
+    bucket_of,
+};
 
-use crate::conn::{Handoff, Outcome};
+use crate::conn::{Handoff, Outcome, hook};
 use crate::net::Endpoint;
 use crate::op::Op;
 use std::collections::HashMap;
@@ -34,34 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Whether this build counts (false with the `no-metrics` feature).
-pub const ENABLED: bool = cfg!(not(feature = "no-metrics"));
-
-/// The operations counted, in this order everywhere (PING, the engine's warm-up, is not).
-pub const OPS: [Op; 4] = [Op::Get, Op::Set, Op::Exists, Op::Del];
-/// Their names in stats and metric labels.
-pub const OP_NAMES: [&str; 4] = ["get", "set", "exists", "delete"];
-/// Error kinds by code ([`ErrorKind`] `as u8`, 1..=14); index 0 is unused.
-pub const KINDS: usize = 15;
-
-/// Latency buckets: upper bounds of 50 µs x 2^i for i in 0..21 (50 µs .. 52.4 s), then one
-/// for everything slower.
-pub const BUCKETS: usize = 22;
-/// The first bucket's upper bound, in nanoseconds.
-pub const FIRST_BOUND_NS: u64 = 50_000;
-
-/// The upper bound of bucket `i` in seconds (`f64::INFINITY` for the last).
-pub fn bucket_bound_seconds(i: usize) -> f64 {
-    if i + 1 >= BUCKETS { f64::INFINITY } else { (FIRST_BOUND_NS << i) as f64 / 1e9 }
-}
-
-/// The bucket of a latency of `ns` nanoseconds.
-pub fn bucket_of(ns: u64) -> usize {
-    if ns <= FIRST_BOUND_NS {
-        return 0;
-    }
-    let q = (ns - 1) / FIRST_BOUND_NS;
-    ((64 - q.leading_zeros()) as usize).min(BUCKETS - 1)
-}
+pub const ENABLED: bool = hook::ENABLED;
 
 /// The most batch slots an engine may have: a key's tag carries its endpoint above bit 48.
 pub const MAX_BATCH_SLOTS: usize = 1 << 16;
@@ -192,7 +167,7 @@ impl Cell {
         }
     }
 
-    /// What the connection [`hook`]s gathered while it was driven.
+    /// What the connection's hooks (`conn::hook`) gathered while it was driven.
     #[inline]
     fn add_hooks(&self, counts: hook::Counts) {
         bump(&self.retries, u64::from(counts.retries));
@@ -284,7 +259,7 @@ impl EngineMetrics {
         let Some((submitted, op)) = self.slot(slot) else { return };
         let Some(index) = op_index(op) else { return };
         self.front.batches[index].fetch_add(1, Ordering::Relaxed);
-        self.front.batch_latency.observe_shared(crate::engine::clock::now_ns().saturating_sub(submitted));
+        self.front.batch_latency.observe_shared(crate::clock::now_ns().saturating_sub(submitted));
     }
 
     /// When the batch in `slot` was submitted, and its op.
@@ -464,7 +439,7 @@ impl ClientMetrics {
     /// Call before an operation: forgets what other connections on this thread counted.
     pub fn begin(&self) -> u64 {
         hook::take();
-        crate::engine::clock::now_ns()
+        crate::clock::now_ns()
     }
 
     /// One operation (a one-key batch) of `op` began at `began` (from [`ClientMetrics::begin`])
@@ -473,7 +448,7 @@ impl ClientMetrics {
         if !ENABLED {
             return;
         }
-        let ns = crate::engine::clock::now_ns().saturating_sub(began);
+        let ns = crate::clock::now_ns().saturating_sub(began);
         let mut counts = hook::take();
         if counts.connects > 0 {
             let first = !self.connected.swap(true, Ordering::Relaxed);

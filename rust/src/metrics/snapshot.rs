@@ -1,9 +1,37 @@
-//! Counters as read: plain numbers, summed over the workers.
+//! Counters as read: plain numbers, summed over the workers, and what they are counted by
+//! (operations, error kinds, latency buckets).
 
-use super::{BUCKETS, KINDS};
+use crate::op::Op;
+
+/// The operations counted, in this order everywhere (PING, the engine's warm-up, is not).
+pub const OPS: [Op; 4] = [Op::Get, Op::Set, Op::Exists, Op::Del];
+/// Their names in stats and metric labels.
+pub const OP_NAMES: [&str; 4] = ["get", "set", "exists", "delete"];
+/// Error kinds by code ([`ErrorKind`](crate::ErrorKind) `as u8`, 1..=14); index 0 is unused.
+pub const KINDS: usize = 15;
+
+/// Latency buckets: upper bounds of 50 µs x 2^i for i in 0..21 (50 µs .. 52.4 s), then one
+/// for everything slower.
+pub const BUCKETS: usize = 22;
+/// The first bucket's upper bound, in nanoseconds.
+pub const FIRST_BOUND_NS: u64 = 50_000;
+
+/// The upper bound of bucket `i` in seconds (`f64::INFINITY` for the last).
+pub fn bucket_bound_seconds(i: usize) -> f64 {
+    if i + 1 >= BUCKETS { f64::INFINITY } else { (FIRST_BOUND_NS << i) as f64 / 1e9 }
+}
+
+/// The bucket of a latency of `ns` nanoseconds.
+pub fn bucket_of(ns: u64) -> usize {
+    if ns <= FIRST_BOUND_NS {
+        return 0;
+    }
+    let q = (ns - 1) / FIRST_BOUND_NS;
+    ((64 - q.leading_zeros()) as usize).min(BUCKETS - 1)
+}
 
 /// A latency histogram: counts per bucket (not cumulative; bounds in
-/// [`super::bucket_bound_seconds`]) and the sum of the latencies.
+/// [`bucket_bound_seconds`]) and the sum of the latencies.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Histogram {
     /// Observations per bucket.
@@ -32,7 +60,7 @@ impl Histogram {
 pub struct EndpointSnapshot {
     /// The endpoint's display string: `host:port`, `unix:/path`, or [`super::UNROUTED`].
     pub endpoint: String,
-    /// Keys completed, by operation ([`super::OPS`] order).
+    /// Keys completed, by operation ([`OPS`] order).
     pub keys: [u64; 4],
     /// Payload bytes of the SETs handed to this endpoint.
     pub bytes_sent: u64,
@@ -83,7 +111,7 @@ impl EndpointSnapshot {
 pub struct Snapshot {
     /// Where the front sends (its `endpoint` property).
     pub endpoint: String,
-    /// Batches completed, by operation ([`super::OPS`] order).
+    /// Batches completed, by operation ([`OPS`] order).
     pub batches: [u64; 4],
     /// Per batch: submission to its last key's completion filed.
     pub batch_latency: Histogram,

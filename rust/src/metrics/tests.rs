@@ -2,6 +2,13 @@ use super::*;
 use crate::error::{Error, ErrorKind};
 
 #[test]
+fn every_error_kind_has_a_slot_and_none_is_left_over() {
+    // Errors are counted by code, 1..KINDS: the last slot is the highest code, none past it.
+    assert!(ErrorKind::from_code(KINDS as u8 - 1).is_some());
+    assert!(ErrorKind::from_code(KINDS as u8).is_none());
+}
+
+#[test]
 fn buckets_are_powers_of_two_of_50_microseconds() {
     assert_eq!(bucket_of(0), 0);
     assert_eq!(bucket_of(50_000), 0);
@@ -43,7 +50,7 @@ fn a_worker_counts_keys_under_the_endpoint_they_went_to_and_sums_on_read() {
     let b = Endpoint::Tcp { host: "10.0.0.2".into(), port: 6379 };
     let engine = EngineMetrics::new("shards a,b", &[a.clone(), b.clone()], 16);
     let mut workers = [WorkerMetrics::new(engine.clone()), WorkerMetrics::new(engine.clone())];
-    let now = crate::engine::clock::now_ns();
+    let now = crate::clock::now_ns();
     engine.on_submit(3, Op::Get, now);
     let mut page = vec![0u8; 4096];
     // SAFETY: `page` outlives every use of the buffer in this test.

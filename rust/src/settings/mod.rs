@@ -10,17 +10,19 @@
 
 mod capacity;
 mod names;
+mod pieces;
 pub mod tls;
 pub mod url;
 pub mod value;
 
 pub use capacity::{CapacityConfig, EvictionPolicy};
 pub use names::{ENV_VARS, EVICTION_FIELDS, FIELDS, QUERY_FIELDS, TLS_FIELDS};
+pub use pieces::GetPieces;
 pub use value::Value;
 
 use crate::conn::PipelineLimits;
 use crate::error::{Error, Result};
-use crate::net::{ConnectOptions, Endpoint};
+use crate::net::{ConnectOptions, Endpoint, TlsConfig};
 use crate::secret::Secret;
 use lmcache_resp_numa::CpuAffinity;
 use std::fmt;
@@ -66,25 +68,6 @@ pub mod defaults {
     pub const MIN_GET_PIECE_BYTES: u64 = 4096;
     /// Largest piece size accepted.
     pub const MAX_GET_PIECE_BYTES: u64 = 1 << 30;
-}
-
-/// How GETs of large values are read (the `get_piece_bytes` setting).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GetPieces {
-    /// Per server, from what its handshake says it is (`crate::ranged::shape`).
-    Auto,
-    /// Values larger than this many bytes in pieces of this size, from every server; 0: every
-    /// value with one GET.
-    Bytes(usize),
-}
-
-impl std::fmt::Display for GetPieces {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            GetPieces::Auto => f.write_str("auto"),
-            GetPieces::Bytes(bytes) => write!(f, "{bytes}"),
-        }
-    }
 }
 
 /// `"auto"`, or 0, or a piece size in bytes.
@@ -291,9 +274,43 @@ impl fmt::Display for Settings {
             f.write_str(" password=***")?;
         }
         if let Some(tls) = &self.tls {
-            write!(f, " {}", tls::Describe(tls))?;
+            write!(f, " {}", Describe(tls))?;
         }
         write!(f, " num_workers={}", self.num_workers)
+    }
+}
+
+/// `tls=on (ca=/etc/ca.pem, client cert=/etc/client.pem, hostname checked)`: paths and
+/// switches, never key material.
+struct Describe<'a>(&'a TlsConfig);
+
+impl fmt::Display for Describe<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let options = self.0.options();
+        let mut parts = Vec::new();
+        if !options.verify_certificate {
+            parts.push("certificate NOT verified".to_owned());
+        } else {
+            if let Some(ca) = &options.ca_certs {
+                parts.push(format!("ca={}", ca.display()));
+            }
+            if let Some(dir) = &options.ca_path {
+                parts.push(format!("ca_path={}", dir.display()));
+            }
+            if options.ca_certs.is_none() && options.ca_path.is_none() {
+                parts.push("system trust store".to_owned());
+            }
+        }
+        if let Some(cert) = &options.certfile {
+            parts.push(format!("client cert={}", cert.display()));
+        }
+        if options.verify_certificate {
+            parts.push(if options.check_hostname { "hostname checked" } else { "hostname NOT checked" }.to_owned());
+        }
+        if let Some(name) = &options.server_name {
+            parts.push(format!("server_name={name}"));
+        }
+        write!(f, "tls=on ({})", parts.join(", "))
     }
 }
 
@@ -309,8 +326,8 @@ struct Resolver<'a> {
 
 impl<'a> Resolver<'a> {
     fn new(sources: &Sources<'a>) -> Result<Resolver<'a>> {
-        if sources.explicit.iter().any(|(k, _)| k == tls::KEY_PASSPHRASE_FIELD) {
-            return Err(tls::key_passphrase_refused());
+        if sources.explicit.iter().any(|(k, _)| k == names::KEY_PASSPHRASE_FIELD) {
+            return Err(names::key_passphrase_refused());
         }
         let unknown: Vec<&str> =
             sources.explicit.iter().map(|(k, _)| k.as_str()).filter(|k| !FIELDS.contains(k)).collect();
@@ -330,8 +347,8 @@ impl<'a> Resolver<'a> {
             None => &[],
         };
         let url = sources.url.map(url::parse).transpose()?.unwrap_or_default();
-        if url.query.iter().any(|(k, _)| k == tls::KEY_PASSPHRASE_FIELD) {
-            return Err(tls::key_passphrase_refused());
+        if url.query.iter().any(|(k, _)| k == names::KEY_PASSPHRASE_FIELD) {
+            return Err(names::key_passphrase_refused());
         }
         let unknown: Vec<&str> =
             url.query.iter().map(|(k, _)| k.as_str()).filter(|k| !QUERY_FIELDS.contains(k)).collect();

@@ -157,6 +157,18 @@ fn similarity(a: &str, b: &str) -> f64 {
     1.0 - rows[a.len()][b.len()] as f64 / longest as f64
 }
 
+/// redis-py's `ssl_password` (a passphrase for an encrypted `ssl_keyfile`): recognised so it
+/// is refused with what to do instead, never with its value.
+pub const KEY_PASSPHRASE_FIELD: &str = "ssl_password";
+
+/// The refusal of [`KEY_PASSPHRASE_FIELD`].
+pub fn key_passphrase_refused() -> Error {
+    Error::invalid(
+        "ssl_password (a passphrase for ssl_keyfile) is not supported: store the key decrypted, readable only by \
+         the service's user (openssl pkey -in KEY -out KEY.plain)",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,25 +15,12 @@ use super::value::{Given, Value};
 use super::{Resolver, Settings};
 use crate::error::{Error, Result};
 use crate::net::{Endpoint, TlsConfig, TlsOptions};
-use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 /// What `ssl_cert_reqs="none"` puts in [`Settings::warnings`] (logged at WARNING).
 pub const VERIFICATION_OFF_WARNING: &str = "TLS certificate verification is off (ssl_cert_reqs='none'): anyone on \
      the path can read and change the data; for test rigs only";
-
-/// redis-py's `ssl_password` (a passphrase for an encrypted `ssl_keyfile`): recognised so it
-/// is refused with what to do instead, never with its value.
-pub const KEY_PASSPHRASE_FIELD: &str = "ssl_password";
-
-/// The refusal of [`KEY_PASSPHRASE_FIELD`].
-pub fn key_passphrase_refused() -> Error {
-    Error::invalid(
-        "ssl_password (a passphrase for ssl_keyfile) is not supported: store the key decrypted, readable only by \
-         the service's user (openssl pkey -in KEY -out KEY.plain)",
-    )
-}
 
 impl Resolver<'_> {
     /// An `ssl_*` field from the caller, then the URL's query; empty text is "not set".
@@ -177,39 +164,5 @@ fn blame_env(err: Error, from_env: &[(&str, &str)]) -> Error {
     match from_env.iter().find(|(name, _)| err.message().starts_with(&format!("{name} "))) {
         Some((_, var)) => Error::new(err.kind(), format!("{} (from {var})", err.message())),
         None => err,
-    }
-}
-
-/// `tls=on (ca=/etc/ca.pem, client cert=/etc/client.pem, hostname checked)`: paths and
-/// switches, never key material.
-pub struct Describe<'a>(pub &'a TlsConfig);
-
-impl fmt::Display for Describe<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let options = self.0.options();
-        let mut parts = Vec::new();
-        if !options.verify_certificate {
-            parts.push("certificate NOT verified".to_owned());
-        } else {
-            if let Some(ca) = &options.ca_certs {
-                parts.push(format!("ca={}", ca.display()));
-            }
-            if let Some(dir) = &options.ca_path {
-                parts.push(format!("ca_path={}", dir.display()));
-            }
-            if options.ca_certs.is_none() && options.ca_path.is_none() {
-                parts.push("system trust store".to_owned());
-            }
-        }
-        if let Some(cert) = &options.certfile {
-            parts.push(format!("client cert={}", cert.display()));
-        }
-        if options.verify_certificate {
-            parts.push(if options.check_hostname { "hostname checked" } else { "hostname NOT checked" }.to_owned());
-        }
-        if let Some(name) = &options.server_name {
-            parts.push(format!("server_name={name}"));
-        }
-        write!(f, "tls=on ({})", parts.join(", "))
     }
 }

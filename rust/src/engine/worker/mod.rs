@@ -11,11 +11,11 @@ mod reroute;
 #[cfg(test)]
 mod tests;
 
-use super::Shared;
 use super::buffers::Access;
-use super::clock;
 use super::records::{Descriptor, FLAG_EXACT_LENGTH, Region, Tag, encode_completion};
 use super::route::{Nodes, Route};
+use super::shared::Shared;
+use crate::clock;
 use crate::cluster::{NodeAddr, RedirectKind};
 use crate::conn::{Completion, Conn, Handoff, Outcome, PipelineLimits, Request};
 use crate::error::{Error, ErrorKind};

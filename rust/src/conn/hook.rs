@@ -1,10 +1,14 @@
 //! What a connection's core counts as it runs, on the thread that drives it: resends after a
 //! broken connection and successful connects. The driver (an I/O worker after each
 //! connection it drives, or a blocking client after each call) takes the counts with
-//! [`take`] and files them under the connection's endpoint. Thread-local, so a hook is a
-//! plain add, and the core needs to know nothing of endpoints or cells.
+//! [`take`] and files them under the connection's endpoint (`crate::metrics`, a layer up).
+//! Thread-local, so a hook is a plain add, and the core needs to know nothing of endpoints or
+//! cells.
 
 use std::cell::Cell;
+
+/// Whether this build counts (false with the `no-metrics` feature: every hook is empty).
+pub const ENABLED: bool = cfg!(not(feature = "no-metrics"));
 
 thread_local! {
     static RETRIES: Cell<u32> = const { Cell::new(0) };
@@ -33,7 +37,7 @@ impl Counts {
 /// A request starts going out again after its connection broke.
 #[inline]
 pub fn retry() {
-    if super::ENABLED {
+    if ENABLED {
         RETRIES.with(|c| c.set(c.get().wrapping_add(1)));
     }
 }
@@ -41,7 +45,7 @@ pub fn retry() {
 /// A connect succeeded.
 #[inline]
 pub fn connected() {
-    if super::ENABLED {
+    if ENABLED {
         CONNECTS.with(|c| c.set(c.get().wrapping_add(1)));
     }
 }
@@ -49,7 +53,7 @@ pub fn connected() {
 /// The counts since the last call, reset.
 #[inline]
 pub fn take() -> Counts {
-    if !super::ENABLED {
+    if !ENABLED {
         return Counts::default();
     }
     Counts { retries: RETRIES.with(|c| c.replace(0)), connects: CONNECTS.with(|c| c.replace(0)), reconnects: 0 }
