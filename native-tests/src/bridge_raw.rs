@@ -307,7 +307,7 @@ impl ForeignPeer {
     /// until its plan is under way: its connections open, or its churn started.
     pub fn start(path: &Path, uid: u32, gid: u32, plan: PeerPlan) -> ForeignPeer {
         use std::os::unix::ffi::OsStrExt;
-        // SAFETY (for the zeroed struct): sockaddr_un is plain data; all zeroes is valid.
+        // SAFETY: sockaddr_un is plain data, for which all zeroes is a valid value.
         let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
         addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
         let bytes = path.as_os_str().as_bytes();

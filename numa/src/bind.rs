@@ -10,7 +10,7 @@ use std::mem::MaybeUninit;
 use hwlocality::cpu::binding::CpuBindingFlags;
 use hwlocality::memory::binding::{MemoryBindingFlags, MemoryBindingPolicy};
 
-use crate::affinity::format_cpu_list;
+use crate::cpu_list::format_cpu_list;
 use crate::error::{NumaError, Result};
 use crate::plan::Placement;
 use crate::topology::{HostTopology, cpuset_from, cpuset_to_vec, nodeset_from, numa_nodes};

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::io;
 
-use crate::affinity::format_cpu_list;
+use crate::cpu_list::format_cpu_list;
 
 /// Everything that can go wrong while parsing, planning or binding.
 ///

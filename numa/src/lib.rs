@@ -10,16 +10,18 @@
 
 pub mod affinity;
 pub mod bind;
+pub mod cpu_list;
 pub mod error;
 pub mod nic;
 pub mod plan;
 pub mod topology;
 
-pub use affinity::{CpuAffinity, MAX_INDEX, format_cpu_list, parse_cpu_list};
+pub use affinity::CpuAffinity;
 pub use bind::{
     apply_worker_placement, bind_current_thread, bind_memory, current_thread_cpus, current_thread_id, memory_node_of,
     prefault, thread_cpus,
 };
+pub use cpu_list::{MAX_INDEX, format_cpu_list, parse_cpu_list};
 pub use error::{NumaError, PlacementError, Result};
 pub use nic::{LocalInterface, NicDevice, NicKind, NicLookup, local_interface_for, locate_nic, nic_for_remote};
 pub use plan::{Placement, plan_placement, spread_over_cores};

@@ -11,7 +11,7 @@ use hwlocality::object::TopologyObject;
 use hwlocality::object::attributes::ObjectAttributes;
 use hwlocality::object::types::{OSDeviceType, ObjectType};
 
-use crate::affinity::format_cpu_list;
+use crate::cpu_list::format_cpu_list;
 use crate::error::{NumaError, Result};
 use crate::topology::{cpuset_to_vec, nodeset_to_vec};
 

@@ -6,7 +6,8 @@ use std::fmt;
 use hwlocality::Topology;
 use hwlocality::object::types::ObjectType;
 
-use crate::affinity::{CpuAffinity, format_cpu_list};
+use crate::affinity::CpuAffinity;
+use crate::cpu_list::format_cpu_list;
 use crate::error::{NumaError, PlacementError};
 use crate::nic::NicLookup;
 use crate::topology::{allowed_cpus, cpuset_to_vec, nodeset_to_vec, numa_nodes};

@@ -27,10 +27,6 @@
 //!   nothing, and carries the benchmark's loopback probe, `python/ceiling.rs`, which the core
 //!   does not).
 
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
-#![warn(clippy::undocumented_unsafe_blocks)]
-
 pub mod arena;
 pub mod blocking;
 pub mod bridge;
