@@ -2,7 +2,8 @@
 //! zero-copy and pipelined.
 //!
 //! Layers, from the ground up: each uses only the layers before it in this list, and within a
-//! layer a module uses only modules that do not use it back.
+//! layer a module uses only modules that do not use it back. `tests/walls.rs` reads this list
+//! and fails on a use of a layer above, or a circle.
 //!
 //! - Ground (no sockets, no threads of its own): `error`, `secret`, `memory` (raw caller
 //!   memory), `op` (the verbs and the batch contract), `resp` (the RESP2 codec: pure, no I/O),
