@@ -47,6 +47,8 @@ cargo test -p lmcache-resp --lib --features python --quiet python::
 
 echo "==> clippy (every target, with the python and test-hooks features; warnings are errors)"
 cargo clippy --workspace --all-targets --features lmcache-resp/python,lmcache-resp/test-hooks -- -D warnings
+echo "==> clippy of the core as it ships (python, without the native tests' internals feature): no dead code"
+cargo clippy -p lmcache-resp --features python -- -D warnings
 
 echo "==> loom models: the SPSC rings, the batch counter's futex wake-up, the eventfd drain order"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p lmcache-resp --release --lib --quiet loom_tests

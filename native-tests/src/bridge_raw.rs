@@ -1,13 +1,15 @@
 //! A bridge client written against the wire format alone, not through the client library: it
 //! does what any process that can connect to the socket can do, hostile or not.
 
+use lmcache_resp_core::Op;
 use lmcache_resp_core::arena::Arena;
-use lmcache_resp_core::bridge::channel;
-use lmcache_resp_core::bridge::signal::SignalEnd;
-use lmcache_resp_core::bridge::wire::{Control, KeyEntry, PROTOCOL_VERSION, Submission, decode_completion_record};
-use lmcache_resp_core::conn::Outcome;
-use lmcache_resp_core::op::Op;
-use lmcache_resp_core::ring::{Consumer, Producer, PushError};
+use lmcache_resp_core::engine::Outcome;
+use lmcache_resp_core::internals::bridge::channel;
+use lmcache_resp_core::internals::bridge::signal::SignalEnd;
+use lmcache_resp_core::internals::bridge::wire::{
+    Control, KeyEntry, PROTOCOL_VERSION, Submission, decode_completion_record,
+};
+use lmcache_resp_core::internals::ring::{Consumer, Producer, PushError};
 use std::collections::HashMap;
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};

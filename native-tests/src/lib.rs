@@ -17,8 +17,9 @@ pub mod peer;
 pub mod proxy;
 
 use lmcache_resp_core::Secret;
-use lmcache_resp_core::net::{ConnectOptions, Endpoint};
-use lmcache_resp_core::resp::{Decoder, Reply};
+use lmcache_resp_core::internals::net::ConnectOptions;
+use lmcache_resp_core::internals::resp::{Decoder, Reply};
+use lmcache_resp_core::settings::Endpoint;
 use lmcache_resp_core::settings::Settings;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -537,8 +538,8 @@ pub struct ClusterNode {
 }
 
 impl ClusterNode {
-    pub fn addr(&self) -> lmcache_resp_core::cluster::NodeAddr {
-        lmcache_resp_core::cluster::NodeAddr::new(self.host.clone(), self.port)
+    pub fn addr(&self) -> lmcache_resp_core::internals::cluster::NodeAddr {
+        lmcache_resp_core::internals::cluster::NodeAddr::new(self.host.clone(), self.port)
     }
 }
 

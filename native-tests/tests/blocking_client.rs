@@ -1,7 +1,8 @@
 //! The blocking client against a real redis-server.
 
-use lmcache_resp_core::blocking::BlockingClient;
-use lmcache_resp_core::net::{ConnectOptions, Endpoint};
+use lmcache_resp_core::internals::blocking::BlockingClient;
+use lmcache_resp_core::internals::net::ConnectOptions;
+use lmcache_resp_core::settings::Endpoint;
 use lmcache_resp_core::{ErrorKind, RawBuf, Secret};
 use redis_harness::{RedisServer, ServerConfig, dead_port, pattern};
 use std::time::{Duration, Instant};

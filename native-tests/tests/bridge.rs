@@ -2,13 +2,13 @@
 //! key by key without reaching the server; one naming its own page works.
 
 use lmcache_resp_core::ErrorKind;
-use lmcache_resp_core::bridge::wire::{KeyEntry, Submission};
+use lmcache_resp_core::Op;
 use lmcache_resp_core::bridge::{BridgeLimits, BridgeServer};
-use lmcache_resp_core::conn::Outcome;
 use lmcache_resp_core::engine::EngineConfig;
+use lmcache_resp_core::engine::Outcome;
 use lmcache_resp_core::front::BridgedPageStore;
 use lmcache_resp_core::front::PageStore;
-use lmcache_resp_core::op::Op;
+use lmcache_resp_core::internals::bridge::wire::{KeyEntry, Submission};
 use redis_harness::RedisServer;
 use redis_harness::bridge_raw::RawClient;
 use std::time::Duration;

@@ -3,9 +3,9 @@
 //! uid), speaking the wire format directly; the bridge logs into this process's logger, so its
 //! lines can be counted.
 
+use lmcache_resp_core::Op;
 use lmcache_resp_core::bridge::BridgeLimits;
-use lmcache_resp_core::conn::Outcome;
-use lmcache_resp_core::op::Op;
+use lmcache_resp_core::engine::Outcome;
 use redis_harness::RedisServer;
 use redis_harness::bridge_raw::{ForeignPeer, PeerPlan, RawClient, TestBridge, keys_batch, root_or_skip};
 use std::os::unix::fs::PermissionsExt;

@@ -5,11 +5,11 @@
 //! own, so that nothing else moves it), the uid checks in `bridge_access.rs`.
 
 use lmcache_resp_core::ErrorKind;
+use lmcache_resp_core::Op;
 use lmcache_resp_core::bridge::BridgeLimits;
-use lmcache_resp_core::bridge::wire::{Control, MAGIC, PROTOCOL_VERSION};
-use lmcache_resp_core::conn::Outcome;
+use lmcache_resp_core::engine::Outcome;
 use lmcache_resp_core::front::{BridgedPageStore, EngineFront, PageStore};
-use lmcache_resp_core::op::Op;
+use lmcache_resp_core::internals::bridge::wire::{Control, MAGIC, PROTOCOL_VERSION};
 use redis_harness::bridge_raw::{RawClient, TestBridge, keys_batch, paged_batch};
 use redis_harness::{RedisServer, pattern};
 use std::io::{Read, Write};
@@ -509,11 +509,16 @@ fn a_client_that_closes_only_its_signal_socket_is_detached_whole_and_its_pages_c
         let deadline = Instant::now() + Duration::from_secs(3);
         let told = loop {
             assert!(Instant::now() < deadline, "still served 3 s after closing its signal socket");
-            if lmcache_resp_core::bridge::channel::send(&zombie.control, &Control::Allocate { count: 1 }, &[]).is_err()
+            if lmcache_resp_core::internals::bridge::channel::send(
+                &zombie.control,
+                &Control::Allocate { count: 1 },
+                &[],
+            )
+            .is_err()
             {
                 break None;
             }
-            match lmcache_resp_core::bridge::channel::receive(&zombie.control) {
+            match lmcache_resp_core::internals::bridge::channel::receive(&zombie.control) {
                 Ok(Some((Control::Pages { .. }, _))) => {}
                 Ok(Some((Control::Failed { message, .. }, _))) if message.contains("dropped this client") => {
                     break Some(message);

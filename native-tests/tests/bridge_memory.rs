@@ -10,12 +10,12 @@
 //!   ring cost 80 bytes a key (+515 MiB).
 
 use lmcache_resp_core::ErrorKind;
+use lmcache_resp_core::Op;
 use lmcache_resp_core::bridge::BridgeLimits;
-use lmcache_resp_core::bridge::channel;
-use lmcache_resp_core::bridge::wire::{Control, Submission};
-use lmcache_resp_core::conn::Outcome;
+use lmcache_resp_core::engine::Outcome;
 use lmcache_resp_core::front::PageStore;
-use lmcache_resp_core::op::Op;
+use lmcache_resp_core::internals::bridge::channel;
+use lmcache_resp_core::internals::bridge::wire::{Control, Submission};
 use redis_harness::RedisServer;
 use redis_harness::bridge_raw::{RawClient, RequestFlood, TestBridge, keys_batch, paged_batch};
 use std::collections::BTreeSet;

@@ -2,8 +2,8 @@
 //! map read from the servers, and the slots computed here, must agree with where the servers
 //! really put keys.
 
-use lmcache_resp_core::cluster::{NodeAddr, SlotMap, key_slot};
-use lmcache_resp_core::resp::Reply;
+use lmcache_resp_core::internals::cluster::{NodeAddr, SlotMap, key_slot};
+use lmcache_resp_core::internals::resp::Reply;
 use redis_harness::{ClusterNode, RedisCluster};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -12,11 +12,11 @@
 //! its own.
 
 use lmcache_resp_core::ErrorKind;
-use lmcache_resp_core::cluster::{SLOT_COUNT, key_slot};
-use lmcache_resp_core::conn::Outcome;
+use lmcache_resp_core::Op;
+use lmcache_resp_core::engine::Outcome;
 use lmcache_resp_core::engine::{Batch, Engine, EngineConfig, Item, WARM_UP_NODES};
-use lmcache_resp_core::net::Endpoint;
-use lmcache_resp_core::op::Op;
+use lmcache_resp_core::internals::cluster::{SLOT_COUNT, key_slot};
+use lmcache_resp_core::settings::Endpoint;
 use lmcache_resp_core::settings::Settings;
 use redis_harness::peer::{self, contains, peak_rss, status_field};
 use std::collections::HashSet;

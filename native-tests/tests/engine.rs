@@ -1,9 +1,9 @@
 //! The I/O engine (rings, workers, pipelined connections) against a real redis-server.
 
-use lmcache_resp_core::capacity::TrackedEngine;
-use lmcache_resp_core::conn::Outcome;
+use lmcache_resp_core::Op;
+use lmcache_resp_core::engine::Outcome;
 use lmcache_resp_core::engine::{Batch, Engine, EngineConfig, Item, Memory};
-use lmcache_resp_core::op::Op;
+use lmcache_resp_core::front::TrackedEngine;
 use lmcache_resp_core::settings::Settings;
 use lmcache_resp_core::{ErrorKind, RawBuf, Secret};
 use redis_harness::{RedisServer, ServerConfig, dead_port, pattern};
@@ -333,7 +333,7 @@ fn close_completes_or_fails_everything_in_flight() {
 #[test]
 fn start_fails_clearly_for_a_dead_server_or_wrong_password() {
     let port = dead_port();
-    let settings = Settings::new(lmcache_resp_core::net::Endpoint::Tcp { host: "127.0.0.1".into(), port });
+    let settings = Settings::new(lmcache_resp_core::settings::Endpoint::Tcp { host: "127.0.0.1".into(), port });
     let err = Engine::start(EngineConfig::new(settings)).err().unwrap();
     assert_eq!(err.kind(), ErrorKind::Connection);
     assert!(err.message().contains(&format!("127.0.0.1:{port}")), "{err}");

@@ -6,9 +6,10 @@
 //! test so that the process's peak memory is its own.
 
 use lmcache_resp_core::ErrorKind;
-use lmcache_resp_core::blocking::BlockingClient;
 use lmcache_resp_core::engine::{Engine, EngineConfig};
-use lmcache_resp_core::net::{ConnectOptions, Endpoint};
+use lmcache_resp_core::internals::blocking::BlockingClient;
+use lmcache_resp_core::internals::net::ConnectOptions;
+use lmcache_resp_core::settings::Endpoint;
 use lmcache_resp_core::settings::Settings;
 use redis_harness::peer::{self, contains, peak_rss};
 use std::io::{Read, Write};

@@ -1,10 +1,10 @@
 //! What a caller reads is never silently wrong, and a broken engine says so at once: torn GETs,
 //! fixed-size chunks of another size, dead workers, duplicate keys, arenas larger than memory.
 
-use lmcache_resp_core::conn::Outcome;
+use lmcache_resp_core::Op;
+use lmcache_resp_core::engine::Outcome;
 use lmcache_resp_core::engine::{Batch, Engine, EngineConfig, Item, Memory};
-use lmcache_resp_core::net::Endpoint;
-use lmcache_resp_core::op::Op;
+use lmcache_resp_core::settings::Endpoint;
 use lmcache_resp_core::settings::GetPieces;
 use lmcache_resp_core::{ErrorKind, RawBuf};
 use redis_harness::proxy::CuttingProxy;

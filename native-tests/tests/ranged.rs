@@ -3,11 +3,11 @@
 //! when a writer strikes between pieces (a proxy in front of the server runs the writer just
 //! before a chosen piece reaches the server), nor when a connection breaks mid-piece.
 
-use lmcache_resp_core::blocking::BlockingClient;
-use lmcache_resp_core::conn::Outcome;
+use lmcache_resp_core::Op;
+use lmcache_resp_core::engine::Outcome;
 use lmcache_resp_core::engine::{Batch, Engine, EngineConfig, Item, Memory};
-use lmcache_resp_core::net::Endpoint;
-use lmcache_resp_core::op::Op;
+use lmcache_resp_core::internals::blocking::BlockingClient;
+use lmcache_resp_core::settings::Endpoint;
 use lmcache_resp_core::settings::GetPieces;
 use lmcache_resp_core::{ErrorKind, RawBuf};
 use redis_harness::proxy::CuttingProxy;

@@ -2,11 +2,12 @@
 //! a primary killed and its replica promoted) and independent servers (static sharding), with
 //! every byte verified; and the clear errors for bad cluster input.
 
-use lmcache_resp_core::cluster::{Rendezvous, SLOT_COUNT, key_slot};
-use lmcache_resp_core::conn::Outcome;
+use lmcache_resp_core::Op;
+use lmcache_resp_core::engine::Outcome;
+use lmcache_resp_core::engine::Resolver;
 use lmcache_resp_core::engine::{Batch, BatchResult, Engine, EngineConfig, Item, Memory};
-use lmcache_resp_core::net::{Endpoint, Resolver};
-use lmcache_resp_core::op::Op;
+use lmcache_resp_core::internals::cluster::{Rendezvous, SLOT_COUNT, key_slot};
+use lmcache_resp_core::settings::Endpoint;
 use lmcache_resp_core::settings::GetPieces;
 use lmcache_resp_core::settings::Settings;
 use lmcache_resp_core::{ErrorKind, RawBuf};

@@ -11,13 +11,13 @@
 //! ClientHellos (the server's own `total_connections_received` counts only connections whose
 //! TLS handshake succeeded).
 
-use lmcache_resp_core::blocking::BlockingClient;
-use lmcache_resp_core::conn::Outcome;
+use lmcache_resp_core::Op;
+use lmcache_resp_core::engine::Outcome;
 use lmcache_resp_core::engine::{Batch, BatchResult, Engine, EngineConfig, Item, Memory};
-use lmcache_resp_core::net::tls::KeyLimit;
-use lmcache_resp_core::op::Op;
+use lmcache_resp_core::internals::blocking::BlockingClient;
+use lmcache_resp_core::internals::settings::tls::VERIFICATION_OFF_WARNING;
 use lmcache_resp_core::settings::GetPieces;
-use lmcache_resp_core::settings::tls::VERIFICATION_OFF_WARNING;
+use lmcache_resp_core::settings::KeyLimit;
 use lmcache_resp_core::settings::{Settings, Sources, Value};
 use lmcache_resp_core::{Error, ErrorKind, RawBuf};
 use redis_harness::proxy::CuttingProxy;
@@ -800,7 +800,8 @@ fn a_tls_cluster_resharded_under_load_reads_every_byte_right() {
     }
     let cluster = RedisCluster::start_tls(3, 0, AuthClients::Yes);
     let mut settings = resolve(&cluster.seed_url(), &with_client_cert(cluster.certs()));
-    let tcp = |node: &ClusterNode| lmcache_resp_core::net::Endpoint::Tcp { host: node.host.clone(), port: node.port };
+    let tcp =
+        |node: &ClusterNode| lmcache_resp_core::settings::Endpoint::Tcp { host: node.host.clone(), port: node.port };
     settings.endpoints = cluster.nodes().iter().map(tcp).collect();
     settings.cluster = true;
     settings.num_workers = 3;

@@ -69,7 +69,7 @@ impl BlockingClient {
 
     /// Once the server is found unreachable, calls fail at once until a background probe
     /// (every `policy` delay, each within `probe_timeout`) reaches it again (see
-    /// [`crate::health`]).
+    /// `crate::health`).
     pub fn failing_fast(mut self, policy: ProbePolicy, probe_timeout: Duration) -> BlockingClient {
         let board = HealthBoard::new(policy);
         let options = self.conn.options();
@@ -94,11 +94,6 @@ impl BlockingClient {
     /// The server this client talks to.
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint
-    }
-
-    /// The longest each call waits for its reply.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
     }
 
     /// Sends PING and waits for PONG.

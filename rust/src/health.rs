@@ -98,11 +98,6 @@ pub struct EndpointHealth {
 }
 
 impl EndpointHealth {
-    /// The server's name, as errors and logs give it.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// What the server said it is, in the last handshake that told.
     pub fn identity(&self) -> Option<ServerIdentity> {
         lock(&self.identity).clone()
@@ -411,6 +406,7 @@ impl HealthBoard {
     }
 
     /// How many servers the board tracks.
+    #[cfg(test)]
     pub fn tracked(&self) -> usize {
         lock(&self.board.entries).len()
     }

@@ -112,11 +112,6 @@ impl LogQueue {
     pub fn reopen(&self) {
         self.lock().closed = false;
     }
-
-    /// The most records it holds.
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
 }
 
 /// A `log::Log` that queues every record enabled by `log::max_level()` into a [`LogQueue`].

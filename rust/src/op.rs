@@ -96,6 +96,7 @@ pub struct BatchShape<'a> {
 
 impl<'a> BatchShape<'a> {
     /// A batch of `op` over `keys` with no memory (EXISTS, DEL, or a GET/SET given none).
+    #[cfg(test)]
     pub fn keys_only(op: Op, keys: &'a [&'a [u8]]) -> BatchShape<'a> {
         BatchShape { op, keys, memory: MemoryKind::Buffers, memories: 0, lengths: None, exact_length: false }
     }

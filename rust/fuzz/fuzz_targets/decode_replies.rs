@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    lmcache_resp_core::resp::fuzzing::decode_in_chunks(data);
+    lmcache_resp_core::fuzzing::decode_in_chunks(data);
 });

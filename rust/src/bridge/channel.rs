@@ -163,6 +163,7 @@ impl Inbox {
     }
 
     /// Bytes held now (frames not yet taken, and an unfinished one).
+    #[cfg(test)]
     pub fn buffered(&self) -> usize {
         self.buf.len() - self.at
     }

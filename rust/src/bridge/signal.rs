@@ -57,7 +57,7 @@ impl SignalEnd {
         let _ = send(&self.0, b"!", SendFlags::DONTWAIT | SendFlags::NOSIGNAL);
     }
 
-    /// Clears the signals the peer sent (at most [`DRAIN_LIMIT`] bytes). Never blocks.
+    /// Clears the signals the peer sent (at most `DRAIN_LIMIT` bytes). Never blocks.
     pub fn drain(&self) -> Drained {
         let mut buf = [0u8; 4096];
         let mut drained = Drained::Quiet;

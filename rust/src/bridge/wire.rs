@@ -90,7 +90,7 @@ pub enum Control {
     Metrics,
     /// The answer to `Metrics`: a [`crate::metrics::Snapshot`], encoded.
     MetricsReply {
-        /// [`crate::metrics::Snapshot::encode`]'s bytes.
+        /// `crate::metrics::Snapshot::encode`'s bytes.
         snapshot: Vec<u8>,
     },
     /// A request failed, or (unasked) why the bridge drops the client.
@@ -308,7 +308,7 @@ pub struct Submission<'a> {
     pub batch: u64,
     /// The operation of every key (never PING).
     pub op: Op,
-    /// GET: only a value of exactly `len` bytes is read (see [`crate::op::BatchShape`]).
+    /// GET: only a value of exactly `len` bytes is read (see `crate::op::BatchShape`).
     pub exact_length: bool,
     /// The keys, in the order their outcomes come back.
     pub keys: Vec<KeyEntry<'a>>,
@@ -409,6 +409,7 @@ const COMPLETION_RECORD_HEADER: usize = 24;
 
 /// A batch's outcomes as completion records of at most `max_record` bytes each (one outcome,
 /// whose message is bounded, always fits a record of a few KiB).
+#[cfg(test)]
 pub fn encode_completion_records(batch: u64, op: Op, outcomes: &[Outcome], max_record: usize) -> Vec<Vec<u8>> {
     encode_completion_run(batch, op, 0, outcomes.len(), outcomes, max_record)
 }
@@ -455,7 +456,7 @@ pub fn encode_completion_run(
     records
 }
 
-/// Decodes a record [`encode_completion_records`] wrote; any malformation is an error naming
+/// Decodes a record `encode_completion_records` wrote; any malformation is an error naming
 /// it.
 pub fn decode_completion_record(record: &[u8]) -> Result<CompletionRecord, String> {
     let mut r = Reader::new(record);

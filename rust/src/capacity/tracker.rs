@@ -148,6 +148,7 @@ impl Tracker {
     }
 
     /// Keys from least to most recently used (for tests and diagnostics).
+    #[cfg(test)]
     pub fn keys_by_recency(&self) -> Vec<&[u8]> {
         let mut out = Vec::with_capacity(self.index.len());
         let mut node = self.oldest;

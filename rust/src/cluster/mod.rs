@@ -21,7 +21,7 @@ pub mod slot;
 pub mod slot_map;
 
 pub use node::NodeAddr;
-pub use redirect::{Redirect, RedirectKind, Transient, is_cluster_down, transient};
+pub use redirect::{Redirect, RedirectKind, transient};
 pub use shard::Rendezvous;
-pub use slot::{SLOT_COUNT, key_slot};
-pub use slot_map::{Health, Node, Shard, SlotMap};
+pub use slot::key_slot;
+pub use slot_map::SlotMap;

@@ -91,6 +91,7 @@ pub fn transient(error: &[u8]) -> Option<Transient> {
 }
 
 /// `CLUSTERDOWN` in any of its wordings ("The cluster is down", "Hash slot not served", ...).
+#[cfg(test)]
 pub fn is_cluster_down(error: &[u8]) -> bool {
     transient(error) == Some(Transient::ClusterDown)
 }

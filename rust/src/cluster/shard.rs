@@ -66,11 +66,13 @@ impl Rendezvous {
     }
 
     /// Number of servers.
+    #[cfg(test)]
     pub fn server_count(&self) -> usize {
         self.servers.len()
     }
 
     /// The servers' ids, in the caller's order (the indices [`Rendezvous::pick`] returns).
+    #[cfg(test)]
     pub fn ids(&self) -> impl DoubleEndedIterator<Item = &str> + ExactSizeIterator {
         self.servers.iter().map(|server| server.id.as_str())
     }
@@ -83,6 +85,7 @@ impl Rendezvous {
 
     /// Every server's index, the one holding `key` first, then the one that would hold it if
     /// that one were removed, and so on.
+    #[cfg(test)]
     pub fn ranking(&self, key: &[u8]) -> Vec<usize> {
         let mut order: Vec<(usize, &Server)> = self.servers.iter().enumerate().collect();
         order.sort_by_key(|(_, server)| Reverse(precedence(server, key)));
@@ -97,6 +100,7 @@ fn precedence<'a>(server: &'a Server, key: &[u8]) -> (u64, Reverse<&'a str>) {
 }
 
 /// The weight of `server_id` for `key`; see the module documentation.
+#[cfg(test)]
 pub fn weight(server_id: &str, key: &[u8]) -> u64 {
     xxh64(key, xxh64(server_id.as_bytes(), 0))
 }

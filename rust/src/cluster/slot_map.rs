@@ -1,7 +1,7 @@
 //! Which primary (and which replicas) serve each of the 16384 slots.
 //!
 //! Built from a node's answer to `CLUSTER SHARDS` (Redis 7+), or to `CLUSTER SLOTS` where that
-//! command is missing (see [`SlotMap::shards_unsupported`]), and patched by `MOVED` replies
+//! command is missing (see `SlotMap::shards_unsupported`), and patched by `MOVED` replies
 //! until the next refresh.
 //!
 //! Addresses follow the `CLUSTER SLOTS` documentation:
@@ -15,7 +15,7 @@
 //! takes over, so [`SlotMap::primary`] returns owners whatever their health; callers that care
 //! look at [`Shard::primary`]'s [`Health`]. A failed primary that lost its slots (its replica was
 //! promoted) serves nothing and is left out. Replicas keep their reported health, for replica
-//! reads to pick from [`Shard::online_replicas`].
+//! reads to pick from `Shard::online_replicas`.
 
 use super::node::NodeAddr;
 use super::slot::SLOT_COUNT;
@@ -70,6 +70,7 @@ pub struct Shard {
 
 impl Shard {
     /// The replicas reported online.
+    #[cfg(test)]
     pub fn online_replicas(&self) -> impl Iterator<Item = &Node> {
         self.replicas.iter().filter(|node| node.health == Health::Online)
     }
@@ -91,6 +92,7 @@ pub struct SlotMap {
 impl SlotMap {
     /// A map from a `CLUSTER SHARDS` reply, sent by the node at `seed`, for a client speaking
     /// plaintext.
+    #[cfg(any(test, feature = "internals"))]
     pub fn from_shards(reply: &Reply, seed: &NodeAddr) -> Result<SlotMap, String> {
         SlotMap::from_shards_over(reply, seed, false)
     }
@@ -160,6 +162,7 @@ impl SlotMap {
 
     /// True when `reply` to `CLUSTER SHARDS` means the server predates it (Redis < 7): ask
     /// `CLUSTER SLOTS` instead.
+    #[cfg(test)]
     pub fn shards_unsupported(reply: &Reply) -> bool {
         match reply {
             Reply::Error(text) => text.to_ascii_lowercase().starts_with(b"err unknown subcommand"),
@@ -190,6 +193,7 @@ impl SlotMap {
     }
 
     /// Maximal runs of consecutive slots with the same owner, in slot order.
+    #[cfg(test)]
     pub fn ranges(&self) -> impl Iterator<Item = (RangeInclusive<u16>, &Shard)> {
         runs(&self.owners)
             .filter(|(_, owner)| *owner != NO_OWNER)
@@ -252,6 +256,7 @@ impl SlotMap {
     /// Counts the changes to this map (each [`SlotMap::apply_moved`] that changed it, each
     /// [`SlotMap::update_from`]), starting at 0: a route computed at version `v` is still valid
     /// while the version is `v`.
+    #[cfg(test)]
     pub fn version(&self) -> u64 {
         self.version
     }

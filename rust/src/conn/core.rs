@@ -424,6 +424,7 @@ impl ConnCore {
     }
 
     /// Whether the last send did not take everything: wait until the socket is writable.
+    #[cfg(test)]
     pub fn is_write_blocked(&self) -> bool {
         self.write_blocked
     }

@@ -18,9 +18,9 @@ pub mod request;
 mod tests;
 mod tls_io;
 
-pub use self::core::{ConnCore, ConnState, Handoff, PipelineLimits, RECHECK_PERMANENT_AFTER, ReconnectPolicy};
+pub use self::core::{ConnCore, ConnState, Handoff, PipelineLimits, ReconnectPolicy};
 pub use reader::RecvTarget;
-pub use request::{Completion, Kind, Outcome, Request, Scope};
+pub use request::{Completion, Outcome, Request, Scope};
 
 use crate::net::tls::{Failure, Progress, TlsSession, failure};
 use crate::net::{Address, ConnectOptions, Interest, IoVecs, Readiness, Stream};
@@ -95,6 +95,7 @@ impl Conn {
     }
 
     /// Whether the connection still awaits its endpoint's addresses.
+    #[cfg(test)]
     pub fn awaits_addresses(&self) -> bool {
         self.core.awaits_addresses()
     }
@@ -146,11 +147,6 @@ impl Conn {
     /// How the connection reaches and authenticates to its server.
     pub fn options(&self) -> Arc<ConnectOptions> {
         self.core.options()
-    }
-
-    /// The connection's state.
-    pub fn state(&self) -> ConnState {
-        self.core.state()
     }
 
     /// User requests queued or in flight.

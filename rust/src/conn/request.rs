@@ -33,7 +33,7 @@ pub enum Outcome {
     Miss,
     /// EXISTS: the key exists; DEL: the key was deleted.
     Bool(bool),
-    /// A [`Kind::Command`]'s reply.
+    /// A `Kind::Command`'s reply.
     Reply(crate::resp::Reply),
     /// The operation failed: the error says why (the destination of a GET may hold part of
     /// a value).

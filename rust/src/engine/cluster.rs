@@ -97,6 +97,7 @@ impl ClusterView {
     }
 
     /// Maps re-read so far (for tests and diagnostics).
+    #[cfg(feature = "internals")]
     pub fn refreshes(&self) -> u64 {
         self.refreshes.load(Ordering::Acquire)
     }

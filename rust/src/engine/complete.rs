@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 impl Engine {
     /// Waits for a batch submitted with [`Engine::submit_waiting`].
-    pub fn wait(&self, ticket: Ticket) -> Result<BatchResult> {
+    pub(crate) fn wait(&self, ticket: Ticket) -> Result<BatchResult> {
         let Ticket { id, slot } = ticket;
         let give_up = Instant::now() + self.timeout + WAIT_GRACE;
         let counter = self.shared.counter(slot);

@@ -7,9 +7,9 @@
 //! asyncio, LMCache or any poll loop) or the counter's futex (a thread waiting for that batch).
 //! Every submitted key completes, with success or an error, by its deadline.
 //!
-//! Trust: the rings and counters live in the engine's private memory ([`control`]); the
+//! Trust: the rings and counters live in the engine's private memory (`control`); the
 //! shared-memory arena holds only pages, and descriptors name memory by arena offset (checked
-//! to lie inside one page) or by a key of the process-local buffer table ([`buffers`]), never
+//! to lie inside one page) or by a key of the process-local buffer table (`buffers`), never
 //! by address. A worker that dies, for any reason, fails the engine: every call then fails at
 //! once with [`ErrorKind::EngineFailed`], and every batch in flight completes with it. An
 //! engine inherited through fork() refuses every call with [`ErrorKind::Forked`] and leaves
@@ -19,7 +19,7 @@
 
 mod batches;
 mod buffers;
-pub mod cluster;
+mod cluster;
 mod complete;
 mod control;
 mod counter;
@@ -27,29 +27,29 @@ mod failures;
 mod futex;
 #[cfg(all(test, loom))]
 mod loom_tests;
-pub mod records;
+pub(crate) mod records;
 mod route;
 mod shared;
 mod submit;
 mod tiling;
 mod worker;
 
-pub use batches::{BatchResult, Delivery};
-pub use buffers::Access;
-pub use failures::FailureLog;
-pub use records::Region;
+pub use batches::BatchResult;
+pub(crate) use failures::FailureLog;
 pub use route::WARM_UP_NODES;
-pub use submit::Ticket;
-pub use tiling::tile;
+// What the engine's API names from the layers below.
+pub use crate::conn::{Outcome, ReconnectPolicy};
+pub use crate::health::ProbePolicy;
+pub use crate::net::Resolver;
+pub use crate::resp::Reply;
 
 use crate::arena::{Arena, ArenaError, ArenaSpec};
 use crate::blocking::BlockingClient;
-use crate::conn::{Outcome, ReconnectPolicy};
 use crate::error::{Error, ErrorKind, Result};
-use crate::health::{HealthBoard, ProbePolicy};
+use crate::health::HealthBoard;
 use crate::memory::RawBuf;
+use crate::net::Address;
 use crate::net::EventFd;
-use crate::net::{Address, Resolver};
 use crate::op::Op;
 use crate::placement::{self, PlanSource};
 use crate::ranged::ReadShape;
@@ -94,7 +94,7 @@ pub struct EngineConfig {
     /// Looks up host names (cluster nodes named by name), off the I/O workers; `None`: the
     /// system's lookup. Tests give one with a lookup function of their own.
     pub resolver: Option<Arc<Resolver>>,
-    /// When servers found down are probed (see [`crate::health`]).
+    /// When servers found down are probed (see `crate::health`).
     pub probe: ProbePolicy,
 }
 
@@ -400,7 +400,7 @@ impl Engine {
         }
     }
 
-    /// The servers known to be down now (see [`crate::health`]).
+    /// The servers known to be down now (see `crate::health`).
     pub fn down_endpoints(&self) -> Vec<String> {
         self.health.down()
     }
@@ -559,7 +559,8 @@ impl Engine {
         }
     }
 
-    /// Redis Cluster: the slot map the workers route by.
+    /// Redis Cluster: the slot map the workers route by (the native tests watch it).
+    #[cfg(feature = "internals")]
     pub fn cluster(&self) -> Option<Arc<ClusterView>> {
         self.refresher.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|(view, _)| view.clone())
     }

@@ -32,7 +32,7 @@ impl Engine {
     }
 
     /// Submits a batch to be waited for with [`Engine::wait`].
-    pub fn submit_waiting(&self, batch: Batch<'_>) -> Result<Ticket> {
+    pub(crate) fn submit_waiting(&self, batch: Batch<'_>) -> Result<Ticket> {
         let (id, slot) = self.submit_with(batch, Delivery::Wait)?;
         Ok(Ticket { id, slot })
     }

@@ -6,11 +6,11 @@
 //! | pages of a pool ([`PageStore`]) | [`LocalPageStore`] | [`BridgedPageStore`] |
 //! | caller buffers ([`BufferConnector`]) | [`TrackedEngine`] itself | [`BridgedConnector`] |
 //!
-//! Every front checks a batch against [`crate::op::BatchShape`] and counts the pages it uses
+//! Every front checks a batch against `crate::op::BatchShape` and counts the pages it uses
 //! in a [`crate::arena::PageLedger`] before anything is sent.
 //!
 //! The bridge twins are adapters: the bridge's protocol, the client's side of it included,
-//! lives in [`crate::bridge`] ([`crate::bridge::client`]), so these files only answer the
+//! lives in [`crate::bridge`] (`crate::bridge::client`), so these files only answer the
 //! traits below.
 
 mod bridged_connector;
@@ -21,9 +21,11 @@ mod local_store;
 pub use bridged_connector::BridgedConnector;
 pub use bridged_store::BridgedPageStore;
 pub use local_store::LocalPageStore;
+// What the fronts' API names from the layers below.
+pub use crate::capacity::{CapacityStats, TrackedEngine};
 
 use crate::arena::{Arena, PageHandle};
-use crate::capacity::{CapacityStats, TrackedEngine};
+
 use crate::engine::BatchResult;
 use crate::error::Result;
 use crate::memory::RawBuf;

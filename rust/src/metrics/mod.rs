@@ -1,32 +1,28 @@
 //! Always-on counters: per endpoint (the single server, each shard, each cluster node), per
 //! I/O worker, in cache-line padded cells that only their own worker writes (relaxed loads and
 //! stores, no read-modify-write, no contention); everything is summed only when the stats are
-//! read ([`EngineMetrics::snapshot`]).
+//! read (`EngineMetrics::snapshot`).
 //!
 //! What is counted where:
 //! - per batch, by the front-end of the engine: batches by operation and the batch latency
-//!   (submission to its last key filed), [`EngineMetrics::on_submit`] / [`on_batch_done`];
+//!   (submission to its last key filed), `EngineMetrics::on_submit` / `on_batch_done`;
 //! - per key, by the worker that ran it, under the endpoint it was sent to: keys by operation,
 //!   payload bytes, hits, misses, errors by kind, in-flight keys, the key latency (submission
-//!   of its batch to its completion posted), redirects and retries ([`WorkerMetrics`]);
+//!   of its batch to its completion posted), redirects and retries (`WorkerMetrics`);
 //! - per connection, through `conn::hook` (the connection's core calls it on the worker's thread):
 //!   resends after a broken connection and reconnects.
 //!
 //! A key's endpoint travels in its tag while it is on a worker (bits 48..63, see
-//! [`tag_node`]): the worker routes it, and whatever connection completes it, the completion
-//! names it. Batch slots stay below 2^16 for that ([`MAX_BATCH_SLOTS`]).
+//! `tag_node`): the worker routes it, and whatever connection completes it, the completion
+//! names it. Batch slots stay below 2^16 for that (`MAX_BATCH_SLOTS`).
 //!
 //! With the `no-metrics` feature every hook is empty and stats read as zeros: the build to
 //! measure the counters' cost against.
-//!
-//! [`on_batch_done`]: EngineMetrics::on_batch_done
 
 mod snapshot;
 
-pub use snapshot::{
-    BUCKETS, EndpointSnapshot, FIRST_BOUND_NS, Histogram, KINDS, OP_NAMES, OPS, Snapshot, bucket_bound_seconds,
-    bucket_of,
-};
+pub(crate) use snapshot::bucket_of;
+pub use snapshot::{BUCKETS, EndpointSnapshot, Histogram, KINDS, OP_NAMES, OPS, Snapshot, bucket_bound_seconds};
 
 use crate::conn::{Handoff, Outcome, hook};
 use crate::net::Endpoint;
@@ -39,19 +35,19 @@ use std::sync::{Arc, Mutex};
 pub const ENABLED: bool = hook::ENABLED;
 
 /// The most batch slots an engine may have: a key's tag carries its endpoint above bit 48.
-pub const MAX_BATCH_SLOTS: usize = 1 << 16;
+pub(crate) const MAX_BATCH_SLOTS: usize = 1 << 16;
 const NODE_SHIFT: u32 = 48;
 const NODE_MASK: u64 = 0x7fff << NODE_SHIFT;
 
 /// The tag without the endpoint the worker put in it.
 #[inline]
-pub fn strip_tag(tag: u64) -> u64 {
+pub(crate) fn strip_tag(tag: u64) -> u64 {
     tag & !NODE_MASK
 }
 
 /// The worker's node index + 1 carried in `tag` (0: never routed).
 #[inline]
-pub fn tag_node(tag: u64) -> usize {
+pub(crate) fn tag_node(tag: u64) -> usize {
     ((tag & NODE_MASK) >> NODE_SHIFT) as usize
 }
 
@@ -107,7 +103,7 @@ impl HistogramCell {
 /// One endpoint's counters on one worker (or one blocking client), on lines of its own.
 #[derive(Default)]
 #[repr(align(128))]
-pub struct Cell {
+pub(crate) struct Cell {
     keys: [AtomicU64; 4],
     bytes_sent: AtomicU64,
     bytes_received: AtomicU64,
@@ -183,9 +179,9 @@ struct FrontCell {
     batch_latency: HistogramCell,
 }
 
-/// Every counter of one engine (or one blocking client): what [`EngineMetrics::snapshot`]
+/// Every counter of one engine (or one blocking client): what `EngineMetrics::snapshot`
 /// sums.
-pub struct EngineMetrics {
+pub(crate) struct EngineMetrics {
     /// The front's own name for where it sends (a server, or `shards a,b` / `cluster a,b`).
     endpoint: String,
     front: FrontCell,
@@ -218,7 +214,7 @@ impl Endpoints {
 }
 
 /// The name keys that never reached an endpoint are counted under (a routing failure).
-pub const UNROUTED: &str = "unrouted";
+pub(crate) const UNROUTED: &str = "unrouted";
 
 impl EngineMetrics {
     /// The counters of an engine with `batch_slots` slots sending to `endpoint` (its display
@@ -290,7 +286,7 @@ impl EngineMetrics {
 }
 
 /// One worker's view of the engine's counters: its cells, by the worker's node index.
-pub struct WorkerMetrics {
+pub(crate) struct WorkerMetrics {
     engine: Arc<EngineMetrics>,
     /// Per node index (as the worker's `Nodes`): the endpoint last seen there and its cell.
     by_node: Vec<Option<(Endpoint, Arc<Cell>)>>,
@@ -420,7 +416,7 @@ impl WorkerMetrics {
 }
 
 /// The counters of one blocking client (`RedisClient`): one endpoint, one connection.
-pub struct ClientMetrics {
+pub(crate) struct ClientMetrics {
     engine: Arc<EngineMetrics>,
     cell: Arc<Cell>,
     connected: std::sync::atomic::AtomicBool,

@@ -14,7 +14,7 @@ pub const KINDS: usize = 15;
 /// for everything slower.
 pub const BUCKETS: usize = 22;
 /// The first bucket's upper bound, in nanoseconds.
-pub const FIRST_BOUND_NS: u64 = 50_000;
+pub(crate) const FIRST_BOUND_NS: u64 = 50_000;
 
 /// The upper bound of bucket `i` in seconds (`f64::INFINITY` for the last).
 pub fn bucket_bound_seconds(i: usize) -> f64 {
@@ -22,7 +22,7 @@ pub fn bucket_bound_seconds(i: usize) -> f64 {
 }
 
 /// The bucket of a latency of `ns` nanoseconds.
-pub fn bucket_of(ns: u64) -> usize {
+pub(crate) fn bucket_of(ns: u64) -> usize {
     if ns <= FIRST_BOUND_NS {
         return 0;
     }
@@ -58,7 +58,7 @@ impl Histogram {
 /// One endpoint's counters (see `docs/observability.md` for each one's meaning).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EndpointSnapshot {
-    /// The endpoint's display string: `host:port`, `unix:/path`, or [`super::UNROUTED`].
+    /// The endpoint's display string: `host:port`, `unix:/path`, or `super::UNROUTED`.
     pub endpoint: String,
     /// Keys completed, by operation ([`OPS`] order).
     pub keys: [u64; 4],
@@ -83,7 +83,7 @@ pub struct EndpointSnapshot {
     /// Keys handed to it and not completed yet.
     pub in_flight: u64,
     /// 1 while the endpoint is known to be down (its keys fail at once; see
-    /// [`crate::health`]), else 0.
+    /// `crate::health`), else 0.
     pub down: u64,
     /// What the server said it is (`valkey 9.1.2`); empty until a handshake heard it.
     pub server: String,
@@ -122,7 +122,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// Encodes as little-endian u64 words and length-prefixed names (the bridge's control
     /// channel carries it).
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         let put = |out: &mut Vec<u8>, v: u64| out.extend_from_slice(&v.to_le_bytes());
         let name = |out: &mut Vec<u8>, s: &str| {
@@ -164,7 +164,7 @@ impl Snapshot {
     }
 
     /// Decodes what [`Snapshot::encode`] wrote; None if it is not that.
-    pub fn decode(bytes: &[u8]) -> Option<Snapshot> {
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Snapshot> {
         let mut at = 0usize;
         let mut take = |n: usize| -> Option<&[u8]> {
             let part = bytes.get(at..at.checked_add(n)?)?;

@@ -33,7 +33,7 @@ pub enum Address {
 
 impl Endpoint {
     /// Resolves the host name (blocking: call once, not on the data path).
-    pub fn resolve(&self) -> Result<Vec<Address>> {
+    pub(crate) fn resolve(&self) -> Result<Vec<Address>> {
         match self {
             Endpoint::Unix { path } => Ok(vec![Address::Unix(path.clone())]),
             Endpoint::Tcp { host, port } => {

@@ -14,11 +14,6 @@ impl EventFd {
         Ok(EventFd(eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?))
     }
 
-    /// One received from another process (a bridge's doorbell and notifier).
-    pub fn from_owned(fd: OwnedFd) -> EventFd {
-        EventFd(fd)
-    }
-
     /// Another handle on the same counter.
     pub fn try_clone(&self) -> io::Result<EventFd> {
         Ok(EventFd(self.0.try_clone()?))

@@ -26,6 +26,7 @@ pub struct ConnectOptions {
 
 impl ConnectOptions {
     /// `endpoint` with no credentials, database 0, a 5 s connect timeout and no TLS.
+    #[cfg(any(test, feature = "internals"))]
     pub fn new(endpoint: Endpoint) -> Self {
         ConnectOptions {
             endpoint,

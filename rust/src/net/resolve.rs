@@ -5,9 +5,9 @@
 //! `MOVED`, an `ASK` or the slot map would stall every key the worker carries. A [`Resolver`]
 //! runs lookups on threads of its own (a few at once, started on demand, gone when idle) and
 //! keeps their results for a while, so the workers of one engine look each name up once. A
-//! worker asks with [`Resolver::lookup`], which never blocks: the addresses, the failure, or
+//! worker asks with `Resolver::lookup`, which never blocks: the addresses, the failure, or
 //! "pending", and once a pending lookup ends the resolver calls the [`Waker`] the worker gave.
-//! IP literals need no lookup and are answered at once. [`Resolver::resolve_now`] waits for the
+//! IP literals need no lookup and are answered at once. `Resolver::resolve_now` waits for the
 //! answer, for threads that may block (the engine's start, the slot map's refresher).
 //!
 //! The lookup function is injectable ([`Resolver::with_lookup`]): tests give one that is slow
@@ -40,7 +40,7 @@ pub const FAILURE_TTL: Duration = Duration::from_secs(1);
 /// Results kept at most (the oldest finished ones go first).
 pub const MAX_CACHED: usize = 1024;
 
-/// What [`Resolver::lookup`] knows now.
+/// What `Resolver::lookup` knows now.
 #[derive(Debug)]
 pub enum Lookup {
     /// The host's addresses (an IP literal's own, at once).
@@ -126,14 +126,15 @@ impl Resolver {
     }
 
     /// Whether `host` must be looked up: it is not an IP literal (brackets allowed).
-    pub fn needs_lookup(host: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn needs_lookup(host: &str) -> bool {
         literal(host).is_none()
     }
 
     /// What is known of `host` now, without blocking: the addresses (at once for an IP
     /// literal, or from a recent lookup), the failure of a recent lookup, or pending. Pending
     /// starts a lookup if none is running; `waker` is called when it ends.
-    pub fn lookup(&self, host: &str, port: u16, waker: &Waker) -> Lookup {
+    pub(crate) fn lookup(&self, host: &str, port: u16, waker: &Waker) -> Lookup {
         if let Some(ip) = literal(host) {
             return Lookup::Ready(Arc::new([Address::Tcp(SocketAddr::new(ip, port))]));
         }
@@ -162,7 +163,7 @@ impl Resolver {
     /// The addresses of `endpoint`, waiting up to `timeout` for a lookup (on threads that may
     /// block: the engine's start, the slot map's refresher). A Unix socket or an IP literal is
     /// answered at once; a name looked up recently, from what was found then.
-    pub fn resolve_now(&self, endpoint: &Endpoint, timeout: Duration) -> Result<Arc<[Address]>> {
+    pub(crate) fn resolve_now(&self, endpoint: &Endpoint, timeout: Duration) -> Result<Arc<[Address]>> {
         let (host, port) = match endpoint {
             Endpoint::Unix { path } => return Ok(Arc::new([Address::Unix(path.clone())])),
             Endpoint::Tcp { host, port } => (host.as_str(), *port),
@@ -215,13 +216,9 @@ impl Resolver {
         }
     }
 
-    /// Lookups running or waiting (for tests and diagnostics).
-    pub fn running(&self) -> usize {
-        self.shared.lock().entries.values().filter(|e| matches!(e, Entry::Running { .. })).count()
-    }
-
     /// Results and lookups kept (for tests and diagnostics).
-    pub fn cached(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn cached(&self) -> usize {
         self.shared.lock().entries.len()
     }
 }

@@ -1,7 +1,7 @@
 //! A reply decoder that collects top-level bulk payloads itself.
 //!
-//! For replies whose payload has no caller-provided destination (handshake replies, tests,
-//! fuzzing). The data path uses [`ReplyParser`] directly and receives payloads into pages.
+//! For replies whose payload has no caller-provided destination (the tests and the
+//! fuzzing targets). The data path uses [`ReplyParser`] directly and receives payloads into pages.
 
 use super::parser::{Event, ProtocolError, ReplyParser};
 use super::reply::Reply;
@@ -18,11 +18,6 @@ impl Decoder {
     /// A decoder over `parser` (which sets the limits).
     pub fn new(parser: ReplyParser) -> Self {
         Decoder { parser, payload: None }
-    }
-
-    /// True between replies.
-    pub fn is_idle(&self) -> bool {
-        self.payload.is_none() && self.parser.is_idle()
     }
 
     /// Consumes bytes from `input` until one reply is complete or the input runs out.
@@ -55,20 +50,6 @@ impl Decoder {
                     let data = self.payload.take().expect("payload buffer exists at BulkEnd");
                     return Ok((pos, Some(Reply::Bulk(data))));
                 }
-            }
-        }
-    }
-
-    /// Decodes every complete reply in `input`; returns them and the bytes consumed.
-    pub fn decode_all(&mut self, input: &[u8]) -> Result<(usize, Vec<Reply>), ProtocolError> {
-        let mut pos = 0;
-        let mut replies = Vec::new();
-        loop {
-            let (used, reply) = self.decode(&input[pos..])?;
-            pos += used;
-            match reply {
-                Some(reply) => replies.push(reply),
-                None => return Ok((pos, replies)),
             }
         }
     }

@@ -85,6 +85,7 @@ pub enum Command<'a> {
 
 impl Command<'_> {
     /// Length of the value iovec that follows the header, if the command carries one.
+    #[cfg(test)]
     pub fn value_len(&self) -> Option<usize> {
         match *self {
             Command::Set { value_len, .. } => Some(value_len),
@@ -93,6 +94,7 @@ impl Command<'_> {
     }
 
     /// Bytes of the whole frame: header, value and trailer.
+    #[cfg(test)]
     pub fn frame_len(&self) -> usize {
         self.header_len() + self.value_len().map_or(0, |len| len + TRAILER.len())
     }

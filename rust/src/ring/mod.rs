@@ -410,6 +410,7 @@ impl Producer {
     }
 
     /// Whether records were pushed since the last [`publish`](Self::publish).
+    #[cfg(test)]
     pub fn has_unpublished(&self) -> bool {
         self.pos != self.published
     }
@@ -578,6 +579,7 @@ impl Consumer {
     ///
     /// # Panics
     /// If the ring is corrupt, with a message saying what was found.
+    #[cfg(test)]
     pub fn pop_into(&mut self, out: &mut Vec<u8>) -> bool {
         match self.try_pop_into(out) {
             Ok(popped) => popped,

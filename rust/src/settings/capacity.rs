@@ -24,7 +24,7 @@ impl std::str::FromStr for EvictionPolicy {
     }
 }
 
-/// Capacity tracking as [`crate::capacity`] runs it: the capacity and the eviction settings.
+/// Capacity tracking as `crate::capacity` runs it: the capacity and the eviction settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CapacityConfig {
     /// The capacity, in bytes; must be more than 0.

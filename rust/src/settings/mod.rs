@@ -6,23 +6,26 @@
 //! the `LMCACHE_RESP_*` environment variables (host, port, username and password, and the TLS
 //! files where TLS is on), then the defaults below. Callers gather the sources;
 //! [`Settings::resolve`] decides. TLS (`rediss://`, `ssl=True`, the `ssl_*` fields) is
-//! [`tls`]'s.
+//! `tls`'s.
 
 mod capacity;
 mod names;
 mod pieces;
-pub mod tls;
-pub mod url;
-pub mod value;
+pub(crate) mod tls;
+pub(crate) mod url;
+mod value;
 
 pub use capacity::{CapacityConfig, EvictionPolicy};
 pub use names::{ENV_VARS, EVICTION_FIELDS, FIELDS, QUERY_FIELDS, TLS_FIELDS};
 pub use pieces::GetPieces;
 pub use value::Value;
+// What the settings' API names from the wire below.
+pub use crate::conn::PipelineLimits;
+pub use crate::net::tls::{KeyLimit, TlsOptions};
+pub use crate::net::{Endpoint, TlsConfig};
 
-use crate::conn::PipelineLimits;
 use crate::error::{Error, Result};
-use crate::net::{ConnectOptions, Endpoint, TlsConfig};
+use crate::net::ConnectOptions;
 use crate::secret::Secret;
 use lmcache_resp_numa::CpuAffinity;
 use std::fmt;
@@ -214,7 +217,7 @@ impl Settings {
     }
 
     /// How to reach and log in to `endpoint`.
-    pub fn connect_options(&self, endpoint: &Endpoint) -> ConnectOptions {
+    pub(crate) fn connect_options(&self, endpoint: &Endpoint) -> ConnectOptions {
         ConnectOptions {
             endpoint: endpoint.clone(),
             username: self.username.clone(),
@@ -252,7 +255,7 @@ impl Settings {
 pub struct Sources<'a> {
     /// Settings the caller gave by name (the last of a name wins).
     pub explicit: &'a [(String, Value)],
-    /// The connection URL, if any (`redis://`, `unix://`, ...; see [`url::parse`]).
+    /// The connection URL, if any (`redis://`, `unix://`, ...; see `url::parse`).
     pub url: Option<&'a str>,
     /// The process environment as `(name, value)` pairs.
     pub env: &'a [(String, String)],

@@ -32,7 +32,7 @@ const EXPLICIT_NONCE_LEN: usize = 8;
 /// plaintext, whichever comes first. Past it a TLS 1.3 connection sends a KeyUpdate and seals
 /// on with the next key; a TLS 1.2 connection, which has no KeyUpdate, drains (sends nothing
 /// new, lets every reply arrive) and is replaced. A connection that keeps sealing past it
-/// anyway (a single request longer than [`DRAIN_HEADROOM`]) stops at the headroom.
+/// anyway (a single request longer than `DRAIN_HEADROOM`) stops at the headroom.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeyLimit {
     /// Records sealed with one key.
@@ -183,11 +183,13 @@ impl Sealer {
     }
 
     /// Records and plaintext bytes this key sealed.
+    #[cfg(test)]
     pub fn sealed(&self) -> (u64, u64) {
         (self.records, self.bytes)
     }
 
     /// Bytes a record adds to its plaintext.
+    #[cfg(test)]
     pub fn overhead(&self) -> usize {
         HEADER_LEN
             + TAG_LEN

@@ -145,6 +145,7 @@ impl Traffic {
     }
 
     /// What the connection took in and sent after the handshake.
+    #[cfg(test)]
     pub fn counts(&self) -> Counts {
         self.counts
     }
