@@ -275,6 +275,7 @@ fn the_clients_send_key_is_renewed_past_its_limit_by_records_and_by_bytes() {
         assert_eq!(pair.client_sends(&del), del, "request {i}");
     }
     assert_eq!(pair.client.counts().key_updates_sent, 4, "after records 4, 8, 12 and 16");
+    assert!(!pair.client.must_drain(), "TLS 1.3 renews its key: it never drains");
 
     // By bytes: three full records per key.
     let mut pair = WithRustls::with_key_limit(
@@ -309,39 +310,59 @@ fn a_tls12_send_key_at_its_limit_asks_for_a_drain_and_seals_nothing_past_the_hea
     let err = pair.client.seal(&iov, 0).unwrap_err();
     assert!(err.to_string().contains("sealed all it may"), "{err}");
     assert!(pair.client.seal(&iov, 0).is_err(), "and nothing after");
+
+    // By bytes too: two full records reach a limit of two records' worth.
+    let mut pair = WithRustls::with_key_limit(
+        KeyLimit { records: 1 << 40, bytes: 2 * record::MAX_PLAINTEXT as u64 },
+        suites::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    );
+    let value = pattern(2 * record::MAX_PLAINTEXT - 1, 11);
+    assert!(pair.client_sends(&value) == value);
+    assert!(!pair.client.must_drain(), "one byte short of the limit");
+    assert_eq!(pair.client_sends(b"x"), b"x");
+    assert!(pair.client.must_drain(), "at the limit");
 }
+
+/// One suite of each version: what differs between them here is the record format (TLS 1.2
+/// alerts travel in records of their own type, TLS 1.3's inside application data).
+const BOTH_VERSIONS: [SupportedCipherSuite; 2] =
+    [suites::TLS13_AES_128_GCM_SHA256, suites::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256];
 
 #[test]
 fn close_notify_ends_the_data_both_ways() {
-    let mut pair = WithRustls::new(suites::TLS13_AES_128_GCM_SHA256);
-    let tickets = pair.server_output();
-    feed(&mut pair.client, &tickets).unwrap();
-    pair.server.writer().write_all(b"+last\r\n").unwrap();
-    pair.server.send_close_notify();
-    let wire = pair.server_output();
-    assert_eq!(feed(&mut pair.client, &wire).unwrap(), b"+last\r\n");
-    assert_eq!(pair.client.read(100, |_| panic!("no data")).unwrap(), Input::Closed { clean: true });
-    // The client says close_notify too; rustls's server reads it as the clean end.
-    pair.client.close();
-    let wire = take_output(&mut pair.client);
-    pair.send_to_server(&wire).unwrap();
-    assert_eq!(pair.server_reads(), None);
-    assert!(pair.client.seal(&IoVecs::<1>::new(), 0).is_err(), "nothing is sealed after close_notify");
+    for suite in BOTH_VERSIONS {
+        let mut pair = WithRustls::new(suite);
+        let tickets = pair.server_output();
+        feed(&mut pair.client, &tickets).unwrap();
+        pair.server.writer().write_all(b"+last\r\n").unwrap();
+        pair.server.send_close_notify();
+        let wire = pair.server_output();
+        assert_eq!(feed(&mut pair.client, &wire).unwrap(), b"+last\r\n", "{suite:?}");
+        assert_eq!(pair.client.read(100, |_| panic!("no data")).unwrap(), Input::Closed { clean: true }, "{suite:?}");
+        // The client says close_notify too; rustls's server reads it as the clean end.
+        pair.client.close();
+        let wire = take_output(&mut pair.client);
+        pair.send_to_server(&wire).unwrap();
+        assert_eq!(pair.server_reads(), None, "{suite:?}");
+        assert!(pair.client.seal(&IoVecs::<1>::new(), 0).is_err(), "nothing is sealed after close_notify");
+    }
 }
 
 #[test]
 fn a_connection_cut_without_close_notify_is_not_clean_and_keeps_what_came_whole() {
-    let mut pair = WithRustls::new(suites::TLS13_AES_128_GCM_SHA256);
-    let tickets = pair.server_output();
-    feed(&mut pair.client, &tickets).unwrap();
-    pair.server.writer().write_all(&pattern(30_000, 3)).unwrap();
-    let wire = pair.server_output();
-    // The cut falls in the second record: the first one's 16 KiB arrive, the rest does not.
-    let cut = wire.len() - 100;
-    let got = feed(&mut pair.client, &wire[..cut]).unwrap();
-    assert!(got == pattern(30_000, 3)[..record::MAX_PLAINTEXT]);
-    pair.client.received(0);
-    assert_eq!(pair.client.read(100, |_| panic!("no data")).unwrap(), Input::Closed { clean: false });
+    for suite in BOTH_VERSIONS {
+        let mut pair = WithRustls::new(suite);
+        let tickets = pair.server_output();
+        feed(&mut pair.client, &tickets).unwrap();
+        pair.server.writer().write_all(&pattern(30_000, 3)).unwrap();
+        let wire = pair.server_output();
+        // The cut falls in the second record: the first one's 16 KiB arrive, the rest does not.
+        let cut = wire.len() - 100;
+        let got = feed(&mut pair.client, &wire[..cut]).unwrap();
+        assert!(got == pattern(30_000, 3)[..record::MAX_PLAINTEXT], "{suite:?}");
+        pair.client.received(0);
+        assert_eq!(pair.client.read(100, |_| panic!("no data")).unwrap(), Input::Closed { clean: false }, "{suite:?}");
+    }
 }
 
 // -- a hand-made server: records the tests write themselves -------------------------------------
@@ -619,31 +640,69 @@ fn oversized_zero_length_and_foreign_records_get_the_rfcs_alert() {
 
 #[test]
 fn empty_records_are_taken_up_to_a_bound_in_a_row() {
-    let mut server = HandMade::new(suites::TLS13_AES_128_GCM_SHA256);
-    for round in 0..3 {
-        let mut wire: Vec<u8> =
-            (0..MAX_RECORDS_WITHOUT_DATA).flat_map(|_| server.record(content::APPLICATION_DATA, b"")).collect();
-        wire.extend(server.record(content::APPLICATION_DATA, b"+OK\r\n"));
-        assert_eq!(feed(&mut server.client, &wire).unwrap(), b"+OK\r\n", "round {round}: data resets the count");
+    for suite in BOTH_VERSIONS {
+        let mut server = HandMade::new(suite);
+        for round in 0..3 {
+            let mut wire: Vec<u8> =
+                (0..MAX_RECORDS_WITHOUT_DATA).flat_map(|_| server.record(content::APPLICATION_DATA, b"")).collect();
+            wire.extend(server.record(content::APPLICATION_DATA, b"+OK\r\n"));
+            assert_eq!(feed(&mut server.client, &wire).unwrap(), b"+OK\r\n", "{suite:?} round {round}: data resets");
+        }
+        let wire: Vec<u8> =
+            (0..=MAX_RECORDS_WITHOUT_DATA).flat_map(|_| server.record(content::APPLICATION_DATA, b"")).collect();
+        let (err, alert) = refused(&mut server, &wire);
+        let bound = format!("more than {MAX_RECORDS_WITHOUT_DATA} TLS records in a row without data");
+        assert!(err.contains(&bound), "{suite:?}: {err}");
+        assert_eq!(alert, fatal(AlertDescription::UnexpectedMessage), "{suite:?}");
     }
-    let wire: Vec<u8> =
-        (0..=MAX_RECORDS_WITHOUT_DATA).flat_map(|_| server.record(content::APPLICATION_DATA, b"")).collect();
-    let (err, alert) = refused(&mut server, &wire);
-    assert!(err.contains(&format!("more than {MAX_RECORDS_WITHOUT_DATA} TLS records in a row without data")), "{err}");
-    assert_eq!(alert, fatal(AlertDescription::UnexpectedMessage));
 }
 
 #[test]
 fn data_after_close_notify_is_ignored() {
-    let mut server = HandMade::new(suites::TLS13_AES_128_GCM_SHA256);
-    let mut wire = server.record(content::APPLICATION_DATA, b"+OK\r\n");
-    wire.extend(server.record(content::ALERT, &[1, 0]));
-    wire.extend(server.record(content::APPLICATION_DATA, b"+forged\r\n"));
-    assert_eq!(feed(&mut server.client, &wire).unwrap(), b"+OK\r\n");
-    assert_eq!(
-        server.client.read(100, |_| panic!("nothing after close_notify")).unwrap(),
-        Input::Closed { clean: true }
-    );
+    for suite in BOTH_VERSIONS {
+        let mut server = HandMade::new(suite);
+        let mut wire = server.record(content::APPLICATION_DATA, b"+OK\r\n");
+        wire.extend(server.record(content::ALERT, &[1, 0]));
+        wire.extend(server.record(content::APPLICATION_DATA, b"+forged\r\n"));
+        assert_eq!(feed(&mut server.client, &wire).unwrap(), b"+OK\r\n", "{suite:?}");
+        assert_eq!(
+            server.client.read(100, |_| panic!("nothing after close_notify")).unwrap(),
+            Input::Closed { clean: true },
+            "{suite:?}"
+        );
+    }
+}
+
+#[test]
+fn a_close_notify_the_servers_key_did_not_seal_cannot_cut_the_data_short() {
+    // On the path, a truncation attack forges the end of the data: a close_notify in the
+    // clear, or one sealed with a key that is not the server's. Either ends the connection
+    // as broken, never as a clean end after a short reply.
+    let clear = [content::ALERT, 3, 3, 0, 2, 1, 0];
+    for (suite, alert) in [
+        // TLS 1.3 takes no unencrypted record after the handshake (RFC 8446 5).
+        (suites::TLS13_AES_128_GCM_SHA256, AlertDescription::UnexpectedMessage),
+        // TLS 1.2 alerts are records of their own, and this one fails authentication.
+        (suites::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, AlertDescription::BadRecordMac),
+    ] {
+        let mut server = HandMade::new(suite);
+        let head = server.record(content::APPLICATION_DATA, b"$5\r\nab");
+        assert_eq!(feed(&mut server.client, &head).unwrap(), b"$5\r\nab", "{suite:?}");
+        let (err, sent) = refused(&mut server, &clear);
+        assert_eq!(sent, fatal(alert), "{suite:?}: {err}");
+        assert!(server.client.read(10, |_| panic!("nothing after it")).is_err(), "{suite:?}: not a clean end");
+        // Sealed with another connection's key, in its right place in the sequence.
+        let mut server = HandMade::new(suite);
+        let mut other = HandMade::new(suite);
+        let head = server.record(content::APPLICATION_DATA, b"$5\r\nab");
+        other.record(content::APPLICATION_DATA, b"$5\r\nab");
+        let forged = other.record(content::ALERT, &[1, 0]);
+        assert_eq!(feed(&mut server.client, &head).unwrap(), b"$5\r\nab", "{suite:?}");
+        let (err, sent) = refused(&mut server, &forged);
+        assert!(err.contains("failed authentication"), "{suite:?}: {err}");
+        assert_eq!(sent, fatal(AlertDescription::BadRecordMac), "{suite:?}");
+        assert!(server.client.read(10, |_| panic!("nothing after it")).is_err(), "{suite:?}: not a clean end");
+    }
 }
 
 #[test]
