@@ -8,6 +8,8 @@
   host, an untrusted CA's client, an encrypted key).
 - ``python -m lmcache_resp_testing``: the command line the Rust tests (native-tests) and the
   scripts start servers, clusters and certificates with (:mod:`lmcache_resp_testing.cli`).
+- :mod:`lmcache_resp_testing.hooks`: the native module's test hooks, typed (the ``test-hooks``
+  feature; release builds lack them, and ``_native.pyi`` declares the release module).
 - :func:`pattern`: deterministic test bytes.
 
 It lives in the repository only (testing/), never in the wheel (scripts/check-wheel.sh fails on
