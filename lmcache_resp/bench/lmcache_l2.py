@@ -158,7 +158,7 @@ def adapter_spec(name: str, target: Target, options: Options) -> tuple[dict[str,
             params["get_piece_bytes"] = options.get_piece_bytes
         if options.cpu_affinity is not None:
             params["cpu_affinity"] = options.cpu_affinity
-        return {"type": "native_plugin", "module_path": "lmcache_resp", "class_name": "RespConnector",
+        return {"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp", "class_name": "RespConnector",
                 "adapter_params": params}, ""
     if name == "resp":
         if cluster:
