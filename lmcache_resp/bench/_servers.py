@@ -66,7 +66,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "CLUSTER_PORTS",
@@ -730,7 +730,48 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-class RedisServer:
+_Self = TypeVar("_Self", bound="_Throwaway")
+
+
+class _Throwaway:
+    """What a throwaway server and a throwaway cluster share: the binary they run, the directory
+    they live in (a temp dir of their own unless given one, removed by :meth:`stop`), and the
+    context manager that stops them."""
+
+    def __init__(self, server: str | None, directory: Path | str | None, temp_prefix: str) -> None:
+        self.binary = server_binary(server)
+        self._temp_dir: str | None = None
+        if directory is None:
+            directory = self._temp_dir = tempfile.mkdtemp(prefix=temp_prefix)
+        self.directory = Path(directory)
+
+    def stop(self) -> None:
+        """Kills what runs and removes the temp dir made for it (a given directory stays)."""
+        self._remove_temp_dir()
+
+    def _remove_temp_dir(self) -> None:
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
+
+    def version(self) -> str:
+        return server_version(self.binary)
+
+    def malloc(self) -> str:
+        """The allocator the binary is built with (``libc``, ``jemalloc-5.3.0``): with
+        keep_freed_memory, a libc one runs with jemalloc preloaded."""
+        return server_malloc(self.binary)
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class RedisServer(_Throwaway):
     """A throwaway server, started on construction: ``RedisServer(directory)`` (or no directory:
     a temp dir of its own, removed by :meth:`stop`), then ``.port``, ``.unix_path``. Options:
     ``password`` (requirepass), ``unix_socket``, ``io_threads``, ``conf`` (extra config lines),
@@ -755,13 +796,9 @@ class RedisServer:
         tls: bool | ServerCerts = False,
         keep_freed_memory: bool = False,
     ) -> None:
-        self.binary = server_binary(server)
+        super().__init__(server, directory, "lmcache-resp-redis-")
         self.keep_freed_memory = keep_freed_memory
         self.allocator_env = keep_freed_memory_env(self.binary) if keep_freed_memory else {}
-        self._temp_dir: str | None = None
-        if directory is None:
-            directory = self._temp_dir = tempfile.mkdtemp(prefix="lmcache-resp-redis-")
-        self.directory = Path(directory)
         try:
             self.certs = tls if isinstance(tls, ServerCerts) else self._make_certs(self.directory / "certs") if tls else None
         except BaseException:
@@ -836,28 +873,7 @@ class RedisServer:
     def stop(self) -> None:
         """Kills the server and removes the temp dir it made (a given directory stays)."""
         self.kill()
-        self._remove_temp_dir()
-
-    def _remove_temp_dir(self) -> None:
-        if self._temp_dir is not None:
-            shutil.rmtree(self._temp_dir, ignore_errors=True)
-            self._temp_dir = None
-
-    def version(self) -> str:
-        return server_version(self.binary)
-
-    def malloc(self) -> str:
-        """The allocator the binary is built with (``libc``, ``jemalloc-5.3.0``): with
-        keep_freed_memory, a libc one runs with jemalloc preloaded."""
-        return server_malloc(self.binary)
-
-    def __enter__(self) -> RedisServer:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        super().stop()
 
     def __repr__(self) -> str:
         tls = ", tls" if self.certs is not None else ""
@@ -1163,7 +1179,7 @@ def start_cluster_on_free_ports(
     raise AssertionError("unreachable")
 
 
-class RedisCluster:
+class RedisCluster(_Throwaway):
     """A throwaway local Redis Cluster on 127.0.0.1, started on construction: ``primaries``
     primaries with ``replicas`` replicas each, no persistence, a short node timeout (1 s by
     default). Its servers die with :meth:`stop`, or, through a watcher process, when this process
@@ -1182,12 +1198,8 @@ class RedisCluster:
         node_timeout_ms: int = 1000,
         keep_freed_memory: bool = False,
     ) -> None:
-        self.binary = server_binary(server)
+        super().__init__(server, directory, "lmcache-resp-cluster-")
         self.keep_freed_memory = keep_freed_memory
-        self._temp_dir: str | None = None
-        if directory is None:
-            directory = self._temp_dir = tempfile.mkdtemp(prefix="lmcache-resp-cluster-")
-        self.directory = Path(directory)
         self.io_threads = io_threads
         self.node_timeout_ms = node_timeout_ms
         try:
@@ -1215,27 +1227,7 @@ class RedisCluster:
     def stop(self) -> None:
         """Kills every server, waits until they are gone, and removes the temp dir it made."""
         self._started.kill()
-        self._remove_temp_dir()
-
-    def _remove_temp_dir(self) -> None:
-        if self._temp_dir is not None:
-            shutil.rmtree(self._temp_dir, ignore_errors=True)
-            self._temp_dir = None
-
-    def version(self) -> str:
-        return server_version(self.binary)
-
-    def malloc(self) -> str:
-        """As RedisServer.malloc."""
-        return server_malloc(self.binary)
-
-    def __enter__(self) -> RedisCluster:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        super().stop()
 
 
 # -- the watcher's command line ---------------------------------------------------------------
