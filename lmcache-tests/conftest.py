@@ -1,7 +1,7 @@
 """Fixtures for the tests against a real LMCache 0.5.6 (run by scripts/test-lmcache.sh only).
 
 Every test talks to a real, throwaway redis-server on a free port (never 6379), started by
-lmcache_resp.servers like the rest of the project's tests.
+the test-support package (lmcache_resp_testing.servers) like the rest of the project's tests.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Helpers for the tests against a real LMCache 0.5.6 (run by scripts/test-lmcache.sh only).
 
 Every test talks to a real, throwaway redis-server on a free port (never 6379), started by
-lmcache_resp.servers, the launcher of every suite (imported from the installed package: this
-venv runs the wheel, not the source tree).
+the test-support package every suite uses (testing/lmcache_resp_testing, on the path through
+pyproject.toml's pytest ``pythonpath``), on the launcher of the installed lmcache_resp: this
+venv runs the built package, not the source tree.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lmcache_resp.servers import RedisServer, free_port, pattern
+from lmcache_resp_testing import pattern
+from lmcache_resp_testing.servers import RedisServer, free_port
 
 __all__ = [
+    "ADAPTER_CREATED",
     "EXAMPLE_HOST",
     "EXAMPLE_PORT",
     "REPO",
@@ -49,6 +52,16 @@ BRIDGE_EXAMPLE = REPO / "examples" / "bridge" / "mp-l2-adapter-bridge.json"
 # What the examples name; the tests swap only the port (see load_mp_example/load_non_mp_example).
 EXAMPLE_HOST = "127.0.0.1"
 EXAMPLE_PORT = 6379
+
+
+def _adapter_created() -> str:
+    """What LMCache's MP server logs once it has built the examples' connector: the module path
+    they name (lmcache_resp.lmcache.mp) and the class."""
+    document = json.loads(MP_EXAMPLE.read_text())
+    return f"Created native plugin L2 adapter: {document['module_path']}.{document['class_name']}"
+
+
+ADAPTER_CREATED = _adapter_created()
 
 RESP_ENV = ("LMCACHE_RESP_HOST", "LMCACHE_RESP_PORT", "LMCACHE_RESP_USERNAME", "LMCACHE_RESP_PASSWORD")
 

@@ -21,7 +21,15 @@ from typing import Any
 import pytest
 import torch
 
-from lmc_helpers import RedisServer, bridge_example, free_port, load_mp_example, pattern, stop_process_group
+from lmc_helpers import (
+    ADAPTER_CREATED,
+    RedisServer,
+    bridge_example,
+    free_port,
+    load_mp_example,
+    pattern,
+    stop_process_group,
+)
 
 from lmcache.v1.distributed.api import MemoryLayoutDesc, ObjectKey
 from lmcache.v1.distributed.l2_adapters import create_l2_adapter
@@ -107,6 +115,29 @@ def load(adapter: Any, keys: list[ObjectKey], objs: list[TensorMemoryObj]) -> li
     return [bitmap.test(i) for i in range(len(keys))]
 
 
+def test_the_module_path_documented_before_loads_the_same_connector(redis_server: RedisServer) -> None:
+    """``"module_path": "lmcache_resp"``, as configs named the adapter before it moved to
+    lmcache_resp.lmcache.mp: LMCache's parser and factory build the same RespConnector, and
+    chunks round-trip through it."""
+    text, document = load_mp_example(redis_server.port)
+    assert document["module_path"] == "lmcache_resp.lmcache.mp"
+    document["module_path"] = "lmcache_resp"
+    config = parse(json.dumps(document))
+    assert (config.module_path, config.class_name) == ("lmcache_resp", "RespConnector")
+    adapter = create_l2_adapter(config)
+    try:
+        assert type(adapter._client) is RespConnector  # noqa: SLF001 - what LMCache wrapped
+        keys = [object_key(i, "alias") for i in range(3)]
+        data = [pattern(4096, 70 + i) for i in range(3)]
+        store(adapter, keys, [memory_obj(d) for d in data])
+        assert lookup(adapter, keys) == [True] * 3
+        outs = [memory_obj(4096) for _ in keys]
+        assert load(adapter, keys, outs) == [True] * 3
+        assert [bytes(o.byte_array) for o in outs] == data
+    finally:
+        adapter.close()
+
+
 @pytest.fixture
 def mp_adapter(redis_server: RedisServer) -> Any:
     text, _ = load_mp_example(redis_server.port)
@@ -119,7 +150,7 @@ def test_the_example_goes_through_lmcaches_parser_and_factory(redis_server: Redi
     text, document = load_mp_example(redis_server.port)
     config = parse(text)
     assert type(config).__name__ == "NativePluginL2AdapterConfig"
-    assert (config.module_path, config.class_name) == ("lmcache_resp", "RespConnector")
+    assert (config.module_path, config.class_name) == ("lmcache_resp.lmcache.mp", "RespConnector")
     assert config.adapter_params == {"host": "127.0.0.1", "port": redis_server.port, "num_workers": 8, "timeout": 2}
     # LMCache reads capacity and eviction at the top level, beside adapter_params.
     assert config.max_capacity_gb == document["max_capacity_gb"] == 40
@@ -247,7 +278,7 @@ def test_the_lmcache_server_loads_the_example(redis_server: RedisServer, tmp_pat
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
                                    start_new_session=True)
     try:
-        wanted = "Created native plugin L2 adapter: lmcache_resp.RespConnector"
+        wanted = ADAPTER_CREATED
         deadline = time.monotonic() + 180
         while wanted not in log_path.read_text(errors="replace"):
             assert process.poll() is None, log_path.read_text(errors="replace")[-4000:]

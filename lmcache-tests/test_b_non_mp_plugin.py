@@ -2,7 +2,7 @@
 
 LMCache reads the YAML (``LMCacheEngineConfig.from_file``), builds its storage backends
 (``CreateStorageBackends``: one RemoteBackend per ``remote_storage_plugins`` entry), and its
-``ConnectorManager`` loads ``lmcache_resp.lmcache_plugin.RespRemoteConnector`` through
+``ConnectorManager`` loads ``lmcache_resp.lmcache.non_mp.RespRemoteConnector`` through
 ``DynamicConnectorAdapter``. Real KV chunks (bf16 tensors from LMCache's allocator) go through
 RemoteBackend's put/get paths and come back byte for byte.
 """
@@ -30,7 +30,7 @@ from lmcache.v1.storage_backend import CreateStorageBackends
 from lmcache.v1.storage_backend.connector import CreateConnector
 
 from lmcache_resp import InvalidInputError, RespSettings
-from lmcache_resp.lmcache_plugin import RespRemoteConnector, settings_from_lmcache_config
+from lmcache_resp.lmcache.non_mp import RespRemoteConnector, settings_from_lmcache_config
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 KV_SHAPE = (4, 2, 256, 2, 64)  # layers, K/V, chunk tokens, heads, head size: 512 KiB per bf16 chunk
@@ -107,6 +107,29 @@ def test_the_example_builds_exactly_one_remote_backend_over_our_connector(engine
     assert connector.settings.num_workers == 8
     assert connector.capacity_stats is None  # the example leaves capacity off
     assert connector.full_chunk_size_bytes == CHUNK_BYTES
+
+
+def test_the_module_path_documented_before_loads_the_same_plugin(
+    redis_server: RedisServer, lmcache_loop: Any, tmp_path: Path
+) -> None:
+    """``remote_storage_plugin.resp.module_path: lmcache_resp.lmcache_plugin``, as configs named
+    the plugin before it moved to lmcache_resp.lmcache.non_mp: LMCache's loader builds the same
+    class, which reads its keys, and chunks round-trip through it."""
+    config = LMCacheEngineConfig.from_file(str(load_non_mp_example(redis_server.port, tmp_path)))
+    key = "remote_storage_plugin.resp.module_path"
+    assert config.extra_config[key] == "lmcache_resp.lmcache.non_mp"
+    config.extra_config[key] = "lmcache_resp.lmcache_plugin"
+    engine = Engine(config, lmcache_loop)
+    try:
+        connector = engine.remote.connection.getWrappedConnector()
+        assert type(connector) is RespRemoteConnector
+        assert connector.settings.port == redis_server.port
+        chunk = engine.chunk(40)
+        engine.remote.submit_put_task(cache_key(40), chunk)
+        engine.wait_puts([chunk])
+        assert bytes(engine.own(engine.remote.get_blocking(cache_key(40))).byte_array) == bytes(chunk.byte_array)
+    finally:
+        engine.close()
 
 
 def test_chunks_round_trip_byte_for_byte(engine: Engine, redis_server: RedisServer) -> None:
@@ -249,7 +272,7 @@ def test_settings_come_from_plugin_scoped_keys(tmp_path: Path) -> None:
     config = LMCacheEngineConfig.from_defaults(
         remote_storage_plugins=["resp"],
         extra_config={
-            "remote_storage_plugin.resp.module_path": "lmcache_resp.lmcache_plugin",
+            "remote_storage_plugin.resp.module_path": "lmcache_resp.lmcache.non_mp",
             "remote_storage_plugin.resp.class_name": "RespRemoteConnector",
             "remote_storage_plugin.resp.url": "redis://10.1.2.3:7000/2",
             "remote_storage_plugin.resp.num_workers": 3,
@@ -269,12 +292,12 @@ def test_settings_come_from_plugin_scoped_keys(tmp_path: Path) -> None:
     [
         ({"remote_storage_plugin.resp.prot": 1}, ["resp"], "prot"),
         ({}, [], "no remote_storage_plugins entry"),
-        ({"remote_storage_plugin.b.module_path": "lmcache_resp.lmcache_plugin",
+        ({"remote_storage_plugin.b.module_path": "lmcache_resp.lmcache.non_mp",
           "remote_storage_plugin.b.class_name": "RespRemoteConnector"}, ["resp", "b"], "cannot tell them apart"),
     ],
 )
 def test_configuration_errors_name_the_problem(extra: dict[str, Any], plugins: list[str], fragment: str) -> None:
-    base = {"remote_storage_plugin.resp.module_path": "lmcache_resp.lmcache_plugin",
+    base = {"remote_storage_plugin.resp.module_path": "lmcache_resp.lmcache.non_mp",
             "remote_storage_plugin.resp.class_name": "RespRemoteConnector"}
     config = LMCacheEngineConfig.from_defaults(
         remote_storage_plugins=plugins, extra_config={**(base if plugins else {}), **extra}
@@ -292,7 +315,7 @@ def test_unfull_chunks_are_refused(redis_server: RedisServer, lmcache_loop: Any,
 
 def test_importing_the_package_does_not_import_lmcache(tmp_path: Path) -> None:
     code = (
-        "import sys, lmcache_resp, lmcache_resp.lmcache_plugin;"
+        "import sys, lmcache_resp, lmcache_resp.lmcache, lmcache_resp.lmcache.non_mp, lmcache_resp.lmcache_plugin;"
         "assert not [m for m in sys.modules if m == 'lmcache' or m.startswith('lmcache.')], 'imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)  # the installed package

@@ -33,7 +33,14 @@ import pytest
 import torch
 import zmq
 
-from lmc_helpers import RedisServer, bridge_example, free_port, load_mp_example, stop_process_group
+from lmc_helpers import (
+    ADAPTER_CREATED,
+    RedisServer,
+    bridge_example,
+    free_port,
+    load_mp_example,
+    stop_process_group,
+)
 
 from lmcache.integration.vllm.vllm_multi_process_adapter import (
     LMCacheMPSchedulerAdapter,
@@ -92,7 +99,7 @@ def lmcache_server(adapter: dict[str, Any], tmp_path: Path, env: dict[str, str] 
     server = MPServer(process, log_path, ports[0])
     try:
         if wait:
-            server.wait_for("Created native plugin L2 adapter: lmcache_resp.RespConnector")
+            server.wait_for(ADAPTER_CREATED)
         yield server
     finally:
         stop_process_group(process)
@@ -379,7 +386,7 @@ def test_a_wrong_password_is_a_clear_refusal_not_a_hang(secure_server: RedisServ
     assert refusal in output, output[-3000:]
     assert status not in (None, 0), f"the server is still running or exited 0 (status {status})"
     assert wrong not in output  # the password is never shown
-    assert "Created native plugin L2 adapter: lmcache_resp.RespConnector" not in output
+    assert ADAPTER_CREATED not in output
     print(f"refused after {took:.1f} s (including the server's start)")
     assert took < 60
 

@@ -11,7 +11,7 @@ redis-server. What is substituted:
   its in-memory ``MockNativeConnector`` (and the recording subclass) become RespConnectors on
   the throwaway server, each starting from an empty database as the mock starts empty.
 - ``tests/v1/storage_backend/test_resp_connector.py`` (non-MP): the ``resp://`` URL's adapter
-  builds :class:`~lmcache_resp.lmcache_plugin.RespRemoteConnector` instead of LMCache's
+  builds :class:`~lmcache_resp.lmcache.non_mp.RespRemoteConnector` instead of LMCache's
   ``RESPConnector`` (the tests' ``resp://mock.local:0`` maps to the throwaway server).
 """
 
@@ -82,7 +82,7 @@ def _fresh_connector_class() -> type:
 def _create_plugin_connector(self: Any, context: Any) -> Any:
     """RESPConnectorAdapter.create_connector, building our non-MP plugin instead."""
     from lmcache_resp import RespSettings
-    from lmcache_resp.lmcache_plugin import RespRemoteConnector
+    from lmcache_resp.lmcache.non_mp import RespRemoteConnector
 
     _flush()
     BUILT["RespRemoteConnector (for resp:// RESPConnector)"] += 1

@@ -3,18 +3,22 @@ memory and Redis/Valkey.
 
 - :class:`PagedRespStore`: a paged pool of KV-cache pages in a shared-memory arena, moved by
   Rust I/O threads (sync and asyncio).
-- :class:`RespConnector`: the drop-in native connector for LMCache.
 - :class:`RedisClient`: a minimal zero-copy client for any buffer.
 - :class:`RespSettings`: every setting, from a URL, LMCache's JSON, keywords and the environment.
-- :class:`RespConnectorClient`: LMCache's non-MP asyncio client (``ConnectorClientBase`` semantics).
+- The LMCache adapters (:mod:`lmcache_resp.lmcache`, one module per LMCache mode):
+  :class:`RespConnector`, the native connector of LMCache's MP mode (``lmcache.mp``), and
+  :class:`RespConnectorClient`, the asyncio client (``ConnectorClientBase`` semantics) over it
+  that ``RespRemoteConnector``, the remote storage plugin of LMCache's non-MP mode, drives
+  (``lmcache.non_mp``).
+- Every error in :mod:`lmcache_resp.errors`, all of them :class:`RespError`.
 """
 
 from lmcache_resp._native import __version__
 from lmcache_resp import _logging
 from lmcache_resp.stats import EndpointStats, Histogram, Stats
 from lmcache_resp.client import RedisClient
-from lmcache_resp.connector import RespConnector
-from lmcache_resp.lmcache import RespConnectorClient
+from lmcache_resp.lmcache.mp import RespConnector
+from lmcache_resp.lmcache.non_mp import RespConnectorClient
 from lmcache_resp._native import BatchResult
 from lmcache_resp.settings import EvictionSettings, RespSettings, Secret
 from lmcache_resp.store import Page, PagedRespStore
@@ -22,6 +26,7 @@ from lmcache_resp.errors import (
     AuthenticationError,
     BatchError,
     ClosedError,
+    ConnectorError,
     EngineFailedError,
     ForkedError,
     InvalidInputError,
@@ -42,6 +47,7 @@ __all__ = [
     "BatchError",
     "BatchResult",
     "ClosedError",
+    "ConnectorError",
     "EngineFailedError",
     "EndpointStats",
     "EvictionSettings",

@@ -1,5 +1,8 @@
-"""Type stubs for the native module ``lmcache_resp._native`` (hand-written; checked against the
-built module by ``mypy.stubtest`` in the test suite)."""
+"""Type stubs for the native module ``lmcache_resp._native`` as a release wheel builds it
+(hand-written; py-tests/test_stubs.py checks them against the built module with
+``mypy.stubtest`` and name by name, and scripts/check-wheel.sh against the release wheel). The
+hooks of the ``test-hooks`` feature are not declared here: release builds lack them
+(testing/lmcache_resp_testing/hooks.py types them for the tests)."""
 
 import os
 import sys
@@ -27,6 +30,11 @@ __all__ = [
     "Secret",
     "Settings",
     "__version__",
+    "_log_close",
+    "_log_reopen",
+    "_log_set_level",
+    "_log_take",
+    "_log_wait",
     "explain_placement",
     "loopback_ceiling",
 ]
@@ -41,7 +49,6 @@ def _log_wait(timeout: float) -> bool: ...
 def _log_set_level(level: int) -> None: ...
 def _log_close() -> None: ...
 def _log_reopen() -> None: ...
-def _log_flood_for_test(count: int, target: str) -> float: ...
 
 @final
 class Secret:
@@ -260,7 +267,6 @@ class PagedStore:
     @property
     def capacity_stats(self) -> dict[str, Any] | None: ...
     def stats(self) -> dict[str, Any]: ...
-    def _corrupt_ring_for_test(self, worker: int) -> None: ...
 
 @final
 class Bridge:
@@ -324,4 +330,3 @@ class Connector:
     @property
     def capacity_stats(self) -> dict[str, Any] | None: ...
     def stats(self) -> dict[str, Any]: ...
-    def _corrupt_ring_for_test(self, worker: int) -> None: ...

@@ -11,6 +11,7 @@ __all__ = [
     "AuthenticationError",
     "BatchError",
     "ClosedError",
+    "ConnectorError",
     "EngineFailedError",
     "ForkedError",
     "InvalidInputError",
@@ -102,6 +103,12 @@ class TlsError(RespError):
     is a ``RespConnectionError``, retried. A TLS server behind ``redis://`` resets the
     connection without a word, which is a ``RespConnectionError`` whose message says to use
     ``rediss://``."""
+
+
+class ConnectorError(RespError, RuntimeError):
+    """A batch of :class:`~lmcache_resp.RespConnectorClient` (LMCache's non-MP mode) failed:
+    ``message`` names the failed keys and their errors. A RuntimeError too, as LMCache's
+    ``ConnectorClientBase`` raises."""
 
 
 class BatchError(RespError):

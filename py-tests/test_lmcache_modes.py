@@ -15,17 +15,19 @@ import asyncio
 import importlib
 import json
 import logging
+import os
 import select
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from conftest import RedisServer, lmcache_pool, pattern
 
 from lmcache_resp import ClosedError, InvalidInputError, RespConnector, RespSettings, _native
-from lmcache_resp.lmcache import ConnectorError, RespConnectorClient
+from lmcache_resp import ConnectorError, RespConnectorClient
 
 T = TypeVar("T")
 
@@ -197,7 +199,7 @@ def test_non_mp_needs_a_loop() -> None:
 # -- MP: LMCache's native_plugin L2 adapter, emulated ---------------------------------------------
 
 # As a user pastes it: credentials stay in LMCACHE_RESP_USERNAME / LMCACHE_RESP_PASSWORD.
-L2_ADAPTER = """{"type": "native_plugin", "module_path": "lmcache_resp", "class_name": "RespConnector",
+L2_ADAPTER = """{"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp", "class_name": "RespConnector",
   "adapter_params": {"host": "127.0.0.1", "port": PORT, "num_workers": 4, "username": "", "password": ""}}"""
 
 REQUIRED_METHODS = ("event_fd", "submit_batch_get", "submit_batch_set", "submit_batch_exists",
@@ -255,10 +257,17 @@ class Demux:
         assert not self.thread.is_alive()
 
 
-def test_mp_native_plugin_with_env_credentials(secure_server: RedisServer, clean_env: pytest.MonkeyPatch) -> None:
+# The MP config as documented now, and as documented before the adapters moved to lmcache_resp.lmcache.
+@pytest.mark.parametrize("module_path", ["lmcache_resp.lmcache.mp", "lmcache_resp"])
+def test_mp_native_plugin_with_env_credentials(
+    module_path: str, secure_server: RedisServer, clean_env: pytest.MonkeyPatch
+) -> None:
     clean_env.setenv("LMCACHE_RESP_USERNAME", "alice")
     clean_env.setenv("LMCACHE_RESP_PASSWORD", "s3cret-alice-pw")
-    connector = load_native_plugin(L2_ADAPTER.replace("PORT", str(secure_server.port)))
+    document = L2_ADAPTER.replace("PORT", str(secure_server.port)).replace("lmcache_resp.lmcache.mp", module_path)
+    connector = load_native_plugin(document)
+    assert type(connector) is RespConnector, "one class, whichever path names it"
+    assert RespSettings.from_lmcache(document, env={}).port == secure_server.port
     assert connector.settings.username == "alice"
     demux = Demux(connector)
     submit_lock = threading.Lock()  # MP mode calls submit under its own lock
@@ -346,11 +355,58 @@ def test_the_non_mp_plugin_module_imports_without_lmcache() -> None:
     import subprocess
     import sys
 
-    code = (
-        "import sys, lmcache_resp.lmcache_plugin as p\n"
-        "assert 'lmcache' not in sys.modules, 'imported LMCache'\n"
-        "assert p.PLUGIN_CLASS == 'RespRemoteConnector'\n"
-        "try:\n    p.RespRemoteConnector\nexcept ModuleNotFoundError as e:\n    print('needs', e.name)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "needs lmcache"
+    for module in ("lmcache_resp.lmcache.non_mp", "lmcache_resp.lmcache_plugin", "lmcache_resp.lmcache"):
+        code = (
+            f"import sys, {module} as p\n"
+            "assert 'lmcache' not in sys.modules, 'imported LMCache'\n"
+            "try:\n    p.RespRemoteConnector\nexcept ModuleNotFoundError as e:\n    print('needs', e.name)\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        assert out.strip() == "needs lmcache", module
+
+
+# A stand-in for LMCache's RemoteConnector base, where LMCache's loader finds it: the real one is
+# in lmcache-tests (scripts/test-lmcache.sh), which loads both paths through LMCache's own code.
+STAND_IN_LMCACHE = {
+    "lmcache/__init__.py": "",
+    "lmcache/v1/__init__.py": "",
+    "lmcache/v1/storage_backend/__init__.py": "",
+    "lmcache/v1/storage_backend/connector/__init__.py": "",
+    "lmcache/v1/storage_backend/connector/base_connector.py": (
+        "class RemoteConnector:\n    def __init__(self, config, metadata):\n        pass\n"
+    ),
+}
+LOAD_THE_PLUGIN = """
+import importlib, sys, types
+from lmcache_resp.lmcache import non_mp
+
+module_path = sys.argv[1]
+config = types.SimpleNamespace(remote_storage_plugins=["resp"], save_unfull_chunk=False, use_layerwise=False,
+    extra_config={"remote_storage_plugin.resp.module_path": module_path,
+                  "remote_storage_plugin.resp.class_name": "RespRemoteConnector",
+                  "remote_storage_plugin.resp.port": 7123})
+# What LMCache's DynamicConnectorAdapter does: import the module_path, look the class_name up.
+loaded = getattr(importlib.import_module(module_path), "RespRemoteConnector")
+assert loaded is non_mp.RespRemoteConnector, (loaded, non_mp.RespRemoteConnector)
+assert loaded.__module__ == "lmcache_resp.lmcache.non_mp" and loaded.__name__ == "RespRemoteConnector"
+print(non_mp.settings_from_lmcache_config(config).port)
+"""
+
+
+@pytest.mark.parametrize("module_path", ["lmcache_resp.lmcache.non_mp", "lmcache_resp.lmcache_plugin"])
+def test_the_non_mp_plugin_loads_by_its_path_and_by_the_path_documented_before(
+    module_path: str, tmp_path: Path
+) -> None:
+    """``remote_storage_plugin.<name>.module_path: lmcache_resp.lmcache_plugin`` (the path
+    documented before the adapters moved to lmcache_resp.lmcache.non_mp) loads the same class,
+    and a config naming it is this plugin's: its settings keys are read."""
+    import subprocess
+    import sys
+
+    for name, text in STAND_IN_LMCACHE.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    result = subprocess.run([sys.executable, "-c", LOAD_THE_PLUGIN, module_path], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "7123"

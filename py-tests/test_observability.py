@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import PAGE, BridgeProcess, RedisServer, free_port
+from lmcache_resp_testing import hooks
 from lmcache_resp import PagedRespStore, RedisClient, RespConnector, Stats, _logging, _native, metrics
 
 PASSWORD = "s3cret-default-pw"
@@ -130,7 +131,7 @@ def test_the_bridge_threads_records_arrive_under_lmcache_resp_bridge(redis_serve
 
 def test_a_flood_of_records_never_blocks_the_core_and_its_drops_are_reported(capture: Capture) -> None:
     count = 200_000
-    seconds = _native._log_flood_for_test(count, "lmcache_resp::flood")
+    seconds = hooks.log_flood(count, "lmcache_resp::flood")
     assert seconds < 5.0, f"{count} records took {seconds:.2f} s on the logging thread"
     _logging.flush()
     wait_for(capture, lambda: any("were dropped" in m for m in capture.messages("lmcache_resp.logging")))
@@ -147,7 +148,7 @@ def test_a_flood_of_records_never_blocks_the_core_and_its_drops_are_reported(cap
 def test_records_below_the_loggers_level_are_not_even_queued(capture: Capture) -> None:
     logging.getLogger("lmcache_resp").setLevel(logging.ERROR)
     _logging.refresh_level()
-    _native._log_flood_for_test(10, "lmcache_resp::quiet")
+    hooks.log_flood(10, "lmcache_resp::quiet")
     _logging.flush()
     assert capture.messages("lmcache_resp.quiet") == []
     assert capture.messages("lmcache_resp.logging") == []

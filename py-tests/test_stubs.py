@@ -1,25 +1,87 @@
-"""The hand-written stub of the native module matches the built module."""
+"""The hand-written stub of the native module matches the built module: exactly the release
+build's surface (_native.pyi declares no test hook), and the development build's less exactly
+its test hooks (lmcache_resp_testing.hooks). scripts/check-wheel.sh checks the release wheel
+itself with no allowance at all."""
 
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from lmcache_resp import _native
+from lmcache_resp_testing import hooks, stub_surface
+
 REPO = Path(__file__).resolve().parents[1]
+STUB = REPO / "lmcache_resp" / "_native.pyi"
+TESTING = REPO / "testing"
 
 
-def test_stubtest_native_module() -> None:
+def test_the_development_build_has_the_test_hooks() -> None:
+    """scripts/setup.sh builds .venv with the test-hooks feature; the checks below allow exactly
+    the hooks, so they must all be there (the suites use them)."""
+    assert hooks.has_hooks(), "build with `maturin develop --release --features python,test-hooks`"
+
+
+def test_stubtest_native_module(tmp_path: Path) -> None:
+    """Signatures and public names. stubtest sees one hook of the development build (the
+    module's __all__ lists its functions): exactly that, and the __all__ that lists it, are
+    allowed; test_the_stub_names_exactly_what_the_module_has checks __all__ less the hooks."""
+    allowlist = tmp_path / "stubtest-allowlist.txt"
+    allowlist.write_text("".join(f"lmcache_resp._native.{name}\n" for name in ["__all__", *sorted(hooks.HOOKS[""])]))
+    # stubtest fails on an allowlist entry it did not need: the allowance is exactly the hooks.
     result = subprocess.run(
-        [sys.executable, "-m", "mypy.stubtest", "lmcache_resp._native", "--ignore-missing-stub"],
+        [sys.executable, "-m", "mypy.stubtest", "lmcache_resp._native", "--allowlist", str(allowlist)],
         capture_output=True,
         text=True,
         cwd=REPO,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_stub_names_exactly_what_the_module_has() -> None:
+    """Private names too (stubtest passes over them): __all__, the module's names, each class's
+    members; the development build's test hooks, and nothing else, are left out of the stub."""
+    assert stub_surface.differences(_native, STUB, hooks.HOOKS) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (("    def stats(self) -> dict[str, Any]: ...\n", ""), "at runtime, not in the stub: ['stats']"),
+        (("def _log_wait(timeout: float) -> bool: ...\n",
+          "def _log_wait(timeout: float) -> bool: ...\ndef _log_flood_for_test(count: int, target: str) -> float: ...\n"),
+         "the stub declares test hooks"),
+        (('    "_log_wait",\n', ""), "__all__: at runtime, not in the stub: ['_log_wait']"),
+        (("MAX_KEY_LEN: int\n", "MAX_KEY_LEN: int\nMAX_VALUE_LEN: int\n"), "in the stub, not at runtime: ['MAX_VALUE_LEN']"),
+    ],
+    ids=["a-method-missing", "a-hook-declared", "all-short", "a-name-too-many"],
+)
+def test_the_name_check_sees_a_stub_that_drifted(change: tuple[str, str], problem: str, tmp_path: Path) -> None:
+    old, new = change
+    text = STUB.read_text()
+    assert old in text
+    drifted = tmp_path / "_native.pyi"
+    drifted.write_text(text.replace(old, new, 1))
+    found = stub_surface.differences(_native, drifted, hooks.HOOKS)
+    assert any(problem in line for line in found), found
+
+
+def test_the_release_check_refuses_a_build_with_hooks() -> None:
+    """What scripts/check-wheel.sh runs on the release wheel, here on the development build: it
+    must fail, naming the hooks."""
+    result = subprocess.run([sys.executable, "-m", "lmcache_resp_testing.stub_surface", "--release"],
+                            capture_output=True, text=True, cwd=REPO, env=_with_testing())
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "a release build has test hooks" in result.stdout and "_corrupt_ring_for_test" in result.stdout
+
+
+def _with_testing() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTING), os.environ.get("PYTHONPATH")]))}
 
 
 # LMCache runs on Python 3.10 to 3.13: the package and its stub must not use what 3.11 added
@@ -31,10 +93,11 @@ OLDEST_PYTHON = (3, 10)
 
 @pytest.mark.parametrize("target", [None, OLDEST_PYTHON], ids=["this-python", "py3.10"])
 def test_package_type_checks(target: tuple[int, int] | None) -> None:
+    """The package, and the test-support package beside it (testing/, on MYPYPATH)."""
     version = [] if target is None else ["--python-version", "%d.%d" % target]
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", *version, "-p", "lmcache_resp"],
-        capture_output=True, text=True, cwd=REPO,
+        [sys.executable, "-m", "mypy", "--strict", *version, "-p", "lmcache_resp", "-p", "lmcache_resp_testing"],
+        capture_output=True, text=True, cwd=REPO, env={**os.environ, "MYPYPATH": str(TESTING)},
     )
     assert result.returncode == 0, result.stdout + result.stderr
 

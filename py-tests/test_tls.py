@@ -51,7 +51,7 @@ from lmcache_resp import (
     RespTimeoutError,
     TlsError,
 )
-from lmcache_resp.lmcache_plugin import _RespRemoteConnectorImpl
+from lmcache_resp.lmcache.non_mp import _RespRemoteConnectorImpl
 
 T = TypeVar("T")
 
@@ -286,7 +286,7 @@ def plugin_config(extra: dict[str, Any]) -> Any:
     prefix = "remote_storage_plugin.resp."
     return types.SimpleNamespace(
         remote_storage_plugins=["resp"], save_unfull_chunk=False, use_layerwise=False,
-        extra_config={f"{prefix}module_path": "lmcache_resp.lmcache_plugin",
+        extra_config={f"{prefix}module_path": "lmcache_resp.lmcache.non_mp",
                       f"{prefix}class_name": "RespRemoteConnector", **{prefix + k: v for k, v in extra.items()}},
     )
 
@@ -336,7 +336,7 @@ def test_non_mp_plugin_round_trips_lmcache_memory_objects(
     assert tls_server.redis_py().get("plugin:3") == values[3]
 
 
-MP_ADAPTER = {"type": "native_plugin", "module_path": "lmcache_resp", "class_name": "RespConnector"}
+MP_ADAPTER = {"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp", "class_name": "RespConnector"}
 
 
 def load_native_plugin(l2_adapter: str) -> Any:

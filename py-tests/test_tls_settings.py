@@ -26,7 +26,7 @@ from lmcache_resp import (
     _native,
 )
 from lmcache_resp.errors import InvalidInputError
-from lmcache_resp.lmcache_plugin import settings_from_lmcache_config
+from lmcache_resp.lmcache.non_mp import settings_from_lmcache_config
 from lmcache_resp.settings import RespSettings
 
 EMPTY: dict[str, str] = {}
@@ -162,7 +162,7 @@ def test_lmcache_adapter_json_and_non_mp_yaml_carry_the_tls_keys(files: Files) -
     plugin_config = types.SimpleNamespace(
         remote_storage_plugins=["resp"],
         extra_config={
-            "remote_storage_plugin.resp.module_path": "lmcache_resp.lmcache_plugin",
+            "remote_storage_plugin.resp.module_path": "lmcache_resp.lmcache.non_mp",
             "remote_storage_plugin.resp.class_name": "RespRemoteConnector",
             "remote_storage_plugin.resp.host": "cache.example",
             "remote_storage_plugin.resp.port": 6380,

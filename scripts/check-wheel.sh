@@ -6,13 +6,20 @@
 #   scripts/check-wheel.sh [x86_64|aarch64|all]     # default: x86_64 (what CI runs)
 #
 # For every wheel (cp311-abi3 and cp310, per architecture) it fails unless:
+#   - it holds what users run and no test fixture: its files are listed, and none is of the
+#     test-support package (testing/lmcache_resp_testing) or a test folder, a conftest.py or
+#     test module, a certificate, key or passphrase file, or a module importing the test-support
+#     package;
 #   - the file name and the WHEEL metadata carry the expected tags (cp311-abi3 or cp310-cp310,
 #     manylinux_2_28_<arch>), and pip accepts the wheel for that platform and Python;
 #   - the module is an ELF shared object for that architecture whose NEEDED entries are all
 #     inside the manylinux policy (no libhwloc, no libudev), with no RPATH/RUNPATH, that needs no
 #     glibc symbol version newer than GLIBC_2.28 (readelf -V) and exports only PyInit__native.
-# x86_64: the abi3 wheel is installed into a fresh venv of this machine's python3 and run as
-# below, and so is each wheel under every other CPython 3.10-3.13 found here (PATH, pyenv):
+# x86_64: the release module's surface is exactly what its _native.pyi declares (no test hook:
+# lmcache_resp_testing.stub_surface --release, and mypy.stubtest with no allowance, both from
+# .venv against the unpacked abi3 wheel). The abi3 wheel is installed into a fresh venv of this
+# machine's python3 and run as below, and so is each wheel under every other CPython 3.10-3.13
+# found here (PATH, pyenv):
 #   - it runs with the machine's hwloc and udev libraries hidden: where a mount namespace can be
 #     made (root, as in CI), /dev/null is bind-mounted over every libhwloc/libudev file that
 #     ldconfig knows of, so only in that namespace any attempt to load them fails, and the check
@@ -23,6 +30,9 @@
 #   - explain_placement() plans on the two-NUMA-node XML fixture and on this host (hwloc's XML
 #     import, I/O discovery and topology discovery), and a PagedRespStore pinned with
 #     cpu_affinity="numa:0" round-trips pages through a throwaway redis-server on a unix socket.
+# In the python3 venv, `python -m lmcache_resp.bench` then runs tiny verified runs on the
+# throwaway servers its options start (one plain, one --tls, a --cluster 3), from the wheel alone
+# (numpy, the benchmark's one dependency, linked in from .venv: there is no package index).
 # aarch64: the abi3 wheel runs the same checks under qemu-user-static (installed with apt-get
 # when missing) in Debian 12's arm64 CPython 3.11, unpacked into a sysroot by
 # scripts/arm64-python-sysroot.sh, against the same (x86_64) redis-server. Debian 12 has no
@@ -59,6 +69,7 @@ check_wheel() {
     [ ${#wheels[@]} -eq 1 ] || { echo "error: expected one $pytag-$abitag-$platform wheel in dist/, found ${wheels[*]:-none}" >&2; exit 1; }
     wheel="$repo/${wheels[0]}"
     echo "==> $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)"
+    check_contents "$wheel"
     dir="$tmp/unpacked-$pytag-$arch"
     mkdir -p "$dir"
     (cd "$dir" && python3 -m zipfile -e "$wheel" .)
@@ -109,18 +120,71 @@ check_wheel() {
     echo "    exports: $exported"
 }
 
+# check_contents WHEEL: lists the wheel's files; fails on any test fixture among them.
+check_contents() {
+    python3 - "$1" <<'PY'
+import ast
+import sys
+import zipfile
+from pathlib import PurePosixPath
+
+TEST_FOLDERS = {"lmcache_resp_testing", "testing", "tests", "test", "py-tests", "lmcache-tests", "native-tests",
+                "fixtures"}
+SECRETS = {".crt", ".key", ".pem", ".csr", ".pass", ".p12", ".pfx", ".srl"}
+
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    names = sorted(wheel.namelist())
+    print(f"    {len(names)} files:")
+    problems = []
+    for name in names:
+        print(f"      {name}")
+        path = PurePosixPath(name)
+        if TEST_FOLDERS & set(path.parts[:-1]):
+            problems.append(f"{name}: in a test folder")
+        elif path.name == "conftest.py" or (path.suffix == ".py" and (path.name.startswith("test_")
+                                                                       or path.stem.endswith("_test"))):
+            problems.append(f"{name}: a test module")
+        elif path.suffix in SECRETS:
+            problems.append(f"{name}: a certificate, key or passphrase")
+        elif path.suffix in (".py", ".pyi"):
+            for node in ast.walk(ast.parse(wheel.read(name), filename=name)):
+                modules = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                           else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                if any(module.split(".")[0] == "lmcache_resp_testing" for module in modules):
+                    problems.append(f"{name}: imports the test-support package (line {node.lineno})")
+if problems:
+    print("error: the wheel holds test fixtures:\n  " + "\n  ".join(problems), file=sys.stderr)
+    sys.exit(1)
+print("    no test fixture among them")
+PY
+}
+
 for arch in "${arches[@]}"; do
     check_wheel "$arch" cp310 cp310
     check_wheel "$arch" cp311 abi3
 done
 
-echo "==> starting a throwaway redis-server on a unix socket (the wheel's lmcache_resp/servers.py, by path)"
-launcher=$(find "$tmp/unpacked-cp311-${arches[0]}" -path '*/lmcache_resp/servers.py')
-[ -f "$launcher" ] || { echo "error: the wheel does not ship lmcache_resp/servers.py" >&2; exit 1; }
+if [[ " ${arches[*]} " == *" x86_64 "* ]]; then
+    # The development venv's mypy and the test-support package, on the release module: the wheel
+    # unpacked first on the path (checked: it is what gets imported), run from outside the
+    # repository.
+    [ -x .venv/bin/python ] || { echo "error: no .venv (scripts/setup.sh makes it): its mypy checks the stub" >&2; exit 1; }
+    unpacked="$tmp/unpacked-cp311-x86_64"
+    echo "==> the release module against its _native.pyi: every name (private ones too), and stubtest"
+    (cd "$tmp" && PYTHONPATH="$unpacked:$repo/testing" "$repo/.venv/bin/python" -c '
+import sys
+import lmcache_resp._native as native
+assert native.__file__.startswith(sys.argv[1]), native.__file__
+from lmcache_resp_testing.stub_surface import main
+sys.exit(main(["--release"]))' "$unpacked")
+    (cd "$tmp" && PYTHONPATH="$unpacked" "$repo/.venv/bin/python" -m mypy.stubtest lmcache_resp._native)
+fi
+
+echo "==> starting a throwaway redis-server on a unix socket"
 command -v redis-server >/dev/null || { echo "error: redis-server is missing (scripts/setup.sh installs it)" >&2; exit 1; }
-# Port 0: no TCP listener, the unix socket $tmp/redis.sock only. The launcher execs the server,
-# so $! is the server.
-env -i PATH=/usr/bin:/bin python3 -I "$launcher" server "$tmp" 0 --unix-socket \
+# Port 0: no TCP listener, the unix socket $tmp/redis.sock only; no persistence.
+env -i PATH=/usr/bin:/bin redis-server --port 0 --unixsocket "$tmp/redis.sock" --unixsocketperm 700 \
+    --save "" --appendonly no --dir "$tmp" --logfile "$tmp/redis.log" --daemonize no \
     >/dev/null 2>"$tmp/redis.stderr" &
 redis_pid=$!
 for _ in $(seq 100); do
@@ -218,6 +282,26 @@ run_x86_64() {
     fi
 }
 
+# run_bench VENV: `python -m lmcache_resp.bench`, tiny verified runs on the throwaway servers its
+# options start (plain, TLS, a cluster), from the wheel installed in VENV, outside the repository.
+run_bench() {
+    local venv=$1 numpy options
+    numpy=$("$repo/.venv/bin/python" -c 'import numpy, os; print(os.path.dirname(os.path.dirname(numpy.__file__)))')
+    mkdir -p "$tmp/numpy-only"
+    for entry in "$numpy"/numpy "$numpy"/numpy.libs; do
+        if [ -e "$entry" ]; then ln -sfn "$entry" "$tmp/numpy-only/"; fi
+    done
+    "$venv/bin/python" -I -c 'import lmcache_resp.bench as b, sys; assert "site-packages" in b.__file__, b.__file__'
+    for options in "" "--tls" "--cluster 3"; do
+        echo "==> x86_64: python -m lmcache_resp.bench ${options:-(a plain server)} from the wheel"
+        # shellcheck disable=SC2086
+        (cd "$tmp" && env -i PATH=/usr/bin:/bin HOME="$tmp" LANG=C.UTF-8 PYTHONPATH="$tmp/numpy-only" \
+            "$venv/bin/python" -m lmcache_resp.bench --chunk-mb 0.0625 --num-keys 8 --rounds 1 $options \
+            >"$tmp/bench.out" 2>&1) || { cat "$tmp/bench.out" >&2; echo "error: the benchmark failed" >&2; exit 1; }
+        grep -E "started|stopped" "$tmp/bench.out" | sed 's/^/    /'
+    done
+}
+
 # Other CPythons 3.10-3.13 on this machine, besides python3: on PATH, or pyenv's.
 find_python() {
     local version=$1 candidate
@@ -231,6 +315,7 @@ for arch in "${arches[@]}"; do
     case "$arch" in
     x86_64)
         run_x86_64 python3 cp311 abi3
+        run_bench "$tmp/venv-$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
         default_version=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
         for version in 3.10 3.11 3.12 3.13; do
             [ "$version" = "$default_version" ] && continue

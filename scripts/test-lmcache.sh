@@ -9,7 +9,7 @@
 #   1. a venv (default target/lmcache-0.5.6/venv; LMCACHE_VENV=... to move it) with
 #      torch 2.15.0 and lmcache 0.5.6 from PyPI, then this project, built and installed (pip .)
 #   2. LMCache's own tests, from its 0.5.6 sdist (target/lmcache-0.5.6/upstream)
-#   3. pytest lmcache-tests/: (a) MP, the native_plugin L2 adapter through create_l2_adapter and
+#   3. pytest lmcache-tests/ (their servers from the test-support package, testing/ on the path): (a) MP, the native_plugin L2 adapter through create_l2_adapter and
 #      `lmcache server`; (b) non-MP, the remote storage plugin through LMCache's config loader,
 #      CreateStorageBackends/CreateConnector; (c) LMCache's L2-adapter and RESP tests with
 #      lmcache-resp substituted; (d) MP end to end: a real `lmcache server` driven by LMCache's
@@ -78,7 +78,14 @@ if [ ! -d "$UPSTREAM/tests" ]; then
 fi
 
 echo "==> pytest lmcache-tests (real LMCache $LMCACHE_VERSION, throwaway redis-servers)"
-"$VENV/bin/python" -P -c "import torch, lmcache, lmcache_resp; print('torch', torch.__version__, '| lmcache', '$LMCACHE_VERSION', '| lmcache_resp', lmcache_resp.__version__)"
+# The tests' servers come from the test-support package (testing/lmcache_resp_testing, never
+# installed: pyproject.toml's pytest `pythonpath` puts testing/ on the path), on the installed
+# lmcache_resp's launcher. Checked here the same way: testing/ first, not the repository root.
+PYTHONPATH="$REPO/testing" "$VENV/bin/python" -P -c "
+import torch, lmcache, lmcache_resp, lmcache_resp_testing.servers
+assert '$REPO/lmcache_resp' not in lmcache_resp.__file__, lmcache_resp.__file__
+print('torch', torch.__version__, '| lmcache', '$LMCACHE_VERSION', '| lmcache_resp', lmcache_resp.__version__,
+      '| test support', lmcache_resp_testing.__file__)"
 export LMCACHE_UPSTREAM_TESTS=$UPSTREAM LMCACHE_TRACK_USAGE=false LMCACHE_DISABLE_BANNER=1
 # The pytest entry point, not `python -m pytest`: the repository root must not shadow the
 # installed lmcache_resp (its source tree has no built extension).

@@ -14,12 +14,14 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 
-# Which server a pass runs: servers.py reads $REDIS_TEST_SERVER (the Rust harness runs it too).
+# Which server a pass runs: the launcher reads $REDIS_TEST_SERVER (lmcache_resp.bench._servers,
+# under the test-support package every suite uses, testing/lmcache_resp_testing).
 server_name() {
-    local binary version
-    binary=$(.venv/bin/python -c 'import sys; from lmcache_resp.servers import server_binary; print(server_binary(sys.argv[1]))' "$1") || return 1
-    version=$(.venv/bin/python lmcache_resp/servers.py version --server "$1") || return 1
-    echo "$1: $(basename "$binary") $version ($binary)"
+    .venv/bin/python -c '
+import os, sys
+from lmcache_resp.bench._servers import server_binary, server_version
+binary = server_binary(sys.argv[1])
+print(f"{sys.argv[1]}: {os.path.basename(binary)} {server_version(binary)} ({binary})")' "$1"
 }
 REDIS=$(server_name redis)
 VALKEY=$(server_name valkey)

