@@ -938,6 +938,20 @@ def test_l2_cells_and_depths_are_parsed() -> None:
     assert defaults.l2_adapters == ("ours", "resp", "valkey") and defaults.regime == "steady"
 
 
+def test_a_server_keeping_freed_memory_counts_twice_in_the_l2_memory_estimate() -> None:
+    # 4 MiB x 32 at 4 in flight over 20 rounds OOM-killed a steady-regime redis-server at twice
+    # its dataset; the estimate that let the run start counted the server's share once.
+    from lmcache_resp.bench.cli import _l2_estimate_bytes
+
+    argv = ["--compare", "lmcache-l2", "--l2-cells", "4Mx32", "--l2-in-flight", "4", "--l2-bench-rounds", "5"]
+    dataset = 6 * (4 << 20) * 32 * 4  # every round's keys, the warm-up round's too
+    fresh = _l2_estimate_bytes(parse_options([*argv, "--regime", "fresh"]))
+    steady = _l2_estimate_bytes(parse_options([*argv, "--regime", "steady"]))
+    both = _l2_estimate_bytes(parse_options([*argv, "--regime", "both"]))
+    assert dataset < fresh < 2 * dataset
+    assert steady == both and steady - fresh == dataset
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [

@@ -444,10 +444,13 @@ def _mem_available(meminfo: str = "/proc/meminfo") -> int | None:
 def _l2_estimate_bytes(options: Options) -> int:
     """Peak bytes of one `lmcache bench l2` run: the server holds every key it stores (new keys
     every round, its warm-up round too), LMCache's process a store and a load buffer per round,
-    and the valkey adapter a scratch buffer per worker."""
+    and the valkey adapter a scratch buffer per worker. A server that keeps what it frees (the
+    steady regime, "both" included) was seen at twice its dataset's size across the alternated
+    runs: it holds the flushed runs' memory beside the live one's, so its share counts twice."""
     rounds = options.l2_bench_rounds + 1
+    server_copies = 2 if options.regime in ("steady", "both") else 1
     return max(
-        (rounds + 2) * value * keys * depth + options.num_workers * value
+        (server_copies * rounds + 2) * value * keys * depth + options.num_workers * value
         for value, keys in options.l2_cells for depth in options.l2_in_flight
     )
 
