@@ -4,8 +4,8 @@
 # hwloc inside it (linked statically), so they install and run on any Linux with glibc 2.28 or
 # later, with no hwloc and no libudev. Needs what scripts/setup.sh installs (a C toolchain,
 # pkg-config, Rust, maturin in .venv); it adds the `ziglang` package to .venv and, for aarch64,
-# the Rust target aarch64-unknown-linux-gnu (rustup) when they are missing. The README's
-# "Release" section says why it is built this way.
+# the Rust target aarch64-unknown-linux-gnu (rustup) when they are missing. docs/release.md
+# says why it is built this way.
 #
 #   scripts/release.sh [x86_64|aarch64|all]     # default: all
 #   -> dist/lmcache_resp-<version>-cp311-abi3-manylinux_2_28_<arch>.whl   (CPython >= 3.11)

@@ -1,5 +1,14 @@
-//! The shared-memory arena that KV-cache pages, I/O rings and batch counters live in, and the
-//! paged pool over it.
+//! The shared-memory arena that KV-cache pages live in, and the paged pool over it.
+//!
+//! An engine's arena holds only pages: its rings and batch counters live in private memory
+//! (`crate::engine`), so nothing another process writes reaches its workers but page bytes. A
+//! bridge client's region is an arena that also holds that client's ring pair; the layout
+//! keeps a table of batch counters that the arenas in use leave empty (`batch_slots: 0`).
+//!
+//! Files: `layout.rs` (where everything lives, [`ArenaLayout`], and the header), `mapping.rs`
+//! (the sealed memfd, mapped `MAP_SHARED`: [`Arena`]), `pool.rs` ([`PagePool`]) and
+//! `ledger.rs` ([`PageLedger`]: the pages operations in flight use, so none is freed while a
+//! GET may write into it).
 //!
 //! Python allocates a pool of fixed-size pages (LMCache's memory objects) inside an [`Arena`];
 //! Rust I/O threads address pages by offset and receive into / send from them directly. The

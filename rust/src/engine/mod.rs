@@ -16,6 +16,15 @@
 //! the parent's threads and memory alone.
 //!
 //! The engine knows nothing of Python, or of capacity tracking (a layer above it).
+//!
+//! Files: the front-end's two halves, `submit.rs` (check, slot, tiles by bytes, records into
+//! the rings) and `complete.rs` (file completions, wait, drain); `control.rs` (the rings and
+//! counters), `records.rs` (the ring records), `tiling.rs`, `buffers.rs`, `batches.rs`
+//! ([`BatchResult`]), `counter.rs` and `futex.rs` (waking one batch's waiter), `shared.rs`
+//! (what the workers and the front-end share), `route.rs` (which server and connection),
+//! `cluster.rs` (the engine's view of a cluster), `failures.rs` (the per-batch summary of
+//! failed keys); and `worker/`, one I/O thread's loop, whose decisions `worker/tests.rs` drives
+//! in memory.
 
 mod batches;
 mod buffers;
