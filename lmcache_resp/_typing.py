@@ -12,7 +12,7 @@ if sys.version_info >= (3, 12):
 else:
     from typing_extensions import Buffer
 
-__all__ = ["AdapterParams", "Buffer", "SettingsKwargs"]
+__all__ = ["AdapterParams", "Buffer", "SettingsKwargs", "ValkeyAdapterKwargs"]
 
 
 class SettingsKwargs(TypedDict, total=False):
@@ -37,6 +37,8 @@ class SettingsKwargs(TypedDict, total=False):
     prefault: bool | None
     cluster: bool | None
     get_piece_bytes: int | str | None
+    key_prefix: str | None
+    ttl_seconds: int | None
     ssl: bool | None
     ssl_ca_certs: str | os.PathLike[str] | None
     ssl_ca_path: str | os.PathLike[str] | None
@@ -47,9 +49,22 @@ class SettingsKwargs(TypedDict, total=False):
     ssl_server_name: str | None
 
 
-class AdapterParams(SettingsKwargs, total=False):
-    """What LMCache may hand a connector: the settings, a URL, its non-MP name for
-    ``num_workers``, or a bridge's socket (then nothing else but ``timeout``)."""
+class ValkeyAdapterKwargs(TypedDict, total=False):
+    """LMCache's ``valkey`` adapter's names for settings of ours (``_native.Settings.valkey_fields``),
+    accepted so that its config moves over unchanged."""
+
+    startup_nodes: str | None
+    cluster_mode: bool | None
+    tls_enable: bool | None
+    database_id: int | None
+    request_timeout: float | None
+    connection_timeout: float | None
+
+
+class AdapterParams(SettingsKwargs, ValkeyAdapterKwargs, total=False):
+    """What LMCache may hand a connector: the settings (ours, or the ``valkey`` adapter's names
+    for them), a URL, its non-MP name for ``num_workers``, or a bridge's socket (then nothing
+    else but ``timeout``)."""
 
     url: str | None
     resp_num_threads: int | None

@@ -36,6 +36,9 @@ class RedisClient(Closeable):
     TLS, with redis-py's names: ``url="rediss://..."`` or ``ssl=True``; ``ssl_ca_certs``,
     ``ssl_ca_path``, ``ssl_certfile``/``ssl_keyfile`` (mutual TLS), ``ssl_check_hostname``,
     ``ssl_server_name`` and ``ssl_cert_reqs`` (see :class:`~lmcache_resp.settings.RespSettings`).
+
+    ``key_prefix`` keeps every key in a namespace (``<key_prefix>@<key>`` on the wire, as
+    LMCache's valkey adapter writes it); ``ttl_seconds`` makes every SET expire its key.
     """
 
     __slots__ = ("_native", "_settings", "__weakref__")
@@ -61,13 +64,15 @@ class RedisClient(Closeable):
         ssl_check_hostname: bool | None = None,
         ssl_cert_reqs: str | int | None = None,
         ssl_server_name: str | None = None,
+        key_prefix: str | None = None,
+        ttl_seconds: int | None = None,
     ) -> None:
         self._settings = RespSettings.resolve(
             url, host=host, port=port, unix_path=unix_path, username=username, password=password, db=db,
             timeout=timeout, connect_timeout=connect_timeout, get_piece_bytes=get_piece_bytes,
             ssl=ssl, ssl_ca_certs=ssl_ca_certs, ssl_ca_path=ssl_ca_path, ssl_certfile=ssl_certfile,
             ssl_keyfile=ssl_keyfile, ssl_check_hostname=ssl_check_hostname, ssl_cert_reqs=ssl_cert_reqs,
-            ssl_server_name=ssl_server_name,
+            ssl_server_name=ssl_server_name, key_prefix=key_prefix, ttl_seconds=ttl_seconds,
         )
         self._native = _native.RedisClient(self._settings)
         metrics.track(self)

@@ -19,9 +19,15 @@ live) with the ways in that need Python:
   is ever silently sent in plaintext. ``LMCACHE_RESP_SSL_CA_CERTS``, ``_CERTFILE`` and
   ``_KEYFILE`` apply only where TLS is on.
 - :meth:`RespSettings.from_lmcache`: LMCache's ``--l2-adapter`` JSON, as a dict or a string:
-  the ``native_plugin`` document, the ``"type": "resp"`` flat form, or bare adapter params.
-  As in LMCache, an empty ``host``/``username``/``password`` (or ``port`` 0) means "not set",
-  so the environment applies.
+  the ``native_plugin`` document, the ``"type": "resp"`` or ``"type": "valkey"`` flat form, or
+  bare adapter params. As in LMCache, an empty ``host``/``username``/``password`` (or ``port``
+  0) means "not set", so the environment applies.
+- A namespace and an expiry, as LMCache's ``valkey`` adapter has them: ``key_prefix`` (every
+  key goes on the wire as ``<key_prefix>@<key>``; no ``@`` in it) and ``ttl_seconds`` (every
+  SET is ``SET key value PX ms``; not with ``max_capacity_gb`` > 0). That adapter's other
+  names are accepted too (``startup_nodes``, ``cluster_mode``, ``tls_enable``,
+  ``database_id``, ``request_timeout``, ``connection_timeout``: ``Settings.valkey_fields``),
+  each meaning one of ours; given with ours and disagreeing, they are refused.
 
 The password is read once, at construction, into a :class:`Secret`; reprs, ``to_dict()`` and
 error messages show ``***``, and TLS shows as its file paths, never a key. Invalid values raise
@@ -68,7 +74,9 @@ _ENVELOPE_KEYS = frozenset({"type", "module_path", "class_name", "adapter_params
 # eviction controller (which deletes through the connector), and its routing flags.
 _LMCACHE_KEYS = frozenset({"max_capacity_gb", "eviction", "affinity_tag", "shared", "persist_enabled", "serde"})
 _CAPACITY_KEYS = ("max_capacity_gb", "eviction")
-_LMCACHE_TYPES = ("native_plugin", "resp")
+_LMCACHE_TYPES = ("native_plugin", "resp", "valkey")
+# The flat forms: the adapter's settings beside "type" (LMCache's C++ resp and Python valkey).
+_FLAT_TYPES = ("resp", "valkey")
 # The MP adapter, as a native_plugin document names it: lmcache_resp.lmcache.mp, or the path
 # documented before the adapters moved there ("lmcache_resp", whose RespConnector is the same class).
 _PLUGIN_MODULES = ("lmcache_resp.lmcache.mp", "lmcache_resp")
@@ -154,8 +162,10 @@ def _adapter_params(config: Mapping[str, Any] | str) -> Mapping[str, Any]:
         return document
     if kind not in _LMCACHE_TYPES:
         raise InvalidInputError(f"L2 adapter type must be one of {', '.join(map(repr, _LMCACHE_TYPES))}, got {kind!r}")
-    if kind == "resp":
-        return {k: v for k, v in document.items() if k != "type" and k not in _LMCACHE_KEYS}
+    if kind in _FLAT_TYPES:
+        params = {k: v for k, v in document.items() if k != "type" and k not in _LMCACHE_KEYS}
+        _check_single_evictor(document, params)
+        return params
     _check_plugin_target(document)
     beside = sorted(str(k) for k in document if k not in _ENVELOPE_KEYS | _LMCACHE_KEYS)
     if beside:
@@ -167,7 +177,20 @@ def _adapter_params(config: Mapping[str, Any] | str) -> Mapping[str, Any]:
     params = document.get("adapter_params", {})
     if not isinstance(params, Mapping):
         raise InvalidInputError(f"adapter_params must be a JSON object, not {type(params).__name__}")
+    _check_single_evictor(document, params)
     return params
+
+
+def _check_single_evictor(document: Mapping[str, Any], params: Mapping[str, Any]) -> None:
+    """LMCache's own ``max_capacity_gb`` > 0 beside a ``ttl_seconds``: two owners of eviction
+    (the settings refuse the pair inside one connector; here LMCache is the second owner)."""
+    capacity = document.get("max_capacity_gb")
+    if params.get("ttl_seconds") is not None and isinstance(capacity, (int, float)) and capacity > 0:
+        raise InvalidInputError(
+            "ttl_seconds cannot be combined with max_capacity_gb > 0: that makes two owners of eviction (the server "
+            "expires keys LMCache's capacity accounting still counts, and LMCache evicts keys the server's policy "
+            "should choose). Use ttl_seconds with a volatile-* maxmemory-policy, or max_capacity_gb without ttl_seconds"
+        )
 
 
 def _check_plugin_target(document: Mapping[str, Any]) -> None:

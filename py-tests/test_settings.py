@@ -187,7 +187,7 @@ def test_each_bad_field_is_an_error_naming_the_field_and_range(fields: dict[str,
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"type": "s3", "host": "h"}, r"L2 adapter type must be one of 'native_plugin', 'resp', got 's3'"),
+        ({"type": "s3", "host": "h"}, r"L2 adapter type must be one of 'native_plugin', 'resp', 'valkey', got 's3'"),
         ({"type": "native_plugin", "module_path": "other", "class_name": "X", "adapter_params": {}},
          r"selects other\.X, not lmcache_resp\.lmcache\.mp\.RespConnector"),
         ({"type": "native_plugin", "module_path": "lmcache_resp", "class_name": "RespConnector",

@@ -151,3 +151,15 @@ def test_keyword_settings_are_the_native_fields() -> None:
     from lmcache_resp._typing import SettingsKwargs
 
     assert set(get_type_hints(SettingsKwargs)) == set(_native.Settings.fields)
+
+
+def test_valkey_adapter_names_are_the_native_ones() -> None:
+    """LMCache's valkey-adapter names are listed once, in the core (settings/valkey.rs); the
+    typed list (ValkeyAdapterKwargs) names exactly those, and each means one of our fields."""
+    from typing import get_type_hints
+
+    from lmcache_resp import _native
+    from lmcache_resp._typing import ValkeyAdapterKwargs
+
+    assert set(get_type_hints(ValkeyAdapterKwargs)) == {alias for alias, _ in _native.Settings.valkey_fields}
+    assert {ours for _, ours in _native.Settings.valkey_fields} <= set(_native.Settings.fields)

@@ -7,13 +7,15 @@
 #
 # What it does:
 #   1. a venv (default target/lmcache-0.5.6/venv; LMCACHE_VENV=... to move it) with
-#      torch 2.15.0 and lmcache 0.5.6 from PyPI, then this project, built and installed (pip .)
+#      torch 2.15.0, lmcache 0.5.6 and valkey-glide-sync (for LMCache's `valkey` adapter) from
+#      PyPI, then this project, built and installed (pip .)
 #   2. LMCache's own tests, from its 0.5.6 sdist (target/lmcache-0.5.6/upstream)
 #   3. pytest lmcache-tests/ (their servers from the test-support package, testing/ on the path): (a) MP, the native_plugin L2 adapter through create_l2_adapter and
 #      `lmcache server`; (b) non-MP, the remote storage plugin through LMCache's config loader,
 #      CreateStorageBackends/CreateConnector; (c) LMCache's L2-adapter and RESP tests with
 #      lmcache-resp substituted; (d) MP end to end: a real `lmcache server` driven by LMCache's
-#      MP scheduler/worker adapters on CPU KV caches, Redis killed, restarted, a wrong password.
+#      MP scheduler/worker adapters on CPU KV caches, Redis killed, restarted, a wrong password;
+#      (e) namespaces shared with LMCache's own `valkey` adapter (key_prefix, ttl_seconds).
 #
 # Why torch from PyPI with all its dependencies: LMCache's extension modules link against
 # libtorch, and PyPI's Linux torch wheels are CUDA builds whose libtorch needs the nvidia-*
@@ -59,7 +61,9 @@ if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.vers
     # numpy: lmcache 0.5.6 requires numpy<=2.2.6
     "${PIP[@]}" install -q "lmcache==$LMCACHE_VERSION" "numpy==2.2.6"
 fi
-"${PIP[@]}" install -q "pytest-timeout>=2"
+# valkey-glide-sync: LMCache's own `valkey` L2 adapter (valkey_l2_adapter.py) needs it, and the
+# namespace tests (test_e) check that it and ours share keys.
+"${PIP[@]}" install -q "pytest-timeout>=2" "valkey-glide-sync==${VALKEY_GLIDE_VERSION:-2.6.0}"
 
 echo "==> building and installing lmcache-resp into $VENV"
 "${PIP[@]}" install -q "$REPO"

@@ -155,6 +155,18 @@ fn a_value_deleted_between_pieces_is_a_partial_read_not_a_miss() {
     assert_eq!(err.kind(), ErrorKind::PartialRead, "{err}");
 }
 
+/// Issue #29: a key stored with `ttl_seconds` that expires between two pieces is gone like a
+/// deleted one: a `PartialReadError`, never a miss over the pieces already written.
+#[test]
+fn a_value_expiring_between_pieces_is_a_partial_read_not_a_miss() {
+    let (outcome, _, _) = read_while_writing(2, false, |server| {
+        drop(server.raw_command(&[b"PEXPIRE", b"chunk", b"1"]));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    });
+    let Outcome::Failed(err) = outcome else { panic!("{outcome:?}") };
+    assert_eq!(err.kind(), ErrorKind::PartialRead, "{err}");
+}
+
 #[test]
 fn a_connection_cut_mid_piece_starts_the_read_over_and_it_is_a_whole_hit() {
     let server = RedisServer::start();

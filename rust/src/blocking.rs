@@ -10,6 +10,7 @@ use crate::op::{Op, check_key_len};
 use crate::ranged::{self, RangedReads, ReadShape};
 use crate::resp::{Command, Reply};
 use crate::settings::GetPieces;
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,10 @@ pub struct BlockingClient {
     get_pieces: GetPieces,
     /// With [`BlockingClient::failing_fast`]: the server's health and its prober.
     health: Option<HealthBoard>,
+    /// `<key_prefix>@` before every key (empty: none), as the engine sends it.
+    key_prefix: Box<[u8]>,
+    /// Every SET makes its key expire after this many milliseconds; None: never.
+    set_expiry_ms: Option<u64>,
 }
 
 impl BlockingClient {
@@ -49,6 +54,8 @@ impl BlockingClient {
             ranged: RangedReads::new(),
             get_pieces: GetPieces::Bytes(0),
             health: None,
+            key_prefix: Box::default(),
+            set_expiry_ms: None,
         };
         client.ping()?;
         Ok(client)
@@ -62,9 +69,10 @@ impl BlockingClient {
         }
         let options = settings.connect_options(settings.endpoint());
         let probe_timeout = settings.connect_timeout.min(settings.timeout);
-        Ok(BlockingClient::connect(options, settings.timeout)?
-            .with_get_pieces(settings.get_piece_bytes)
-            .failing_fast(ProbePolicy::default(), probe_timeout))
+        let mut client = BlockingClient::connect(options, settings.timeout)?;
+        client.key_prefix = settings.wire_prefix();
+        client.set_expiry_ms = crate::settings::expiry_ms(settings.ttl);
+        Ok(client.with_get_pieces(settings.get_piece_bytes).failing_fast(ProbePolicy::default(), probe_timeout))
     }
 
     /// Once the server is found unreachable, calls fail at once until a background probe
@@ -154,8 +162,13 @@ impl BlockingClient {
     }
 
     fn call(&mut self, op: Op, key: &[u8], data: Option<RawBuf>) -> Result<Outcome> {
+        let key: Cow<'_, [u8]> = match self.key_prefix.is_empty() {
+            true => Cow::Borrowed(key),
+            false => Cow::Owned([&self.key_prefix[..], key].concat()),
+        };
+        let key = &key[..];
         check_key_len(key.len())?;
-        let request = Request::new(op, key, data, 0, Instant::now() + self.timeout);
+        let request = Request::expiring(op, key, data, self.set_expiry_ms, 0, Instant::now() + self.timeout);
         let shape = self.read_shape();
         if RangedReads::takes(&request, shape) {
             self.completions.clear();

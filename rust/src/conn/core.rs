@@ -22,7 +22,7 @@ use crate::net::ServerIdentity;
 use crate::net::handshake::{self, Verdict};
 use crate::net::{ConnectOptions, Endpoint, Interest, IoVecs};
 use crate::op::Op;
-use crate::resp::{Reply, TRAILER};
+use crate::resp::Reply;
 use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
@@ -1253,9 +1253,10 @@ fn push_frame<'a, const N: usize>(iov: &mut IoVecs<'a, N>, request: &'a Request,
         if value_start < value.len() {
             iov.push_raw(value, value_start);
         }
+        let trailer = &request.trailer;
         let trailer_start = offset.saturating_sub(header.len() + value.len());
-        if trailer_start < TRAILER.len() {
-            iov.push_slice(&TRAILER[trailer_start..]);
+        if trailer_start < trailer.len() {
+            iov.push_slice(&trailer[trailer_start..]);
         }
     }
     true

@@ -4,7 +4,8 @@ use crate::error::Error;
 use crate::memory::RawBuf;
 use crate::net::handshake::Step;
 use crate::op::Op;
-use crate::resp::{Command, TRAILER};
+use crate::resp::Command;
+use std::borrow::Cow;
 use std::time::Instant;
 
 /// Who a request is for, and so how its reply is read.
@@ -70,6 +71,8 @@ pub struct Request {
     pub header: Vec<u8>,
     /// SET: the value sent after the header. GET: where the payload is received.
     pub data: Option<RawBuf>,
+    /// SET: what follows the value (its CRLF, and `PX ms` for an expiry).
+    pub trailer: Cow<'static, [u8]>,
     /// The request fails with a timeout if it is not answered by then.
     pub deadline: Instant,
     /// How many times sending has started.
@@ -117,9 +120,22 @@ pub enum Scope {
 impl Request {
     /// A data operation. `data` is the value for SET and the destination for GET.
     pub fn new(op: Op, key: &[u8], data: Option<RawBuf>, tag: u64, deadline: Instant) -> Request {
+        Request::expiring(op, key, data, None, tag, deadline)
+    }
+
+    /// A data operation whose SET makes the key expire after `expiry_ms` (`PX`, in the same
+    /// command); the other operations ignore it.
+    pub fn expiring(
+        op: Op,
+        key: &[u8],
+        data: Option<RawBuf>,
+        expiry_ms: Option<u64>,
+        tag: u64,
+        deadline: Instant,
+    ) -> Request {
         let command = match op {
             Op::Get => Command::Get { key },
-            Op::Set => Command::Set { key, value_len: data.map_or(0, |d| d.len()) },
+            Op::Set => Command::Set { key, value_len: data.map_or(0, |d| d.len()), expiry_ms },
             Op::Exists => Command::Exists { key },
             Op::Del => Command::Del { key },
             Op::Ping => Command::Ping,
@@ -128,7 +144,7 @@ impl Request {
             Op::Get | Op::Set => Some(data.expect("GET and SET need a buffer")),
             _ => None,
         };
-        Request { tag, data, ..Request::unsent(Kind::User(op), command.header(), deadline) }
+        Request { tag, data, trailer: command.trailer(), ..Request::unsent(Kind::User(op), command.header(), deadline) }
     }
 
     /// Any command (encoded whole in `frame`); its reply comes back as [`Outcome::Reply`].
@@ -170,6 +186,7 @@ impl Request {
             tag: 0,
             header,
             data: None,
+            trailer: Cow::Borrowed(&[]),
             deadline,
             attempts: 0,
             exact_length: false,
@@ -242,7 +259,7 @@ impl Request {
 
     /// Bytes the request puts on the wire.
     pub fn frame_len(&self) -> usize {
-        self.header.len() + self.value().map_or(0, |value| value.len() + TRAILER.len())
+        self.header.len() + self.value().map_or(0, |value| value.len() + self.trailer.len())
     }
 
     /// The value that follows the header (SET only).
@@ -293,6 +310,11 @@ mod tests {
         assert_eq!(set.destination(), None);
         let get = Request::new(Op::Get, b"k", Some(buf), 7, Instant::now());
         assert_eq!(get.frame_len(), get.header.len());
+        let expiring = Request::expiring(Op::Set, b"k", Some(buf), Some(1500), 7, Instant::now());
+        assert_eq!(&*expiring.trailer, b"\r\n$2\r\nPX\r\n$4\r\n1500\r\n");
+        assert_eq!(expiring.frame_len(), expiring.header.len() + 10 + expiring.trailer.len());
+        let get_ignoring = Request::expiring(Op::Get, b"k", Some(buf), Some(1500), 7, Instant::now());
+        assert_eq!((&get_ignoring.header, get_ignoring.trailer.len()), (&Command::Get { key: b"k" }.header(), 0));
         assert_eq!(get.destination(), Some(buf));
     }
 

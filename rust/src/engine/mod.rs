@@ -228,6 +228,10 @@ pub struct Engine {
     health: Arc<HealthBoard>,
     /// How large values are read (`get_piece_bytes`), for [`Engine::stats`].
     get_pieces: GetPieces,
+    /// `<key_prefix>@` (empty without a namespace): sent before every key, so that every
+    /// front, the bridge included, reads and writes inside the namespace, and cluster slots
+    /// are those of the whole key, as LMCache's valkey adapter has them.
+    key_prefix: Box<[u8]>,
 }
 
 impl Engine {
@@ -296,6 +300,7 @@ impl Engine {
             control,
             pages,
             pipeline: settings.pipeline,
+            set_expiry_ms: crate::settings::expiry_ms(settings.ttl),
             completion_event: EventFd::new().map_err(eventfd_error)?,
             doorbells: doorbells.clone(),
             buffers: BufferTable::new(config.batch_slots),
@@ -362,6 +367,7 @@ impl Engine {
             refresher: Mutex::new(None),
             health,
             get_pieces: settings.get_piece_bytes,
+            key_prefix: settings.wire_prefix(),
         };
         engine.warm_up()?;
         engine.log_read_shapes();

@@ -81,12 +81,20 @@ pub const COMPLETION_HEADER_LEN: usize = 24;
 
 impl<'a> Descriptor<'a> {
     /// The fixed part; the key follows it in the same record.
+    #[cfg(test)]
     pub fn header(&self) -> [u8; SUBMISSION_HEADER_LEN] {
+        self.header_with_prefix(&[])
+    }
+
+    /// The fixed part of a record whose key is `prefix` then [`Descriptor::key`] (a
+    /// namespace's `<prefix>@`, pushed as its own slice: the key is not copied to join them).
+    /// The record decodes with the two as one key.
+    pub fn header_with_prefix(&self, prefix: &[u8]) -> [u8; SUBMISSION_HEADER_LEN] {
         let mut out = [0u8; SUBMISSION_HEADER_LEN];
         out[0] = self.op as u8;
         out[1] = self.region as u8;
         out[2] = self.flags;
-        out[4..8].copy_from_slice(&(self.key.len() as u32).to_le_bytes());
+        out[4..8].copy_from_slice(&((prefix.len() + self.key.len()) as u32).to_le_bytes());
         out[8..16].copy_from_slice(&self.tag.pack().to_le_bytes());
         out[16..24].copy_from_slice(&self.offset.to_le_bytes());
         out[24..32].copy_from_slice(&self.len.to_le_bytes());
@@ -198,6 +206,12 @@ mod tests {
         let mut record = descriptor.header().to_vec();
         record.extend_from_slice(key);
         assert_eq!(Descriptor::decode(&record).unwrap(), descriptor);
+        // With a namespace's prefix before the key, the record decodes as the joined key.
+        let mut record = descriptor.header_with_prefix(b"tenantA@").to_vec();
+        record.extend_from_slice(b"tenantA@");
+        record.extend_from_slice(key);
+        let joined = [&b"tenantA@"[..], key].concat();
+        assert_eq!(Descriptor::decode(&record).unwrap(), Descriptor { key: &joined, ..descriptor });
         assert!(Descriptor::decode(&record[..record.len() - 1]).unwrap_err().contains("overruns"));
         record[2] = 0x80;
         assert!(Descriptor::decode(&record).unwrap_err().contains("unknown descriptor flags"));

@@ -17,6 +17,9 @@ pub(crate) struct Shared {
     /// The page arena (None when all memory is caller buffers).
     pub pages: Option<Arc<Arena>>,
     pub pipeline: crate::conn::PipelineLimits,
+    /// Every SET makes its key expire after this many milliseconds (`ttl_seconds`); None:
+    /// never.
+    pub set_expiry_ms: Option<u64>,
     pub completion_event: EventFd,
     pub doorbells: Vec<Arc<EventFd>>,
     pub buffers: BufferTable,

@@ -116,7 +116,8 @@ impl Engine {
                     deadline_ns,
                     key: item.key,
                 };
-                match lane.producer.try_push(&[&descriptor.header(), item.key]) {
+                let header = descriptor.header_with_prefix(&self.key_prefix);
+                match lane.producer.try_push(&[&header, &self.key_prefix, item.key]) {
                     Ok(()) => index += 1,
                     Err(PushError::Full) => {
                         lane.producer.publish();
@@ -137,7 +138,10 @@ impl Engine {
                         }
                     }
                     Err(PushError::TooLarge { .. }) => {
-                        let err = Error::invalid(format!("key of {} bytes does not fit a ring record", item.key.len()));
+                        let err = Error::invalid(format!(
+                            "key of {} bytes does not fit a ring record",
+                            self.key_prefix.len() + item.key.len()
+                        ));
                         self.fail_locally(slot, index..index + 1, err);
                         index += 1;
                     }

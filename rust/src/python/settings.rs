@@ -6,7 +6,7 @@
 use super::errors::{invalid_input, to_py_err};
 use crate::net::{Endpoint, TlsOptions};
 use crate::secret::Secret;
-use crate::settings::{ENV_VARS, EVICTION_FIELDS, Eviction, FIELDS, Settings, Sources, Value};
+use crate::settings::{ENV_VARS, EVICTION_FIELDS, Eviction, FIELDS, Settings, Sources, VALKEY_FIELDS, Value};
 use crate::settings::{EvictionPolicy, GetPieces};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyMapping, PyString};
@@ -174,6 +174,12 @@ impl PySettings {
         FIELDS.to_vec()
     }
 
+    /// LMCache's `valkey`-adapter names accepted beside [`FIELDS`], each with the field it means.
+    #[classattr]
+    fn valkey_fields() -> Vec<(&'static str, &'static str)> {
+        VALKEY_FIELDS.to_vec()
+    }
+
     /// The names an `eviction` block accepts.
     #[classattr]
     fn eviction_fields() -> Vec<&'static str> {
@@ -310,6 +316,18 @@ impl PySettings {
         })
     }
 
+    /// The namespace: keys go on the wire as `<key_prefix>@<key>`; None: no prefix.
+    #[getter]
+    fn key_prefix(&self) -> Option<&str> {
+        self.0.key_prefix.as_deref()
+    }
+
+    /// Every SET expires its key after this many seconds; None: never.
+    #[getter]
+    fn ttl_seconds(&self) -> Option<u64> {
+        self.0.ttl.map(|ttl| ttl.as_secs())
+    }
+
     /// TLS is on (`rediss://` or `ssl=True`).
     #[getter]
     fn ssl(&self) -> bool {
@@ -388,6 +406,8 @@ impl PySettings {
         out.set_item("eviction", self.eviction().to_dict(py)?)?;
         out.set_item("prefault", s.prefault)?;
         out.set_item("get_piece_bytes", self.get_piece_bytes(py)?)?;
+        out.set_item("key_prefix", self.key_prefix())?;
+        out.set_item("ttl_seconds", self.ttl_seconds())?;
         out.set_item("ssl", self.ssl())?;
         out.set_item("ssl_ca_certs", self.ssl_ca_certs())?;
         out.set_item("ssl_ca_path", self.ssl_ca_path())?;

@@ -1,22 +1,28 @@
 //! RESP2 command encoding.
 //!
 //! A command goes on the wire as three parts: a header (array length, command name, key and,
-//! for SET, the value's bulk-length line), the value itself, and a CRLF trailer. Only the
-//! header is produced here; the value is never copied: callers hand the value's memory to
-//! `writev`/`sendmsg` as its own iovec between the header and [`TRAILER`].
+//! for SET, the value's bulk-length line), the value itself, and a trailer: the value's CRLF
+//! and, for a SET with an expiry, its `PX ms` ([`Command::trailer`]). Header and trailer are
+//! produced here; the value is never copied: callers hand the value's memory to
+//! `writev`/`sendmsg` as its own iovec between the two.
 
-/// Bytes that follow a SET value on the wire.
+use std::borrow::Cow;
+
+/// Bytes that follow a SET value on the wire when it has no expiry.
 pub const TRAILER: &[u8] = b"\r\n";
 
 /// The commands this client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Command<'a> {
-    /// `SET key <value>`; the value (of `value_len` bytes) travels as a separate iovec.
+    /// `SET key <value> [PX ms]`; the value (of `value_len` bytes) travels as a separate
+    /// iovec, the expiry in the trailer after it.
     Set {
         /// The key.
         key: &'a [u8],
         /// Bytes of the value.
         value_len: usize,
+        /// The key expires this many milliseconds after the SET (`PX`); None: never.
+        expiry_ms: Option<u64>,
     },
     /// `GET key`.
     Get {
@@ -96,7 +102,29 @@ impl Command<'_> {
     /// Bytes of the whole frame: header, value and trailer.
     #[cfg(test)]
     pub fn frame_len(&self) -> usize {
-        self.header_len() + self.value_len().map_or(0, |len| len + TRAILER.len())
+        self.header_len() + self.value_len().map_or(0, |len| len + self.trailer().len())
+    }
+
+    /// What follows the value of a command that carries one: its CRLF, then a SET's
+    /// `PX ms` (a bulk string each, counted in the header's array length). Empty for the
+    /// commands without a value.
+    pub fn trailer(&self) -> Cow<'static, [u8]> {
+        match *self {
+            Command::Set { expiry_ms: None, .. } => Cow::Borrowed(TRAILER),
+            Command::Set { expiry_ms: Some(ms), .. } => {
+                let mut digits = itoa::Buffer::new();
+                let ms = digits.format(ms).as_bytes();
+                let mut out = Vec::with_capacity(TRAILER.len() + 8 + bulk_len_line(ms.len()) + ms.len() + 2);
+                out.extend_from_slice(TRAILER);
+                for arg in [&b"PX"[..], ms] {
+                    push_len_line(&mut out, b'$', arg.len());
+                    out.extend_from_slice(arg);
+                    out.extend_from_slice(b"\r\n");
+                }
+                Cow::Owned(out)
+            }
+            _ => Cow::Borrowed(&[]),
+        }
     }
 
     /// Bytes of the header alone, computed without encoding anything.
@@ -149,7 +177,13 @@ impl Command<'_> {
             }
         };
         match *self {
-            Command::Set { key, value_len } => args(b"SET", &[key], Some(value_len)),
+            Command::Set { key, value_len, expiry_ms } => {
+                // The trailer's `PX ms` are the array's last two elements.
+                emit(Part::ArrayLen(3 + if expiry_ms.is_some() { 2 } else { 0 }));
+                emit(Part::Arg(b"SET"));
+                emit(Part::Arg(key));
+                emit(Part::ValueLen(value_len));
+            }
             Command::Get { key } => args(b"GET", &[key], None),
             Command::Exists { key } => args(b"EXISTS", &[key], None),
             Command::Del { key } => args(b"DEL", &[key], None),
@@ -213,17 +247,34 @@ mod tests {
         let mut out = cmd.header();
         if cmd.value_len().is_some() {
             out.extend_from_slice(value);
-            out.extend_from_slice(TRAILER);
+            out.extend_from_slice(&cmd.trailer());
         }
         out
     }
 
     #[test]
     fn set_frame_is_header_value_trailer() {
-        let cmd = Command::Set { key: b"k1", value_len: 5 };
+        let cmd = Command::Set { key: b"k1", value_len: 5, expiry_ms: None };
         assert_eq!(cmd.header(), b"*3\r\n$3\r\nSET\r\n$2\r\nk1\r\n$5\r\n");
         assert_eq!(whole_frame(&cmd, b"hello"), b"*3\r\n$3\r\nSET\r\n$2\r\nk1\r\n$5\r\nhello\r\n");
         assert_eq!(cmd.frame_len(), whole_frame(&cmd, b"hello").len());
+    }
+
+    #[test]
+    fn a_set_with_an_expiry_is_one_command_ending_in_px() {
+        let cmd = Command::Set { key: b"t@k", value_len: 5, expiry_ms: Some(30_000) };
+        let frame = whole_frame(&cmd, b"hello");
+        assert_eq!(frame, b"*5\r\n$3\r\nSET\r\n$3\r\nt@k\r\n$5\r\nhello\r\n$2\r\nPX\r\n$5\r\n30000\r\n");
+        assert_eq!(cmd.frame_len(), frame.len());
+        // The frame parses as one whole array of the five arguments, nothing left over.
+        let mut decoder = crate::resp::decoder::Decoder::default();
+        let (used, reply) = decoder.decode(&frame).unwrap();
+        assert_eq!(used, frame.len());
+        let args: Vec<&[u8]> = vec![b"SET", b"t@k", b"hello", b"PX", b"30000"];
+        let expected =
+            crate::resp::Reply::Array(args.into_iter().map(|a| crate::resp::Reply::Bulk(a.to_vec())).collect());
+        assert_eq!(reply, Some(expected));
+        assert_eq!(Command::Get { key: b"k" }.trailer().len(), 0);
     }
 
     #[test]
@@ -258,7 +309,7 @@ mod tests {
     #[test]
     fn lengths_are_right_across_digit_boundaries() {
         for len in [0usize, 9, 10, 99, 100, 4 << 20, 32 << 20, usize::MAX] {
-            let cmd = Command::Set { key: b"key", value_len: len };
+            let cmd = Command::Set { key: b"key", value_len: len, expiry_ms: None };
             let header = cmd.header();
             assert_eq!(header.len(), cmd.header_len());
             let expected_tail = format!("${len}\r\n");

@@ -12,6 +12,6 @@ mod split_tests;
 
 #[cfg(any(test, feature = "internals"))]
 pub use decoder::Decoder;
-pub use encode::{Command, TRAILER};
+pub use encode::Command;
 pub use parser::{Event, Limits, ProtocolError, ReplyParser};
 pub use reply::Reply;

@@ -10,14 +10,18 @@
 
 mod capacity;
 mod names;
+mod namespace;
 mod pieces;
 pub(crate) mod tls;
 pub(crate) mod url;
+mod valkey;
 mod value;
 
 pub use capacity::{CapacityConfig, EvictionPolicy};
 pub use names::{ENV_VARS, EVICTION_FIELDS, FIELDS, QUERY_FIELDS, TLS_FIELDS};
+pub use namespace::{KEY_SEPARATOR, expiry_ms, wire_prefix};
 pub use pieces::GetPieces;
+pub use valkey::VALKEY_FIELDS;
 pub use value::Value;
 // What the settings' API names from the wire below.
 pub use crate::conn::PipelineLimits;
@@ -183,6 +187,10 @@ pub struct Settings {
     /// TLS to every server (and every cluster node); `None` is plaintext. Built (its files
     /// read and checked) when the settings are resolved.
     pub tls: Option<std::sync::Arc<crate::net::TlsConfig>>,
+    /// The namespace: every key goes on the wire as `<prefix>@<key>` (see `namespace`).
+    pub key_prefix: Option<String>,
+    /// Every SET carries this expiry (`PX`); None: keys never expire.
+    pub ttl: Option<Duration>,
     /// Settings accepted but without effect, for the caller to log.
     pub warnings: Vec<String>,
 }
@@ -207,6 +215,8 @@ impl Settings {
             prefault: defaults::PREFAULT,
             get_piece_bytes: defaults::GET_PIECES,
             tls: None,
+            key_prefix: None,
+            ttl: None,
             warnings: Vec::new(),
         }
     }
@@ -244,8 +254,23 @@ impl Settings {
     }
 
     /// Resolves every field from the sources: explicit > URL > environment > default.
+    /// LMCache's valkey-adapter names (`startup_nodes`, `cluster_mode`, ...) count as the
+    /// explicit settings they mean.
     pub fn resolve(sources: &Sources<'_>) -> Result<Settings> {
-        Resolver::new(sources)?.resolve()
+        let translated = valkey::translate(sources.explicit, sources.url)?;
+        let sources = Sources {
+            explicit: &translated.explicit,
+            url: translated.url.as_deref().or(sources.url),
+            env: sources.env,
+        };
+        let mut settings = Resolver::new(&sources)?.resolve()?;
+        settings.warnings.extend(translated.warnings);
+        Ok(settings)
+    }
+
+    /// What goes before every key on the wire: `<key_prefix>@`, or nothing.
+    pub fn wire_prefix(&self) -> Box<[u8]> {
+        wire_prefix(self.key_prefix.as_deref())
     }
 }
 
@@ -278,6 +303,12 @@ impl fmt::Display for Settings {
         }
         if let Some(tls) = &self.tls {
             write!(f, " {}", Describe(tls))?;
+        }
+        if let Some(prefix) = &self.key_prefix {
+            write!(f, " key_prefix={prefix:?}")?;
+        }
+        if let Some(ttl) = self.ttl {
+            write!(f, " ttl={}s", ttl.as_secs())?;
         }
         write!(f, " num_workers={}", self.num_workers)
     }
@@ -335,7 +366,9 @@ impl<'a> Resolver<'a> {
         let unknown: Vec<&str> =
             sources.explicit.iter().map(|(k, _)| k.as_str()).filter(|k| !FIELDS.contains(k)).collect();
         if !unknown.is_empty() {
-            return Err(names::unknown(&unknown, FIELDS, "setting(s)"));
+            let mut accepted = FIELDS.to_vec();
+            accepted.extend(VALKEY_FIELDS.iter().map(|(alias, _)| *alias));
+            return Err(names::unknown(&unknown, &accepted, "setting(s)"));
         }
         let explicit_eviction = match sources.explicit.iter().rev().find(|(k, _)| k == "eviction") {
             Some((_, value)) => {
@@ -458,6 +491,13 @@ impl<'a> Resolver<'a> {
         if let Some(given) = self.tuning("cluster") {
             settings.cluster = given.flag()?;
         }
+        if let Some(given) = self.tuning("key_prefix") {
+            settings.key_prefix = namespace::key_prefix(&given)?;
+        }
+        if let Some(given) = self.tuning("ttl_seconds") {
+            settings.ttl = Some(namespace::ttl(&given)?);
+        }
+        namespace::check_single_evictor(settings.ttl, settings.capacity_bytes())?;
         // Last: it reads files, once everything else is known to be valid.
         self.tls(&mut settings)?;
         Ok(settings)

@@ -352,7 +352,8 @@ impl Worker {
                 }
             };
             let deadline = clock::instant_at(descriptor.deadline_ns, now_ns, now);
-            let mut request = Request::new(descriptor.op, descriptor.key, data, tag, deadline)
+            let expiry_ms = self.shared.set_expiry_ms;
+            let mut request = Request::expiring(descriptor.op, descriptor.key, data, expiry_ms, tag, deadline)
                 .with_exact_length(descriptor.flags & FLAG_EXACT_LENGTH != 0);
             request.slot = slot;
             if request.op() == Some(Op::Get) && RangedReads::takes(&request, self.nodes.read_shape(node)) {

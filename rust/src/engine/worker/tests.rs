@@ -53,6 +53,7 @@ fn harness(requests: usize, completion_ring: usize, pages: usize) -> Harness {
         control,
         pages: arena,
         pipeline: settings.pipeline,
+        set_expiry_ms: None,
         completion_event: EventFd::new().unwrap(),
         doorbells: vec![doorbell.clone()],
         buffers: BufferTable::new(SLOTS),
