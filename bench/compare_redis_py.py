@@ -51,7 +51,7 @@ def main() -> None:
     keys = [f"bench:compare:{i}" for i in range(args.keys)]
     total_bytes = size * args.keys
 
-    from lmcache_resp.embedded import EmbeddedRedis
+    from lmcache_resp.bench.embedded import EmbeddedRedis
 
     with EmbeddedRedis() if args.host is None else _given(args.host, args.port) as server:
         host, port = server.host, server.port

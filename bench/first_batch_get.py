@@ -18,7 +18,7 @@ import sys
 import textwrap
 
 from lmcache_resp import PagedRespStore
-from lmcache_resp.embedded import EmbeddedRedis
+from lmcache_resp.bench.embedded import EmbeddedRedis
 
 OURS = textwrap.dedent(
     """

@@ -3,11 +3,13 @@ import statistics, sys, time
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 import numpy as np
 from lmcache_resp import PagedRespStore
-from lmcache_resp.servers import RedisServer
+from lmcache_resp.bench._servers import RedisServer  # the benchmark's throwaway server
 MiB = 1 << 20
 
 def run(kind, sizes, pieces, rounds=int(__import__("os").environ.get("ROUNDS", "3")), batch_bytes=1 << 30, workers=8, inflight=None):
-    with RedisServer(server=kind) as s:
+    # STEADY=1: the server keeps the memory it frees (the steady regime), after a warm-up pass.
+    steady = __import__("os").environ.get("STEADY") == "1"
+    with RedisServer(server=kind, keep_freed_memory=steady) as s:
         for size_mb in sizes:
             size = int(size_mb * MiB)
             n = max(4, batch_bytes // size)
@@ -21,6 +23,8 @@ def run(kind, sizes, pieces, rounds=int(__import__("os").environ.get("ROUNDS", "
                         p.numpy()[:64] = i % 251
                     keys = [f"v{size_mb}:{i}" for i in range(n)]
                     st.put(keys, pages)
+                    if steady:
+                        st.get(keys, pages)  # the warm-up: the server's reply buffers are made once
                     rates = []
                     for _ in range(rounds):
                         t = time.perf_counter()
