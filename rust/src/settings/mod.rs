@@ -11,6 +11,7 @@
 mod capacity;
 mod names;
 mod pieces;
+mod sentinel;
 pub(crate) mod tls;
 pub(crate) mod url;
 mod value;
@@ -18,6 +19,7 @@ mod value;
 pub use capacity::{CapacityConfig, EvictionPolicy};
 pub use names::{ENV_VARS, EVICTION_FIELDS, FIELDS, QUERY_FIELDS, TLS_FIELDS};
 pub use pieces::GetPieces;
+pub use sentinel::{DEFAULT_SENTINEL_PORT, SENTINEL_FIELDS, SentinelSettings};
 pub use value::Value;
 // What the settings' API names from the wire below.
 pub use crate::conn::PipelineLimits;
@@ -183,6 +185,9 @@ pub struct Settings {
     /// TLS to every server (and every cluster node); `None` is plaintext. Built (its files
     /// read and checked) when the settings are resolved.
     pub tls: Option<std::sync::Arc<crate::net::TlsConfig>>,
+    /// The Sentinels that name the data server, when it is found through them; `endpoints`
+    /// are then the Sentinels.
+    pub sentinel: Option<SentinelSettings>,
     /// Settings accepted but without effect, for the caller to log.
     pub warnings: Vec<String>,
 }
@@ -207,6 +212,7 @@ impl Settings {
             prefault: defaults::PREFAULT,
             get_piece_bytes: defaults::GET_PIECES,
             tls: None,
+            sentinel: None,
             warnings: Vec::new(),
         }
     }
@@ -266,6 +272,12 @@ impl fmt::Display for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let endpoints: Vec<String> = self.endpoints.iter().map(ToString::to_string).collect();
         write!(f, "endpoints=[{}]", endpoints.join(", "))?;
+        if let Some(sentinel) = &self.sentinel {
+            write!(f, " sentinel service {:?}", sentinel.service)?;
+            if sentinel.password.is_some() {
+                f.write_str(" sentinel_password=***")?;
+            }
+        }
         if self.cluster {
             f.write_str(" cluster")?;
         }
@@ -460,6 +472,7 @@ impl<'a> Resolver<'a> {
         }
         // Last: it reads files, once everything else is known to be valid.
         self.tls(&mut settings)?;
+        self.sentinel(&mut settings)?;
         Ok(settings)
     }
 
