@@ -109,21 +109,19 @@ impl Discovery {
                 self.unknown += 1;
                 self.pass_over(format!("does not know the service {:?}", self.service))
             }
-            Ok(Reply::Error(text)) => {
-                let text = String::from_utf8_lossy(&text).into_owned();
-                if text.starts_with("NOAUTH") || text.starts_with("WRONGPASS") || text.starts_with("NOPERM") {
-                    self.refused += 1;
-                }
-                self.pass_over(text)
-            }
+            Ok(Reply::Error(text)) => self.on_error(String::from_utf8_lossy(&text).into_owned(), false),
             Ok(other) => self.pass_over(format!("answered {other:?}, not [host, port]")),
-            Err(err) => {
-                if err.kind() == ErrorKind::Authentication {
-                    self.refused += 1;
-                }
-                self.pass_over(err.message().to_owned())
-            }
+            Err(err) => self.on_error(err.message().to_owned(), err.kind() == ErrorKind::Authentication),
         }
+    }
+
+    /// The Sentinel could not be asked, or answered with an error: a refusal of the
+    /// credentials counts towards a permanent failure.
+    fn on_error(&mut self, text: String, refused: bool) -> Next {
+        if refused || ["NOAUTH", "WRONGPASS", "NOPERM"].iter().any(|p| text.starts_with(p)) {
+            self.refused += 1;
+        }
+        self.pass_over(text)
     }
 
     /// The named node's answer to `ROLE`: found when it says `master`, else the next
