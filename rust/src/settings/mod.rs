@@ -12,6 +12,7 @@ mod capacity;
 mod names;
 mod pieces;
 mod sentinel;
+mod sentinel_resolve;
 pub(crate) mod tls;
 pub(crate) mod url;
 mod value;
