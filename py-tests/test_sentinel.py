@@ -14,9 +14,11 @@ name fail the store's construction fast and clearly.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -206,3 +208,24 @@ def test_an_unknown_service_is_a_clear_error_fast(group: SentinelGroup) -> None:
     message = str(caught.value)
     assert "no-such-service" in message and "sentinel_service_name" in message, message
     assert SENTINEL_PASSWORD not in message and DATA_PASSWORD not in message, message
+
+
+def test_the_failover_bench_measures_both_clients(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m lmcache_resp.bench --sentinel-failover`, once, short: both clients write again
+    after the primary is killed, and the figures say how long keys failed."""
+    from lmcache_resp.bench.cli import parse_options
+    from lmcache_resp.bench.sentinel_failover import SCHEMA, run_sentinel_failover
+
+    try:
+        status = run_sentinel_failover(parse_options(["--sentinel-failover", "--json", "--server", os.environ.get("REDIS_TEST_SERVER", "redis")]), stdout=sys.stdout,
+                                       stderr=sys.stderr)
+    except SentinelUnsupported as exc:
+        pytest.skip(f"this server binary cannot run as a Sentinel: {exc}")
+    assert status == 0, capsys.readouterr().err[-2000:]
+    result = json.loads(capsys.readouterr().out)
+    assert result["schema"] == SCHEMA and result["fault"] == "kill"
+    for name in ("lmcache_resp", "redis-py"):
+        figures = result["clients"][name]
+        assert figures["back_after_s"] is not None, figures
+        assert 0 <= figures["failing_s"] <= figures["back_after_s"] + 0.05, figures
+        assert figures["acknowledged_keys"] > 0
