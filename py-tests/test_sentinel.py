@@ -229,3 +229,47 @@ def test_the_failover_bench_measures_both_clients(capsys: pytest.CaptureFixture[
         assert figures["back_after_s"] is not None, figures
         assert 0 <= figures["failing_s"] <= figures["back_after_s"] + 0.05, figures
         assert figures["acknowledged_keys"] > 0
+
+
+def test_sentinel_is_given_by_url_fields_adapter_json_and_non_mp_yaml_and_never_shows_a_secret() -> None:
+    """Every way in yields the same Sentinel settings; the passwords show as ***."""
+    from types import SimpleNamespace
+
+    from lmcache_resp.lmcache.non_mp import settings_from_lmcache_config
+    from lmcache_resp.settings import RespSettings
+
+    nodes = "127.0.0.1:26379,127.0.0.1:26380"
+    fields = {"sentinel_nodes": nodes, "sentinel_service_name": "mymaster", "sentinel_password": SENTINEL_PASSWORD,
+              "sentinel_username": "watcher", "password": DATA_PASSWORD}
+    forms = {
+        "url": RespSettings.resolve(f"redis+sentinel://:{DATA_PASSWORD}@{nodes}/mymaster?sentinel_username=watcher",
+                                    sentinel_password=SENTINEL_PASSWORD),
+        "fields": RespSettings.resolve(**fields),
+        "adapter json": RespSettings.from_lmcache(json.dumps({
+            "type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp", "class_name": "RespConnector",
+            "adapter_params": fields})),
+        "non-MP yaml": settings_from_lmcache_config(SimpleNamespace(
+            remote_storage_plugins=["resp"],
+            extra_config={"remote_storage_plugin.resp.module_path": "lmcache_resp.lmcache.non_mp",
+                          "remote_storage_plugin.resp.class_name": "RespRemoteConnector",
+                          **{f"remote_storage_plugin.resp.{k}": v for k, v in fields.items()}})),
+    }
+    for form, settings in forms.items():
+        shown = settings.to_dict()
+        assert shown["sentinel_nodes"] == nodes and shown["sentinel_service_name"] == "mymaster", form
+        assert shown["sentinel_username"] == "watcher" and shown["sentinel_password"] == "***", form
+        assert shown["password"] == "***" and shown["sentinel_tls"] is False, form
+        for text in (repr(settings), str(shown)):
+            assert SENTINEL_PASSWORD not in text and DATA_PASSWORD not in text, (form, text)
+    with pytest.raises(InvalidInputError, match="sentinel_nodes needs sentinel_service_name"):
+        RespSettings.resolve(sentinel_nodes=nodes)
+    with pytest.raises(InvalidInputError, match="sentinel_password set without Sentinels") as caught:
+        RespSettings.resolve("redis://127.0.0.1:6390", sentinel_password=SENTINEL_PASSWORD)
+    assert SENTINEL_PASSWORD not in str(caught.value)
+
+
+def test_a_blocking_client_refuses_sentinel_saying_what_to_use() -> None:
+    from lmcache_resp import RedisClient
+
+    with pytest.raises(InvalidInputError, match="does not follow Sentinel failovers"):
+        RedisClient(url="redis+sentinel://127.0.0.1:26379/mymaster")
