@@ -273,3 +273,19 @@ def test_a_blocking_client_refuses_sentinel_saying_what_to_use() -> None:
 
     with pytest.raises(InvalidInputError, match="does not follow Sentinel failovers"):
         RedisClient(url="redis+sentinel://127.0.0.1:26379/mymaster")
+
+
+def test_no_sentinel_answering_at_start_is_a_connection_error_naming_service_and_sentinels() -> None:
+    from lmcache_resp.errors import RespConnectionError
+    from lmcache_resp_testing.servers import free_port
+
+    ports = [free_port(), free_port()]
+    url = f"redis+sentinel://127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}/mymaster"
+    began = time.monotonic()
+    with pytest.raises(RespConnectionError) as caught:
+        PagedRespStore(url, sentinel_password=SENTINEL_PASSWORD, page_size=PAGE, num_pages=4, timeout=TIMEOUT)
+    assert time.monotonic() - began < TIMEOUT
+    message = str(caught.value)
+    assert "no primary is known" in message and '"mymaster"' in message, message
+    assert all(f"127.0.0.1:{port}" in message for port in ports), message
+    assert SENTINEL_PASSWORD not in message

@@ -366,6 +366,9 @@ impl<'a> Resolver<'a> {
         if url.query.iter().any(|(k, _)| k == names::KEY_PASSPHRASE_FIELD) {
             return Err(names::key_passphrase_refused());
         }
+        if url.query.iter().any(|(k, _)| k == "sentinel_password") {
+            return Err(sentinel::password_in_url_refused());
+        }
         let unknown: Vec<&str> =
             url.query.iter().map(|(k, _)| k.as_str()).filter(|k| !QUERY_FIELDS.contains(k)).collect();
         if !unknown.is_empty() {

@@ -61,6 +61,14 @@ impl fmt::Debug for SentinelSettings {
     }
 }
 
+/// `?sentinel_password=` in a URL: refused without showing the URL, where the secret is.
+pub fn password_in_url_refused() -> Error {
+    Error::invalid(
+        "sentinel_password is not read from a URL's query (the URL shows in logs and errors): give it as a \
+         setting (sentinel_password=..., or the adapter's JSON)",
+    )
+}
+
 /// `"h1:26379,h2,[::1]:26380"`: a Sentinel named without a port is on 26379.
 pub(super) fn parse_nodes(given: &Given<'_>) -> Result<Vec<Endpoint>> {
     let text = given.text()?;

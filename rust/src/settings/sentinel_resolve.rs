@@ -162,6 +162,7 @@ mod tests {
             (vec![("sentinel_nodes", text(" , ")), ("sentinel_service_name", text("m"))], None, "no Sentinel named"),
             (vec![("host", text("h"))], Some("redis+sentinel://s1/m"), "host and Sentinel exclude each other"),
             (vec![("cluster", Value::Bool(true))], Some("redis+sentinel://s1/m"), "exclude each other"),
+            (vec![], Some("redis+sentinel://s1/m?sentinel_password=pw-never-shown"), "not read from a URL's query"),
         ] {
             let err = resolve(&explicit, url).unwrap_err();
             assert!(err.message().contains(message), "{explicit:?} {url:?}: {err}");
