@@ -17,6 +17,7 @@ One run, a few seconds: a figure per fault, not a distribution.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import threading
@@ -93,10 +94,10 @@ def _ours(group: SentinelGroup, options: Options, timeline: Timeline, clock: flo
 
 def _redis_py(group: SentinelGroup, options: Options, timeline: Timeline, clock: float, stop: threading.Event) -> None:
     try:
-        from redis.sentinel import Sentinel
+        redis_sentinel: Any = importlib.import_module("redis.sentinel")
     except ImportError as exc:  # pragma: no cover - redis is a dev and "compare" dependency
         raise BenchError("--sentinel-failover compares with redis-py: pip install 'lmcache-resp[compare]'") from exc
-    sentinel = Sentinel([(HOST, port) for port in group.sentinel_ports], socket_timeout=options.timeout,
+    sentinel = redis_sentinel.Sentinel([(HOST, port) for port in group.sentinel_ports], socket_timeout=options.timeout,
                         socket_connect_timeout=1.0)
     primary = sentinel.master_for(group.service, socket_timeout=options.timeout, socket_connect_timeout=1.0)
     value = os.urandom(VALUE_BYTES)
@@ -121,8 +122,7 @@ def _redis_py(group: SentinelGroup, options: Options, timeline: Timeline, clock:
 
 def _missing(group: SentinelGroup, keys: list[str]) -> int:
     """Acknowledged keys the current primary does not hold."""
-    import redis
-
+    redis: Any = importlib.import_module("redis")
     client = redis.Redis(host=HOST, port=group.primary_port(), socket_timeout=10)
     missing = 0
     for start in range(0, len(keys), 500):

@@ -54,7 +54,7 @@ impl ClusterView {
     pub fn discover(settings: &Settings, resolver: Arc<Resolver>) -> Result<ClusterView> {
         if let Some(sentinel) = &settings.sentinel {
             let watch = SentinelWatch::new(sentinel);
-            let primary = watch.discover(settings, &resolver)?;
+            let primary = watch.discover(settings, &resolver, &|| false)?;
             let mut view = ClusterView::over(SlotMap::single(primary, Vec::new()), settings, resolver);
             view.sentinel = Some(watch);
             return Ok(view);
@@ -202,7 +202,7 @@ impl ClusterView {
     /// [`ClusterView::stop`] is heard between two nodes.
     fn refresh_once(&self) -> Result<()> {
         if let Some(watch) = &self.sentinel {
-            let primary = watch.discover(&self.settings, &self.resolver)?;
+            let primary = watch.discover(&self.settings, &self.resolver, &|| self.lock_refresh().stop)?;
             let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
             if map.primary(0) != Some(&primary) {
                 log::info!(target: "lmcache_resp::sentinel", "the primary is now {primary}");

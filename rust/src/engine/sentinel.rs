@@ -43,10 +43,16 @@ impl SentinelWatch {
         self.unavailable.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Runs a round of discovery; records its outcome for [`SentinelWatch::unavailable`].
-    pub(super) fn discover(&self, settings: &Settings, resolver: &Resolver) -> Result<NodeAddr> {
+    /// Runs a round of discovery (abandoned between two questions once `stopped` says so);
+    /// records its outcome for [`SentinelWatch::unavailable`].
+    pub(super) fn discover(
+        &self,
+        settings: &Settings,
+        resolver: &Resolver,
+        stopped: &dyn Fn() -> bool,
+    ) -> Result<NodeAddr> {
         let mut discovery = self.discovery.lock().unwrap_or_else(|p| p.into_inner());
-        let outcome = run_round(&mut discovery, settings, &self.settings, resolver);
+        let outcome = run_round(&mut discovery, settings, &self.settings, resolver, stopped);
         *self.unavailable.write().unwrap_or_else(|p| p.into_inner()) = outcome.as_ref().err().cloned();
         outcome
     }
@@ -156,9 +162,13 @@ fn run_round(
     settings: &Settings,
     sentinel: &SentinelSettings,
     resolver: &Resolver,
+    stopped: &dyn Fn() -> bool,
 ) -> Result<NodeAddr> {
     let mut next = discovery.begin();
     loop {
+        if stopped() {
+            return Err(Error::closed("Sentinel discovery"));
+        }
         next = match next {
             Next::Ask(node) => {
                 let args: [&[u8]; 3] = [b"SENTINEL", b"get-master-addr-by-name", sentinel.service.as_bytes()];
