@@ -184,7 +184,7 @@ impl ClusterView {
             // A permanent failure (the Sentinels refuse the credentials, or no longer know the
             // service) is asked about again only every few seconds.
             wait = match &outcome {
-                Err(err) if crate::sentinel::is_permanent(err) => PERMANENT_RETRY_INTERVAL,
+                Err(err) if self.sentinel.is_some() && crate::sentinel::is_permanent(err) => PERMANENT_RETRY_INTERVAL,
                 _ => MIN_REFRESH_INTERVAL,
             };
             let mut state = self.lock_refresh();

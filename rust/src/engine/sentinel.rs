@@ -58,7 +58,8 @@ impl SentinelWatch {
     }
 
     /// `SENTINEL replicas <service>` from the first Sentinel that answers: the replicas that
-    /// are up (for reads from replicas).
+    /// are up. Where reads from replicas (`read_from`, a separate change of #29) will take
+    /// them from; nothing calls it yet.
     #[allow(dead_code)]
     pub(super) fn replicas(&self, settings: &Settings, resolver: &Resolver) -> Result<Vec<NodeAddr>> {
         let sentinels = self.discovery.lock().unwrap_or_else(|p| p.into_inner()).sentinels().to_vec();
