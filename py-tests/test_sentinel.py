@@ -28,7 +28,7 @@ import pytest
 from conftest import pattern
 from lmcache_resp import BatchError, PagedRespStore
 from lmcache_resp.errors import AuthenticationError, InvalidInputError, RespError
-from lmcache_resp_testing.servers import ReplyError, SentinelGroup, SentinelUnsupported
+from lmcache_resp_testing.servers import ReplyError, SentinelGroup, SentinelUnsupported, TlsUnsupported
 
 DATA_PASSWORD = "data-secret-7f3a"
 SENTINEL_PASSWORD = "sentinel-secret-91c2"
@@ -289,3 +289,50 @@ def test_no_sentinel_answering_at_start_is_a_connection_error_naming_service_and
     assert "no primary is known" in message and '"mymaster"' in message, message
     assert all(f"127.0.0.1:{port}" in message for port in ports), message
     assert SENTINEL_PASSWORD not in message
+
+
+def test_tls_to_the_sentinels_and_the_data_server_through_a_failover() -> None:
+    """rediss+sentinel://: TLS to the Sentinels (their own password) and to the data server,
+    the certificates verified; the subscription and the new primary over TLS too."""
+    try:
+        tls_group = SentinelGroup(password=DATA_PASSWORD, sentinel_password=SENTINEL_PASSWORD, tls=True)
+    except (SentinelUnsupported, TlsUnsupported) as exc:
+        pytest.skip(f"this server binary cannot run TLS Sentinels: {exc}")
+    with tls_group:
+        with pytest.raises(RespError, match="no primary is known"):
+            # The same Sentinels in plaintext: they do not answer, so TLS below is what reaches them.
+            PagedRespStore(tls_group.url, sentinel_password=SENTINEL_PASSWORD, sentinel_tls=False,
+                           ssl_ca_certs=str(tls_group.certs.ca), page_size=PAGE, num_pages=4, timeout=TIMEOUT,
+                           connect_timeout=1.0)
+        with PagedRespStore(
+            tls_group.url, sentinel_password=SENTINEL_PASSWORD, ssl_ca_certs=str(tls_group.certs.ca), page_size=PAGE,
+            num_pages=2 * BATCH, timeout=TIMEOUT, connect_timeout=1.0, num_workers=1,
+        ) as tls_store:
+            assert tls_store.settings.to_dict()["sentinel_tls"] is True
+            written: dict[str, tuple[int, float]] = {}
+
+            def write(prefix: str) -> None:
+                pages = tls_store.allocate_many(BATCH)
+                keys = [f"{prefix}-{i}" for i in range(BATCH)]
+                for i, page in enumerate(pages):
+                    page.byte_array[:] = pattern(PAGE, i)
+                tls_store.put(keys, pages)
+                written.update({key: (i, time.monotonic()) for i, key in enumerate(keys)})
+                for page in pages:
+                    tls_store.free(page)
+
+            write("before")
+            old = tls_group.primary_port()
+            tls_group.sentinel_command(0, "SENTINEL", "FAILOVER", tls_group.service)
+            new = tls_group.wait_for_new_primary(old)
+            named_at = time.monotonic()
+            deadline = named_at + 15
+            while True:
+                try:
+                    write("after")
+                    break
+                except BatchError:
+                    assert time.monotonic() < deadline, "writes did not resume over TLS"
+                    time.sleep(0.1)
+            assert new != old
+            read_back(tls_store, written, named_at)

@@ -1265,8 +1265,10 @@ class SentinelGroup(_Throwaway):
     every replica's link is up and every Sentinel knows the others and the replicas. Short
     ``down_after_ms`` and ``failover_timeout_ms`` make a failover take about a second.
     ``password`` is the data servers' (requirepass, masterauth, the Sentinels' auth-pass);
-    ``sentinel_password`` the Sentinels' own (requirepass and sentinel-pass). A binary that
-    cannot run as a Sentinel raises SentinelUnsupported. ``.url`` is the
+    ``sentinel_password`` the Sentinels' own (requirepass and sentinel-pass). ``tls=True``:
+    every server and Sentinel speaks TLS only, on certificates made in DIR/certs (``.certs``),
+    replication and the Sentinels' own links included. A binary that cannot run as a Sentinel
+    raises SentinelUnsupported. ``.url`` is the
     ``redis+sentinel://`` URL; ``.primary_port()`` what the Sentinels say now."""
 
     def __init__(
@@ -1281,8 +1283,11 @@ class SentinelGroup(_Throwaway):
         sentinel_password: str | None = None,
         down_after_ms: int = 1000,
         failover_timeout_ms: int = 3000,
+        tls: bool = False,
     ) -> None:
         super().__init__(server, directory, "lmcache-resp-sentinel-")
+        self.certs = make_server_certs(self.directory / "certs") if tls else None
+        self.tls_context = None if self.certs is None else self.certs.client_context()
         self.service = service
         self.password = password
         self.sentinel_password = sentinel_password
@@ -1291,13 +1296,17 @@ class SentinelGroup(_Throwaway):
         self.sentinel_ports: list[int] = []
         try:
             auth = [f"masterauth {_quoted(password)}"] if password is not None else []
-            self.servers.append(RedisServer(self.directory / "primary", server=server, password=password, conf=auth))
+            if self.certs is not None:
+                auth.append("tls-replication yes")
+            self.servers.append(
+                RedisServer(self.directory / "primary", server=server, password=password, conf=auth, tls=self.certs or False)
+            )
             primary = self.servers[0].port
             for i in range(replicas):
                 conf = [f"replicaof {HOST} {primary}", "repl-diskless-sync yes", "repl-diskless-sync-delay 0", *auth]
-                self.servers.append(
-                    RedisServer(self.directory / f"replica-{i}", server=server, password=password, conf=conf)
-                )
+                self.servers.append(RedisServer(
+                    self.directory / f"replica-{i}", server=server, password=password, conf=conf, tls=self.certs or False
+                ))
             for i in range(sentinels):
                 self._start_sentinel(self.directory / f"sentinel-{i}", primary, down_after_ms, failover_timeout_ms)
             self._wait_settled(replicas, sentinels, time.monotonic() + 20)
@@ -1310,7 +1319,7 @@ class SentinelGroup(_Throwaway):
         port = free_port()
         name = self.service
         lines = [
-            f"port {port}",
+            f"port {0 if self.certs is not None else port}",
             "bind 127.0.0.1",
             f"dir {_quoted(str(directory))}",
             "daemonize no",
@@ -1321,6 +1330,15 @@ class SentinelGroup(_Throwaway):
             f"sentinel failover-timeout {name} {failover_timeout_ms}",
             f"sentinel parallel-syncs {name} 2",
         ]
+        if self.certs is not None:
+            lines += [
+                f"tls-port {port}",
+                f"tls-cert-file {_quoted(str(self.certs.server_cert))}",
+                f"tls-key-file {_quoted(str(self.certs.server_key))}",
+                f"tls-ca-cert-file {_quoted(str(self.certs.ca))}",
+                "tls-auth-clients no",
+                "tls-replication yes",
+            ]
         if self.password is not None:
             lines.append(f"sentinel auth-pass {name} {_quoted(self.password)}")
         if self.sentinel_password is not None:
@@ -1379,18 +1397,20 @@ class SentinelGroup(_Throwaway):
         return value.decode() if isinstance(value, bytes) else None
 
     def _data_command(self, port: int, *args: str) -> Any:
-        return command(port, *args, password=self.password, timeout=2.0)
+        return command(port, *args, password=self.password, timeout=2.0, tls=self.tls_context)
 
     def sentinel_command(self, sentinel: int, *args: str) -> object:
         """One command to Sentinel number ``sentinel`` (after AUTH with the Sentinels' password)."""
-        return command(self.sentinel_ports[sentinel], *args, password=self.sentinel_password, timeout=2.0)
+        return command(self.sentinel_ports[sentinel], *args, password=self.sentinel_password, timeout=2.0,
+                       tls=self.tls_context)
 
     @property
     def url(self) -> str:
-        """``redis+sentinel://[:password@]127.0.0.1:P1,...,/service``."""
+        """``redis+sentinel://[:password@]127.0.0.1:P1,...,/service`` (``rediss+sentinel://``
+        with TLS)."""
         auth = f":{self.password}@" if self.password else ""
         nodes = ",".join(f"{HOST}:{port}" for port in self.sentinel_ports)
-        return f"redis+sentinel://{auth}{nodes}/{self.service}"
+        return f"{'rediss' if self.certs is not None else 'redis'}+sentinel://{auth}{nodes}/{self.service}"
 
     def primary_port(self, sentinel: int = 0) -> int:
         """The primary's port, as Sentinel number ``sentinel`` says now."""
