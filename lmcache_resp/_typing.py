@@ -47,6 +47,11 @@ class SettingsKwargs(TypedDict, total=False):
     ssl_check_hostname: bool | None
     ssl_cert_reqs: str | int | None
     ssl_server_name: str | None
+    sentinel_nodes: str | None
+    sentinel_service_name: str | None
+    sentinel_username: str | None
+    sentinel_password: str | None
+    sentinel_tls: bool | None
 
 
 class ValkeyAdapterKwargs(TypedDict, total=False):

@@ -18,6 +18,13 @@ live) with the ways in that need Python:
   with a ``rediss://`` URL, or an ``ssl_*`` setting while TLS is off, is an error: nothing
   is ever silently sent in plaintext. ``LMCACHE_RESP_SSL_CA_CERTS``, ``_CERTFILE`` and
   ``_KEYFILE`` apply only where TLS is on.
+- Sentinel: ``redis+sentinel://[user:pass@]s1:26379[,s2:26379...]/service_name`` (redis-py's
+  form; ``rediss+sentinel://`` for TLS to the data server), or ``sentinel_nodes``
+  (``"s1:26379,s2:26379"``) with ``sentinel_service_name``. The URL's credentials and
+  ``username``/``password`` are the data server's; ``sentinel_username``/``sentinel_password``
+  are the Sentinels' own (never read from a URL). ``sentinel_tls`` (default: as the data
+  server) speaks TLS to the Sentinels with the same ``ssl_*`` settings. The store finds the
+  primary through the Sentinels and follows failovers (docs/reliability.md, "Sentinel").
 - :meth:`RespSettings.from_lmcache`: LMCache's ``--l2-adapter`` JSON, as a dict or a string:
   the ``native_plugin`` document, the ``"type": "resp"`` or ``"type": "valkey"`` flat form, or
   bare adapter params. As in LMCache, an empty ``host``/``username``/``password`` (or ``port``

@@ -133,6 +133,9 @@ def test_bad_values_are_rejected_naming_the_option(
         (["--tls", "--cluster", "3"], "--tls starts one throwaway TLS server"),
         (["--tls", "--compare", "lmcache"], "LMCache's C++ RESP connector has no TLS"),
         (["--tls", "--dead-server"], "--tls cannot be combined with --bridge or --dead-server"),
+        (["--sentinel-fault", "kill"], "--sentinel-fault needs --sentinel-failover"),
+        (["--sentinel-failover", "--url", "redis://h:1"], "--sentinel-failover starts its own servers"),
+        (["--sentinel-failover", "--compare", "redis-py"], "--sentinel-failover starts its own servers"),
     ],
 )
 def test_settings_that_do_not_fit_are_rejected(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:

@@ -29,7 +29,7 @@ VALKEY9=$(server_name valkey9)
 VALKEY_SUITES=(
     test_client.py test_store.py test_connector.py test_reliability.py test_fail_fast.py
     test_scale_out.py test_cluster_harness.py test_bridge.py test_bridge_connector.py
-    test_ranged.py test_capacity.py test_interop.py test_servers.py test_tls.py
+    test_ranged.py test_capacity.py test_interop.py test_servers.py test_tls.py test_sentinel.py
 )
 
 echo "==> cargo test (workspace: codec, rings, arena, engine, numa, real-server tests, fuzz corpus replay); server $REDIS"

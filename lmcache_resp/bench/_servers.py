@@ -69,6 +69,8 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 __all__ = [
+    "SentinelGroup",
+    "SentinelUnsupported",
     "CLUSTER_PORTS",
     "EXIT_FAILED",
     "EXIT_MISSING",
@@ -1244,3 +1246,201 @@ def main(argv: Sequence[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+# -- Sentinel ----------------------------------------------------------------------------------
+
+
+class SentinelUnsupported(LaunchError):
+    """The server binary cannot run as a Sentinel (``--sentinel``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_MISSING)
+
+
+class SentinelGroup(_Throwaway):
+    """A primary, ``replicas`` replicas (``replicaof``) and ``sentinels`` Sentinels
+    (``SERVER sentinel.conf --sentinel``) watching it as ``service``, on free ports in DIR
+    (``primary``, ``replica-N``, ``sentinel-N``), started on construction and waited for until
+    every replica's link is up and every Sentinel knows the others and the replicas. Short
+    ``down_after_ms`` and ``failover_timeout_ms`` make a failover take about a second.
+    ``password`` is the data servers' (requirepass, masterauth, the Sentinels' auth-pass);
+    ``sentinel_password`` the Sentinels' own (requirepass and sentinel-pass). ``tls=True``:
+    every server and Sentinel speaks TLS only, on certificates made in DIR/certs (``.certs``),
+    replication and the Sentinels' own links included. A binary that cannot run as a Sentinel
+    raises SentinelUnsupported. ``.url`` is the
+    ``redis+sentinel://`` URL; ``.primary_port()`` what the Sentinels say now."""
+
+    def __init__(
+        self,
+        directory: Path | str | None = None,
+        *,
+        replicas: int = 2,
+        sentinels: int = 3,
+        service: str = "mymaster",
+        server: str | None = None,
+        password: str | None = None,
+        sentinel_password: str | None = None,
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 3000,
+        tls: bool = False,
+    ) -> None:
+        super().__init__(server, directory, "lmcache-resp-sentinel-")
+        self.certs = make_server_certs(self.directory / "certs") if tls else None
+        self.tls_context = None if self.certs is None else self.certs.client_context()
+        self.service = service
+        self.password = password
+        self.sentinel_password = sentinel_password
+        self.servers: list[RedisServer] = []
+        self.sentinel_processes: list[subprocess.Popen[bytes]] = []
+        self.sentinel_ports: list[int] = []
+        try:
+            auth = [f"masterauth {_quoted(password)}"] if password is not None else []
+            if self.certs is not None:
+                auth.append("tls-replication yes")
+            self.servers.append(
+                RedisServer(self.directory / "primary", server=server, password=password, conf=auth, tls=self.certs or False)
+            )
+            primary = self.servers[0].port
+            for i in range(replicas):
+                conf = [f"replicaof {HOST} {primary}", "repl-diskless-sync yes", "repl-diskless-sync-delay 0", *auth]
+                self.servers.append(RedisServer(
+                    self.directory / f"replica-{i}", server=server, password=password, conf=conf, tls=self.certs or False
+                ))
+            for i in range(sentinels):
+                self._start_sentinel(self.directory / f"sentinel-{i}", primary, down_after_ms, failover_timeout_ms)
+            self._wait_settled(replicas, sentinels, time.monotonic() + 20)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_sentinel(self, directory: Path, primary: int, down_after_ms: int, failover_timeout_ms: int) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        name = self.service
+        lines = [
+            f"port {0 if self.certs is not None else port}",
+            "bind 127.0.0.1",
+            f"dir {_quoted(str(directory))}",
+            "daemonize no",
+            f"logfile {_quoted(str(directory / 'redis.log'))}",
+            "protected-mode no",
+            f"sentinel monitor {name} {HOST} {primary} 2",
+            f"sentinel down-after-milliseconds {name} {down_after_ms}",
+            f"sentinel failover-timeout {name} {failover_timeout_ms}",
+            f"sentinel parallel-syncs {name} 2",
+        ]
+        if self.certs is not None:
+            lines += [
+                f"tls-port {port}",
+                f"tls-cert-file {_quoted(str(self.certs.server_cert))}",
+                f"tls-key-file {_quoted(str(self.certs.server_key))}",
+                f"tls-ca-cert-file {_quoted(str(self.certs.ca))}",
+                "tls-auth-clients no",
+                "tls-replication yes",
+            ]
+        if self.password is not None:
+            lines.append(f"sentinel auth-pass {name} {_quoted(self.password)}")
+        if self.sentinel_password is not None:
+            lines += [f"requirepass {_quoted(self.sentinel_password)}",
+                      f"sentinel sentinel-pass {_quoted(self.sentinel_password)}"]
+        path = directory / "sentinel.conf"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as conf:
+            conf.write("\n".join(lines) + "\n")
+        with open(directory / "stderr.log", "wb") as stderr:
+            process = subprocess.Popen(
+                [self.binary, str(path), "--sentinel"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=stderr, env=_server_env({}),
+            )
+        self.sentinel_processes.append(process)
+        self.sentinel_ports.append(port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.sentinel_command(len(self.sentinel_ports) - 1, "PING")
+                return
+            except (OSError, ReplyError):
+                if process.poll() is not None:
+                    log = _log_tail(directory)
+                    if "sentinel" in log.lower() and ("unrecognized" in log.lower() or "bad directive" in log.lower()):
+                        raise SentinelUnsupported(f"{self.binary} cannot run as a Sentinel:\n{log}") from None
+                    raise LaunchError(f"the Sentinel on port {port} exited ({process.returncode}):\n{log}") from None
+                if time.monotonic() > deadline:
+                    raise LaunchError(f"the Sentinel on port {port} did not answer:\n{_log_tail(directory)}") from None
+                time.sleep(0.02)
+
+    def _wait_settled(self, replicas: int, sentinels: int, deadline: float) -> None:
+        while True:
+            try:
+                settled = all(
+                    self._field(i, "num-other-sentinels") == str(sentinels - 1)
+                    and self._field(i, "num-slaves") == str(replicas)
+                    for i in range(sentinels)
+                ) and all(
+                    b"master_link_status:up" in self._data_command(self.servers[r].port, "INFO", "replication")
+                    for r in range(1, replicas + 1)
+                )
+            except (OSError, ReplyError):
+                settled = False
+            if settled:
+                return
+            if time.monotonic() > deadline:
+                raise LaunchError(f"the Sentinels did not settle in time:\n{_log_tail(self.directory / 'sentinel-0')}")
+            time.sleep(0.05)
+
+    def _field(self, sentinel: int, name: str) -> str | None:
+        reply = self.sentinel_command(sentinel, "SENTINEL", "MASTER", self.service)
+        assert isinstance(reply, list)
+        fields = dict(zip(reply[::2], reply[1::2]))
+        value = fields.get(name.encode())
+        return value.decode() if isinstance(value, bytes) else None
+
+    def _data_command(self, port: int, *args: str) -> Any:
+        return command(port, *args, password=self.password, timeout=2.0, tls=self.tls_context)
+
+    def sentinel_command(self, sentinel: int, *args: str) -> object:
+        """One command to Sentinel number ``sentinel`` (after AUTH with the Sentinels' password)."""
+        return command(self.sentinel_ports[sentinel], *args, password=self.sentinel_password, timeout=2.0,
+                       tls=self.tls_context)
+
+    @property
+    def url(self) -> str:
+        """``redis+sentinel://[:password@]127.0.0.1:P1,...,/service`` (``rediss+sentinel://``
+        with TLS)."""
+        auth = f":{self.password}@" if self.password else ""
+        nodes = ",".join(f"{HOST}:{port}" for port in self.sentinel_ports)
+        return f"{'rediss' if self.certs is not None else 'redis'}+sentinel://{auth}{nodes}/{self.service}"
+
+    def primary_port(self, sentinel: int = 0) -> int:
+        """The primary's port, as Sentinel number ``sentinel`` says now."""
+        reply = self.sentinel_command(sentinel, "SENTINEL", "get-master-addr-by-name", self.service)
+        assert isinstance(reply, list), reply
+        return int(reply[1])
+
+    def server_on(self, port: int) -> RedisServer:
+        """The data server listening on ``port``."""
+        return next(s for s in self.servers if s.port == port)
+
+    def wait_for_new_primary(self, old_port: int, timeout: float = 15.0) -> int:
+        """Until every Sentinel names a primary other than ``old_port`` that says it is one."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                ports = {self.primary_port(i) for i in range(len(self.sentinel_ports))}
+                if len(ports) == 1 and old_port not in ports:
+                    port = ports.pop()
+                    role = self._data_command(port, "ROLE")
+                    if isinstance(role, list) and role[0] == b"master":
+                        return port
+            except (OSError, ReplyError, AssertionError):
+                pass
+            time.sleep(0.05)
+        raise LaunchError(f"no failover away from port {old_port} within {timeout} s")
+
+    def stop(self) -> None:
+        for process in self.sentinel_processes:
+            _kill(process)
+        for server in self.servers:
+            server.stop()
+        self._remove_temp_dir()

@@ -294,6 +294,13 @@ def build_parser() -> argparse.ArgumentParser:
                             "side by side with --compare lmcache")
     extra.add_argument("--dead-batches", type=_int_in(1, 100_000), default=None, metavar="N",
                        help=f"batches per op for --dead-server (default {DEFAULT_DEAD_BATCHES})")
+    extra.add_argument("--sentinel-failover", action="store_true",
+                       help="instead of the rounds: start a primary, 2 replicas and 3 Sentinels, SET batches "
+                            "through lmcache_resp (redis+sentinel://) and redis-py's Sentinel client while the "
+                            "primary fails over (--sentinel-fault): failed keys, how long keys failed, when "
+                            "writes were back, acknowledged keys lost")
+    extra.add_argument("--sentinel-fault", choices=("kill", "failover"), default=None,
+                       help="--sentinel-failover's fault: the primary SIGKILLed (default) or SENTINEL FAILOVER")
     return parser
 
 
@@ -366,6 +373,13 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         parser.error("--neighbour-flood needs --clients 2 or more: client 0 probes, the others flood")
     if args.flood_seconds is not None and not args.neighbour_flood:
         parser.error("--flood-seconds needs --neighbour-flood")
+    if args.sentinel_fault is not None and not args.sentinel_failover:
+        parser.error("--sentinel-fault needs --sentinel-failover")
+    if args.sentinel_failover and (given_server or args.cluster or args.shards or args.unix or args.tls or sweep
+                                   or args.bridge or args.ceiling or args.dead_server or args.compare):
+        parser.error("--sentinel-failover starts its own servers and compares with redis-py by itself: no "
+                     "--host/--port/--url, --cluster, --shards, --unix, --tls, --sweep, --bridge, --ceiling, "
+                     "--dead-server or --compare")
     if args.dead_batches is not None and not args.dead_server:
         parser.error("--dead-batches needs --dead-server")
     if args.dead_server:
@@ -401,7 +415,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         lmcache_python=args.lmcache_python,
         lmcache_redis_python=args.lmcache_redis_python,
         ceiling=args.ceiling,
-        timeout=args.timeout if args.timeout is not None else (DEFAULT_DEAD_TIMEOUT_S if args.dead_server else DEFAULT_TIMEOUT_S),
+        timeout=args.timeout if args.timeout is not None else (DEFAULT_DEAD_TIMEOUT_S if args.dead_server or args.sentinel_failover else DEFAULT_TIMEOUT_S),
         io_threads=args.io_threads,
         cpu_affinity=args.cpu_affinity,
         cluster=args.cluster,
@@ -417,6 +431,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         get_piece_bytes=None if args.get_piece_mb is None else mib_to_bytes(args.get_piece_mb),
         dead_server=args.dead_server,
         dead_batches=DEFAULT_DEAD_BATCHES if args.dead_batches is None else args.dead_batches,
+        sentinel_failover=args.sentinel_failover,
+        sentinel_fault=args.sentinel_fault or "kill",
         regime=args.regime or "steady",
         l2_cells=tuple(args.l2_cells) if args.l2_cells else DEFAULT_L2_CELLS,
         l2_in_flight=tuple(dict.fromkeys(args.l2_in_flight)) if args.l2_in_flight else (1,),
@@ -520,6 +536,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(options: Options, stdout: io.StringIO | TextIO) -> int:
+    if options.sentinel_failover:
+        from lmcache_resp.bench.sentinel_failover import run_sentinel_failover
+
+        return run_sentinel_failover(options, stdout=stdout, stderr=sys.stderr)
     if options.dead_server:
         from lmcache_resp.bench.dead_server import run_dead_server  # needs numpy, as run does
 

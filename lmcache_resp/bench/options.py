@@ -113,6 +113,10 @@ class Options:
     # --dead-server (dead_server.py): batches timed per op once the throwaway server is killed.
     dead_server: bool = False
     dead_batches: int = 100
+    # --sentinel-failover (sentinel_failover.py): how long keys fail during a Sentinel failover
+    # ("kill": the primary SIGKILLed; "failover": SENTINEL FAILOVER), beside redis-py's client.
+    sentinel_failover: bool = False
+    sentinel_fault: str = "kill"
     # The throwaway server speaks TLS only, on certificates made for the run; every client
     # (ours and the peers) connects with TLS and verifies them.
     tls: bool = False

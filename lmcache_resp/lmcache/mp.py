@@ -57,7 +57,9 @@ class RespConnector(Closeable):
     block), and the extras ``url``, ``unix_path``, ``db``, ``timeout``,
     ``connections_per_worker``, ``cpu_affinity``, and TLS's (a ``rediss://`` url or ``ssl``,
     ``ssl_ca_certs``, ``ssl_ca_path``, ``ssl_certfile``, ``ssl_keyfile``,
-    ``ssl_check_hostname``, ``ssl_cert_reqs``, ``ssl_server_name``). LMCache's conventions
+    ``ssl_check_hostname``, ``ssl_cert_reqs``, ``ssl_server_name``), and Sentinel's (a
+    ``redis+sentinel://`` url or ``sentinel_nodes`` and ``sentinel_service_name``, with
+    ``sentinel_username``, ``sentinel_password``, ``sentinel_tls``). LMCache's conventions
     apply: an empty value (or port 0) means "not set", so ``$LMCACHE_RESP_*`` fill it in.
     Unknown settings are errors (see :meth:`RespSettings.from_adapter_params <lmcache_resp.settings.RespSettings.from_adapter_params>`).
     """

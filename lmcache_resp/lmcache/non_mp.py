@@ -23,7 +23,9 @@ Settings come from the ``remote_storage_plugin.<name>.<field>`` keys, with the c
 ``password``, ``db``, ``timeout``, ``num_workers`` (or ``resp_num_threads``),
 ``connections_per_worker``, ``cpu_affinity``, ``max_capacity_gb`` and ``eviction`` (a mapping),
 and TLS's: ``ssl`` (or a ``rediss://`` url), ``ssl_ca_certs``, ``ssl_ca_path``, ``ssl_certfile``,
-``ssl_keyfile``, ``ssl_check_hostname``, ``ssl_cert_reqs`` and ``ssl_server_name``.
+``ssl_keyfile``, ``ssl_check_hostname``, ``ssl_cert_reqs`` and ``ssl_server_name``, and
+Sentinel's: ``sentinel_nodes``, ``sentinel_service_name``, ``sentinel_username``,
+``sentinel_password`` and ``sentinel_tls`` (or a ``redis+sentinel://`` url).
 An empty value means "not set", so ``LMCACHE_RESP_HOST/PORT/USERNAME/PASSWORD`` (and, with TLS
 on, ``LMCACHE_RESP_SSL_CA_CERTS/CERTFILE/KEYFILE``) fill it in; keep credentials there
 (LMCache logs its configuration). Unknown keys are errors.

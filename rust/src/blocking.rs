@@ -30,6 +30,8 @@ pub struct BlockingClient {
     key_prefix: Box<[u8]>,
     /// Every SET makes its key expire after this many milliseconds; None: never.
     set_expiry_ms: Option<u64>,
+    /// Subscription messages received and not yet handed out.
+    messages: std::collections::VecDeque<Reply>,
 }
 
 impl BlockingClient {
@@ -56,6 +58,7 @@ impl BlockingClient {
             health: None,
             key_prefix: Box::default(),
             set_expiry_ms: None,
+            messages: Default::default(),
         };
         client.ping()?;
         Ok(client)
@@ -64,6 +67,12 @@ impl BlockingClient {
     /// A client of the one server `settings` name, with their credentials, timeout and GET
     /// pieces.
     pub fn for_settings(settings: &crate::settings::Settings) -> Result<BlockingClient> {
+        if settings.sentinel.is_some() {
+            return Err(Error::invalid(
+                "a blocking client talks to one fixed server and does not follow Sentinel failovers: use a store \
+                 or connector with Sentinel, or give the primary's host and port",
+            ));
+        }
         if settings.endpoints.len() > 1 {
             return Err(Error::invalid("a blocking client talks to one server: give one host, not a list"));
         }
@@ -158,6 +167,57 @@ impl BlockingClient {
         match self.send(Request::command(frame, 0, Instant::now() + self.timeout))? {
             Outcome::Reply(reply) => Ok(reply),
             other => Err(unexpected(other)),
+        }
+    }
+
+    /// Any command, given as its arguments (`[b"ROLE"]`, `[b"SENTINEL", b"replicas", name]`):
+    /// the reply, whole (an error reply is an error).
+    pub fn command(&mut self, args: &[&[u8]]) -> Result<Reply> {
+        let mut frame = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in args {
+            frame.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            frame.extend_from_slice(arg);
+            frame.extend_from_slice(b"\r\n");
+        }
+        match self.send(Request::command(frame, 0, Instant::now() + self.timeout))? {
+            Outcome::Reply(Reply::Error(text)) => Err(Error::server(&text).context(&self.endpoint)),
+            Outcome::Reply(reply) => Ok(reply),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `SUBSCRIBE channel`: from now on the connection only receives its messages
+    /// ([`BlockingClient::next_message`]).
+    pub fn subscribe(&mut self, channel: &[u8]) -> Result<()> {
+        self.conn.keep_pushes();
+        self.command(&[b"SUBSCRIBE", channel]).map(drop)
+    }
+
+    /// The next message of a subscription, or None if none came by `deadline`; an error when
+    /// the connection broke (a subscription is never silently re-made).
+    pub fn next_message(&mut self, deadline: Instant) -> Result<Option<Reply>> {
+        let mut ready = Readiness::OPTIMISTIC;
+        loop {
+            let now = Instant::now();
+            self.completions.clear();
+            self.conn.drive(now, ready, &mut self.completions);
+            self.messages.extend(self.conn.take_pushes());
+            if let Some(message) = self.messages.pop_front() {
+                return Ok(Some(message));
+            }
+            if self.conn.stream().is_none() {
+                return Err(Error::connection_lost(&self.endpoint, "the subscription's connection closed"));
+            }
+            if now >= deadline {
+                return Ok(None);
+            }
+            let (fd, interest, _) = self.conn.interest();
+            ready = match fd {
+                Some(fd) => {
+                    wait_for(fd, interest, Some(deadline)).map_err(|err| Error::connection_lost(&self.endpoint, err))?
+                }
+                None => return Err(Error::connection_lost(&self.endpoint, "the subscription's connection closed")),
+            };
         }
     }
 

@@ -21,7 +21,8 @@
 //!   helpers).
 //! - Wire: `net` (endpoints, sockets, the handshake, eventfds, the TLS session and records),
 //!   `health` (which servers are down, and the probe that notices them back), `cluster` (slots,
-//!   redirects, the slot map, sharding), `conn` (one connection: an I/O-free state machine, its
+//!   redirects, the slot map, sharding), `sentinel` (discovering a service's primary through
+//!   Sentinels, as plain code), `conn` (one connection: an I/O-free state machine, its
 //!   socket driver and the hooks it counts through), [`settings`] (every setting, checked; it
 //!   builds what the wire takes: endpoints, connect options, TLS configs, pipeline limits),
 //!   `ranged` (large values read in pieces over several connections), `blocking` (a blocking
@@ -64,6 +65,7 @@ pub(crate) mod ranged;
 pub(crate) mod resp;
 pub(crate) mod ring;
 pub(crate) mod secret;
+pub(crate) mod sentinel;
 pub mod settings;
 #[cfg(test)]
 mod testing;

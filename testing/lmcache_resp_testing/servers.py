@@ -13,6 +13,9 @@
   yes``: the cluster announces its TLS ports), ``.seed_url``, ``.command(node, ...)``,
   ``.primaries()``/``.replicas()`` (ROLE now), ``.kill(node)``, ``.cli(...)`` (redis-cli -c),
   ``.redis_py(node)``.
+- SentinelGroup (the benchmark's, re-exported): a primary, replicas and Sentinels watching it,
+  with short failover timings, ``.url`` (``redis+sentinel://``), ``.primary_port()``,
+  ``.wait_for_new_primary(old)``; SentinelUnsupported when the binary cannot be a Sentinel.
 - server_supports_tls: whether a server binary has TLS, told in milliseconds.
 
 Secrets never go onto a command line, where ``ps`` shows them: passwords go into the config
@@ -48,6 +51,8 @@ from lmcache_resp.bench._servers import (
     ClusterNode,
     LaunchError,
     ReplyError,
+    SentinelGroup,
+    SentinelUnsupported,
     ServerCerts,
     ServerConfig,
     TlsUnsupported,
@@ -77,6 +82,8 @@ __all__ = [
     "RedisCluster",
     "RedisServer",
     "ReplyError",
+    "SentinelGroup",
+    "SentinelUnsupported",
     "TestCerts",
     "TestServerConfig",
     "TlsUnsupported",

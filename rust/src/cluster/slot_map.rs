@@ -129,6 +129,17 @@ impl SlotMap {
         Ok(builder.finish())
     }
 
+    /// Every slot served by one primary, with `replicas`: a Sentinel-watched primary, routed
+    /// like a one-shard cluster.
+    pub fn single(primary: NodeAddr, replicas: Vec<NodeAddr>) -> SlotMap {
+        let node = |addr| Node { addr, id: None, health: Health::Unknown };
+        let mut builder = Builder::default();
+        let replicas = replicas.into_iter().map(node).collect();
+        let index = builder.add_shard(Shard { primary: node(primary), replicas });
+        builder.assign(0..=SLOT_COUNT - 1, index).expect("one range over an empty map");
+        builder.finish()
+    }
+
     /// A map from a `CLUSTER SLOTS` reply, sent by the node at `seed`: entries of
     /// `[start, end, primary, replica...]`, each node `[endpoint, port, id?, metadata?]`.
     /// `CLUSTER SLOTS` lists only replicas the node deems usable, without health: they are

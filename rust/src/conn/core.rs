@@ -143,7 +143,7 @@ impl ConnState {
 pub enum Handoff {
     /// `-MOVED` or `-ASK`: another node serves the key's slot.
     Redirect(Redirect),
-    /// `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, or the node cannot be reached: worth another
+    /// `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY`, or the node cannot be reached: worth another
     /// try once the slot map is refreshed, while the deadline allows.
     Retry(Error),
 }
@@ -178,6 +178,10 @@ pub struct ConnCore {
     reader: Reader,
     /// Cluster mode: redirects and node failures hand requests back instead of failing them.
     hands_off: bool,
+    /// A subscriber's connection: replies nobody asked for (pub/sub messages) are kept in
+    /// `pushes` rather than breaking the connection.
+    keeps_pushes: bool,
+    pushes: Vec<Reply>,
     handoffs: Vec<(Request, Handoff)>,
     /// A `WATCH` scope was sent on this connection and not closed yet.
     scope_open: bool,
@@ -233,6 +237,8 @@ impl ConnCore {
             write_blocked: false,
             reader: Reader::default(),
             hands_off: false,
+            keeps_pushes: false,
+            pushes: Vec::new(),
             handoffs: Vec::new(),
             scope_open: false,
             scope_lost: false,
@@ -263,6 +269,17 @@ impl ConnCore {
     pub fn handing_off(mut self) -> ConnCore {
         self.hands_off = true;
         self
+    }
+
+    /// A subscriber's connection (after `SUBSCRIBE`): a reply nobody asked for is a pub/sub
+    /// message, kept for [`ConnCore::take_pushes`], not a broken stream.
+    pub fn keep_pushes(&mut self) {
+        self.keeps_pushes = true;
+    }
+
+    /// The messages received since the last call, in order.
+    pub fn take_pushes(&mut self) -> Vec<Reply> {
+        std::mem::take(&mut self.pushes)
     }
 
     /// The endpoint's addresses are known now: `count` of them (at least one), tried in order.
@@ -641,6 +658,11 @@ impl ConnCore {
             let (dest, exact) = self.expected_destination();
             match self.reader.next_event(dest, exact) {
                 Ok(None) => return self.finish_drain_if_quiet(),
+                Ok(Some(ReadEvent::Reply(message @ Reply::Array(_))))
+                    if self.sent == 0 && self.keeps_pushes && self.state == ConnState::Ready =>
+                {
+                    self.pushes.push(message);
+                }
                 Ok(Some(_)) if self.sent == 0 => {
                     let err = Error::new(
                         ErrorKind::Protocol,
@@ -1069,7 +1091,12 @@ impl ConnCore {
         };
         match Redirect::parse(text, &asked) {
             Ok(Some(redirect)) => Some(Handoff::Redirect(redirect)),
-            Ok(None) if crate::cluster::transient(text).is_some() || text.starts_with(b"MASTERDOWN") => {
+            // READONLY: a primary demoted by a Sentinel failover; the write was not applied.
+            Ok(None)
+                if crate::cluster::transient(text).is_some()
+                    || text.starts_with(b"MASTERDOWN")
+                    || text.starts_with(b"READONLY") =>
+            {
                 Some(Handoff::Retry(Error::server(text).context(&self.options.endpoint)))
             }
             Ok(None) => None,

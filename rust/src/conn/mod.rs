@@ -124,6 +124,16 @@ impl Conn {
         self
     }
 
+    /// A subscriber's connection: see [`ConnCore::keep_pushes`].
+    pub fn keep_pushes(&mut self) {
+        self.core.keep_pushes();
+    }
+
+    /// Pub/sub messages received since the last call.
+    pub fn take_pushes(&mut self) -> Vec<crate::resp::Reply> {
+        self.core.take_pushes()
+    }
+
     /// Requests handed back since the last call, with why.
     pub fn take_handoffs(&mut self) -> Vec<(Request, Handoff)> {
         self.core.take_handoffs()

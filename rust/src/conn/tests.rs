@@ -1397,3 +1397,52 @@ fn a_server_that_refuses_hello_is_served_without_knowing_what_it_is() {
     rig.deliver(b":1\r\n", 2);
     assert_eq!(rig.outcome(exists), Outcome::Bool(true));
 }
+
+#[test]
+fn a_subscribers_connection_keeps_messages_nobody_asked_for_where_another_breaks() {
+    let subscribe = b"*2\r\n$9\r\nSUBSCRIBE\r\n$14\r\n+switch-master\r\n".to_vec();
+    let confirmation = b"*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n";
+    let message = b"*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$9\r\nm a 1 b 2\r\n";
+    let mut rig = Rig::new();
+    rig.core.keep_pushes();
+    let tag = rig.tag();
+    rig.push(Request::command(subscribe.clone(), tag, rig.now + TIMEOUT));
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    rig.deliver(confirmation, 7);
+    assert!(matches!(rig.outcome(tag), Outcome::Reply(Reply::Array(_))));
+    rig.deliver(message, 5);
+    rig.deliver(message, usize::MAX);
+    assert_eq!(rig.state(), ConnState::Ready);
+    let pushes = rig.core.take_pushes();
+    assert_eq!(pushes.len(), 2);
+    assert!(matches!(&pushes[0], Reply::Array(parts) if parts[2] == Reply::Bulk(b"m a 1 b 2".to_vec())));
+    assert!(rig.core.take_pushes().is_empty());
+
+    // Without keeping pushes, the same message is a reply to nothing: the stream is broken.
+    let mut rig = Rig::new();
+    let tag = rig.tag();
+    rig.push(Request::command(subscribe, tag, rig.now + TIMEOUT));
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    rig.deliver(confirmation, usize::MAX);
+    rig.outcome(tag);
+    rig.deliver(message, usize::MAX);
+    assert_ne!(rig.state(), ConnState::Ready);
+}
+
+#[test]
+fn a_write_refused_by_a_demoted_primary_is_handed_back_to_find_the_new_one() {
+    let mut rig = Rig::new();
+    rig.core = ConnCore::new(Arc::new(options(None, 0)), 1, ReconnectPolicy::default(), PipelineLimits::default())
+        .handing_off();
+    let set = rig.set(b"k", b"v");
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    rig.deliver(b"-READONLY You can't write against a read only replica.\r\n", 7);
+    let handoffs = rig.core.take_handoffs();
+    assert!(
+        matches!(&handoffs[..], [(request, Handoff::Retry(err))] if request.tag == set && err.message().contains("READONLY"))
+    );
+    assert!(rig.out.is_empty() && rig.core.is_empty());
+}

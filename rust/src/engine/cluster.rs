@@ -2,6 +2,7 @@
 //! `MOVED` at once and re-read from the cluster by a background thread whenever a worker
 //! asks (a redirect, a node that cannot be reached, `CLUSTERDOWN`).
 
+use super::sentinel::SentinelWatch;
 use crate::blocking::BlockingClient;
 use crate::cluster::{NodeAddr, SlotMap};
 use crate::error::{Error, ErrorKind, Result};
@@ -14,6 +15,10 @@ use std::time::{Duration, Instant};
 
 /// Refreshes come no closer together than this: a burst of redirects costs one re-read.
 const MIN_REFRESH_INTERVAL: Duration = Duration::from_millis(100);
+
+/// After a failure that will not go away by itself (Sentinel credentials, service name), the
+/// next refresh waits this long.
+const PERMANENT_RETRY_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Primaries one refresh asks for the map before the seeds.
 const REFRESH_ASKS: usize = 8;
@@ -30,6 +35,9 @@ pub struct ClusterView {
     refreshes: AtomicU64,
     /// Refreshes begun: where the next one starts asking along the map.
     refreshes_tried: AtomicU64,
+    /// Sentinel: the map is one shard, its primary the one the Sentinels name (see
+    /// `engine::sentinel`).
+    sentinel: Option<SentinelWatch>,
 }
 
 #[derive(Default)]
@@ -44,6 +52,13 @@ impl ClusterView {
     /// no seed answering, and slots no node serves are clear errors here, at start. Host names
     /// are looked up through `resolver`, here and in every refresh.
     pub fn discover(settings: &Settings, resolver: Arc<Resolver>) -> Result<ClusterView> {
+        if let Some(sentinel) = &settings.sentinel {
+            let watch = SentinelWatch::new(sentinel);
+            let primary = watch.discover(settings, &resolver, &|| false)?;
+            let mut view = ClusterView::over(SlotMap::single(primary, Vec::new()), settings, resolver);
+            view.sentinel = Some(watch);
+            return Ok(view);
+        }
         if settings.db != 0 {
             return Err(Error::invalid("Redis Cluster has only database 0: drop db (or SELECT) with cluster=true"));
         }
@@ -59,15 +74,7 @@ impl ClusterView {
                             describe_ranges(&uncovered)
                         )));
                     }
-                    return Ok(ClusterView {
-                        map: RwLock::new(map),
-                        settings: settings.clone(),
-                        resolver,
-                        refresh: Mutex::new(Refresh::default()),
-                        wake: Condvar::new(),
-                        refreshes: AtomicU64::new(0),
-                        refreshes_tried: AtomicU64::new(0),
-                    });
+                    return Ok(ClusterView::over(map, settings, resolver));
                 }
                 Err(err) if err.kind() == ErrorKind::InvalidInput || err.kind() == ErrorKind::Authentication => {
                     return Err(err);
@@ -76,6 +83,24 @@ impl ClusterView {
             }
         }
         Err(Error::new(ErrorKind::Connection, format!("no seed node of the cluster answered: {}", failures.join("; "))))
+    }
+
+    fn over(map: SlotMap, settings: &Settings, resolver: Arc<Resolver>) -> ClusterView {
+        ClusterView {
+            map: RwLock::new(map),
+            settings: settings.clone(),
+            resolver,
+            refresh: Mutex::new(Refresh::default()),
+            wake: Condvar::new(),
+            refreshes: AtomicU64::new(0),
+            refreshes_tried: AtomicU64::new(0),
+            sentinel: None,
+        }
+    }
+
+    /// Sentinel: why no primary is known, while none is (keys fail with this at once).
+    pub fn unavailable(&self) -> Option<Error> {
+        self.sentinel.as_ref().and_then(SentinelWatch::unavailable)
     }
 
     /// The map, for routing (a read lock: refreshes wait for it).
@@ -121,8 +146,24 @@ impl ClusterView {
         self.refresh.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn refresh_loop(&self) {
+    fn refresh_loop(self: Arc<Self>) {
+        // Sentinel: a thread listens for +switch-master and asks for a refresh on each.
+        let listener = self.sentinel.as_ref().map(|_| {
+            let view = self.clone();
+            std::thread::Builder::new().name("lmcache-resp-sentinel".into()).spawn(move || {
+                let watch = view.sentinel.as_ref().expect("a Sentinel view");
+                watch.listen(&view.settings, &view.resolver, &|| view.lock_refresh().stop, &|| view.request_refresh());
+            })
+        });
+        self.refresh_until_stopped();
+        if let Some(Ok(listener)) = listener {
+            let _ = listener.join();
+        }
+    }
+
+    fn refresh_until_stopped(&self) {
         let mut last = Instant::now() - MIN_REFRESH_INTERVAL;
+        let mut wait = MIN_REFRESH_INTERVAL;
         loop {
             {
                 let mut state = self.lock_refresh();
@@ -135,11 +176,17 @@ impl ClusterView {
                 state.wanted = false;
             }
             let since = last.elapsed();
-            if since < MIN_REFRESH_INTERVAL {
-                std::thread::sleep(MIN_REFRESH_INTERVAL - since);
+            if since < wait {
+                std::thread::sleep(wait - since);
             }
             last = Instant::now();
             let outcome = self.refresh_once();
+            // A permanent failure (the Sentinels refuse the credentials, or no longer know the
+            // service) is asked about again only every few seconds.
+            wait = match &outcome {
+                Err(err) if self.sentinel.is_some() && crate::sentinel::is_permanent(err) => PERMANENT_RETRY_INTERVAL,
+                _ => MIN_REFRESH_INTERVAL,
+            };
             let mut state = self.lock_refresh();
             state.last_error = outcome.err().map(|e| e.to_string());
             if state.last_error.is_some() {
@@ -154,6 +201,16 @@ impl ClusterView {
     /// of thousands of dead nodes costs one refresh a few connect timeouts, not thousands, and
     /// [`ClusterView::stop`] is heard between two nodes.
     fn refresh_once(&self) -> Result<()> {
+        if let Some(watch) = &self.sentinel {
+            let primary = watch.discover(&self.settings, &self.resolver, &|| self.lock_refresh().stop)?;
+            let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
+            if map.primary(0) != Some(&primary) {
+                log::info!(target: "lmcache_resp::sentinel", "the primary is now {primary}");
+                map.update_from(SlotMap::single(primary, Vec::new()));
+            }
+            self.refreshes.fetch_add(1, Ordering::AcqRel);
+            return Ok(());
+        }
         let mut candidates: Vec<Endpoint> = {
             let map = self.map();
             let count = map.primaries().count();

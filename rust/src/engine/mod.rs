@@ -38,6 +38,7 @@ mod futex;
 mod loom_tests;
 pub(crate) mod records;
 mod route;
+mod sentinel;
 mod shared;
 mod submit;
 mod tiling;
@@ -241,7 +242,8 @@ impl Engine {
     pub fn start(config: EngineConfig) -> Result<Engine> {
         let settings = &config.settings;
         let resolver = config.resolver.clone().unwrap_or_else(|| Arc::new(Resolver::system()));
-        let view = match settings.cluster {
+        // A Sentinel-watched primary is routed as a one-shard cluster (see `sentinel`).
+        let view = match settings.cluster || settings.sentinel.is_some() {
             true => Some(Arc::new(ClusterView::discover(settings, resolver.clone())?)),
             false => None,
         };
@@ -279,6 +281,13 @@ impl Engine {
         };
         let workers = settings.num_workers;
         let endpoint = match settings.endpoints.as_slice() {
+            _ if settings.sentinel.is_some() => {
+                format!(
+                    "sentinel {:?} {}",
+                    settings.sentinel.as_ref().expect("checked").service,
+                    list(&settings.endpoints)
+                )
+            }
             [one] => one.to_string(),
             many => format!("{}{}", if settings.cluster { "cluster " } else { "shards " }, list(many)),
         };

@@ -204,7 +204,7 @@ impl Nodes {
                 None => Conn::awaiting_addresses(options.clone(), reconnect, pipeline),
             };
             let conn = conn.with_health(health.clone());
-            if settings.cluster { conn.handing_off() } else { conn }
+            if settings.cluster || settings.sentinel.is_some() { conn.handing_off() } else { conn }
         };
         let state = if addresses.is_some() { SlotState::Live } else { SlotState::Resolving };
         self.tick += 1;
@@ -373,6 +373,11 @@ impl Nodes {
 
     /// The server that serves `slot` now.
     pub fn route_slot(&mut self, view: &ClusterView, slot: u16) -> Result<usize> {
+        if let Some(err) = view.unavailable() {
+            // Sentinel, while no primary is known: fail at once, saying why.
+            view.request_refresh();
+            return Err(err);
+        }
         let map = view.map();
         match map.primary(slot) {
             Some(addr) => match self.by_addr.get(addr) {

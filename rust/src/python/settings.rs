@@ -416,6 +416,13 @@ impl PySettings {
         out.set_item("ssl_check_hostname", self.ssl_check_hostname())?;
         out.set_item("ssl_cert_reqs", self.ssl_cert_reqs())?;
         out.set_item("ssl_server_name", self.ssl_server_name())?;
+        let sentinel = s.sentinel.as_ref();
+        let nodes = sentinel.map(|t| t.nodes.iter().map(ToString::to_string).collect::<Vec<_>>().join(","));
+        out.set_item("sentinel_nodes", nodes)?;
+        out.set_item("sentinel_service_name", sentinel.map(|t| t.service.clone()))?;
+        out.set_item("sentinel_username", sentinel.and_then(|t| t.username.clone()))?;
+        out.set_item("sentinel_password", sentinel.and_then(|t| t.password.as_ref()).map(|_| "***"))?;
+        out.set_item("sentinel_tls", sentinel.map(|t| t.tls.is_some()))?;
         Ok(out)
     }
 

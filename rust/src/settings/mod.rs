@@ -12,6 +12,8 @@ mod capacity;
 mod names;
 mod namespace;
 mod pieces;
+mod sentinel;
+mod sentinel_resolve;
 pub(crate) mod tls;
 pub(crate) mod url;
 mod valkey;
@@ -22,6 +24,7 @@ pub use names::{ENV_VARS, EVICTION_FIELDS, FIELDS, QUERY_FIELDS, TLS_FIELDS};
 pub use namespace::{KEY_SEPARATOR, expiry_ms, wire_prefix};
 pub use pieces::GetPieces;
 pub use valkey::VALKEY_FIELDS;
+pub use sentinel::{DEFAULT_SENTINEL_PORT, SENTINEL_FIELDS, SentinelSettings};
 pub use value::Value;
 // What the settings' API names from the wire below.
 pub use crate::conn::PipelineLimits;
@@ -191,6 +194,9 @@ pub struct Settings {
     pub key_prefix: Option<String>,
     /// Every SET carries this expiry (`PX`); None: keys never expire.
     pub ttl: Option<Duration>,
+    /// The Sentinels that name the data server, when it is found through them; `endpoints`
+    /// are then the Sentinels.
+    pub sentinel: Option<SentinelSettings>,
     /// Settings accepted but without effect, for the caller to log.
     pub warnings: Vec<String>,
 }
@@ -217,6 +223,7 @@ impl Settings {
             tls: None,
             key_prefix: None,
             ttl: None,
+            sentinel: None,
             warnings: Vec::new(),
         }
     }
@@ -291,6 +298,12 @@ impl fmt::Display for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let endpoints: Vec<String> = self.endpoints.iter().map(ToString::to_string).collect();
         write!(f, "endpoints=[{}]", endpoints.join(", "))?;
+        if let Some(sentinel) = &self.sentinel {
+            write!(f, " sentinel service {:?}", sentinel.service)?;
+            if sentinel.password.is_some() {
+                f.write_str(" sentinel_password=***")?;
+            }
+        }
         if self.cluster {
             f.write_str(" cluster")?;
         }
@@ -385,6 +398,9 @@ impl<'a> Resolver<'a> {
         let url = sources.url.map(url::parse).transpose()?.unwrap_or_default();
         if url.query.iter().any(|(k, _)| k == names::KEY_PASSPHRASE_FIELD) {
             return Err(names::key_passphrase_refused());
+        }
+        if url.query.iter().any(|(k, _)| k == "sentinel_password") {
+            return Err(sentinel::password_in_url_refused());
         }
         let unknown: Vec<&str> =
             url.query.iter().map(|(k, _)| k.as_str()).filter(|k| !QUERY_FIELDS.contains(k)).collect();
@@ -500,6 +516,7 @@ impl<'a> Resolver<'a> {
         namespace::check_single_evictor(settings.ttl, settings.capacity_bytes())?;
         // Last: it reads files, once everything else is known to be valid.
         self.tls(&mut settings)?;
+        self.sentinel(&mut settings)?;
         Ok(settings)
     }
 

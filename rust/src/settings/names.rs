@@ -32,6 +32,11 @@ pub const FIELDS: &[&str] = &[
     "ssl_check_hostname",
     "ssl_cert_reqs",
     "ssl_server_name",
+    "sentinel_nodes",
+    "sentinel_service_name",
+    "sentinel_username",
+    "sentinel_password",
+    "sentinel_tls",
 ];
 
 /// The TLS fields besides `ssl` itself (redis-py's names): each needs TLS on.
@@ -75,6 +80,10 @@ pub const QUERY_FIELDS: &[&str] = &[
     "ssl_check_hostname",
     "ssl_cert_reqs",
     "ssl_server_name",
+    "sentinel_nodes",
+    "sentinel_service_name",
+    "sentinel_username",
+    "sentinel_tls",
 ];
 
 /// The environment variables read, and the field each fills. Only where a setting is as

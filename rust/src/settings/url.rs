@@ -1,6 +1,10 @@
 //! Server URLs: `resp://host:port`, `redis://[user:pass@]host:port[,host:port...][/db]` and
 //! `unix:///path/to/redis.sock`, with settings in the query (`?num_workers=16&cluster=true`).
 //! `rediss://` (and `resps://`, its `resp://` spelling) is the same with TLS, as in redis-py.
+//! `redis+sentinel://[user:pass@]host:port[,host:port...]/service_name` names Sentinels and the
+//! service they watch (the user information is the data server's, as in `redis://`; the
+//! Sentinels' own credentials are `sentinel_username`/`sentinel_password`);
+//! `rediss+sentinel://` is the same with TLS to the data server.
 //!
 //! Hand-written rather than a general URL parser because the forms are not quite URLs: a seed
 //! list `h1:p1,h2:p2` is not a valid authority, and a password may contain `/`, `#` or `?`
@@ -25,13 +29,19 @@ pub struct ParsedUrl {
     pub db: Option<u32>,
     /// Query parameters in order, percent-decoded; later ones win.
     pub query: Vec<(String, String)>,
-    /// The scheme asks for TLS (`rediss://`, `resps://`).
+    /// The scheme asks for TLS (`rediss://`, `resps://`, `rediss+sentinel://`).
     pub tls: bool,
+    /// `redis+sentinel://`: the service name (the path); `hosts` are then the Sentinels.
+    pub sentinel_service: Option<String>,
 }
 
-const SCHEMES: [&str; 5] = ["resp", "redis", "rediss", "resps", "unix"];
-/// The schemes that mean TLS.
-const TLS_SCHEMES: [&str; 2] = ["rediss", "resps"];
+const SCHEMES: [&str; 7] = ["resp", "redis", "rediss", "resps", "unix", SENTINEL_SCHEME, SENTINEL_TLS_SCHEME];
+/// The schemes that mean TLS (to the data server).
+const TLS_SCHEMES: [&str; 3] = ["rediss", "resps", SENTINEL_TLS_SCHEME];
+/// Sentinels and a service name, redis-py's form.
+const SENTINEL_SCHEME: &str = "redis+sentinel";
+/// The same, with TLS to the data server.
+const SENTINEL_TLS_SCHEME: &str = "rediss+sentinel";
 
 /// The URL with its password replaced by `***`, whatever else is wrong with it.
 pub fn redact(url: &str) -> String {
@@ -52,7 +62,8 @@ pub fn parse(url: &str) -> Result<ParsedUrl> {
     let scheme = scheme.to_ascii_lowercase();
     if !SCHEMES.contains(&scheme.as_str()) {
         return Err(Error::invalid(format!(
-            "unsupported URL scheme {scheme:?} in {shown:?}: use resp://, redis://, rediss:// (TLS) or unix://"
+            "unsupported URL scheme {scheme:?} in {shown:?}: use resp://, redis://, rediss:// (TLS), unix:// or \
+             redis+sentinel://"
         )));
     }
     let mut parsed = ParsedUrl { tls: TLS_SCHEMES.contains(&scheme.as_str()), ..ParsedUrl::default() };
@@ -92,7 +103,15 @@ pub fn parse(url: &str) -> Result<ParsedUrl> {
             return Err(Error::invalid(format!("URL {shown:?} has no host: use {scheme}://host:port")));
         }
         let db = path.trim_matches('/');
-        if !db.is_empty() {
+        if scheme == SENTINEL_SCHEME || scheme == SENTINEL_TLS_SCHEME {
+            let service = decode(db, &invalid)?;
+            if service.is_empty() || service.contains('/') {
+                return Err(Error::invalid(format!(
+                    "Sentinel URL {shown:?} must name one service: {scheme}://host:port[,host:port...]/service_name"
+                )));
+            }
+            parsed.sentinel_service = Some(service);
+        } else if !db.is_empty() {
             parsed.db = Some(database(db, &format!("database in URL {shown:?}"))?);
         }
     }
@@ -211,10 +230,26 @@ mod tests {
     }
 
     #[test]
+    fn sentinel_urls_name_the_sentinels_and_the_service() {
+        let url = parse("redis+sentinel://u:p%40w@s1:26379,s2:26380/my%20primary?db=2").unwrap();
+        assert_eq!(url.hosts, hosts(&[("s1", Some(26379)), ("s2", Some(26380))]));
+        assert_eq!(url.sentinel_service.as_deref(), Some("my primary"));
+        assert_eq!((url.username.as_deref(), url.password, url.db), (Some("u"), Some(Secret::new("p@w")), Some(2)));
+        assert!(!url.tls);
+        assert!(parse("rediss+sentinel://s1:26379/mymaster").unwrap().tls);
+        assert_eq!(parse("redis://h/3").unwrap().sentinel_service, None);
+        for bad in ["redis+sentinel://s1:26379", "redis+sentinel://s1:26379/", "redis+sentinel://u:secret@s1/a/b"] {
+            let err = parse(bad).unwrap_err();
+            assert!(err.message().contains("must name one service"), "{bad}: {err}");
+            assert!(!err.message().contains("secret"), "{err}");
+        }
+    }
+
+    #[test]
     fn bad_urls_say_what_is_wrong() {
         for (url, message) in [
             ("http://h", "unsupported URL scheme"),
-            ("redisss://h", "use resp://, redis://, rediss:// (TLS) or unix://"),
+            ("redisss://h", "use resp://, redis://, rediss:// (TLS), unix:// or redis+sentinel://"),
             ("redis://h:99999", "invalid URL"),
             ("redis://h:0", "port must be an integer in 1..65535"),
             ("redis://h/notadb", "must be a non-negative integer, got \"notadb\""),

@@ -293,6 +293,10 @@ impl Worker {
                 Unparked::Expired(completion) => self.finished.push(completion),
                 Unparked::Route(request) => match self.nodes.route_slot(&view, request.slot) {
                     Ok(node) => self.send(node, request, false),
+                    // Sentinel: no primary is known; waiting would not tell the caller why.
+                    Err(route_err) if view.unavailable().is_some() => {
+                        self.finished.push(request.completion(Outcome::Failed(route_err)));
+                    }
                     Err(route_err) => self.parked.park_until(now + RETRY_MAX, request, route_err),
                 },
             }

@@ -1,0 +1,206 @@
+//! The I/O of Sentinel discovery (`crate::sentinel` decides; this asks): a round of
+//! `SENTINEL get-master-addr-by-name` and `ROLE` over blocking connections, and the thread that
+//! listens for `+switch-master` on one Sentinel at a time.
+//!
+//! A Sentinel-watched primary is routed as a one-shard cluster (`ClusterView`): its
+//! connections hand back what a broken connection or a `-READONLY` strands, the view re-runs
+//! discovery, and the requests go to the primary found. While no primary is known the view
+//! says why ([`SentinelWatch::unavailable`]) and keys fail at once with that error.
+
+use crate::blocking::BlockingClient;
+use crate::cluster::NodeAddr;
+use crate::error::{Error, Result};
+use crate::net::{ConnectOptions, Endpoint, Resolver};
+use crate::resp::Reply;
+use crate::sentinel::{self, Discovery, Next};
+use crate::settings::{SentinelSettings, Settings};
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// How long the subscription waits for a message before it looks whether it should stop.
+const LISTEN_SLICE: Duration = Duration::from_millis(250);
+
+/// What a Sentinel-watched view knows besides its map: how to find the primary, and whether
+/// one is known now.
+pub(super) struct SentinelWatch {
+    settings: SentinelSettings,
+    discovery: Mutex<Discovery>,
+    /// Why no primary is known, while none is.
+    unavailable: RwLock<Option<Error>>,
+}
+
+impl SentinelWatch {
+    pub(super) fn new(settings: &SentinelSettings) -> SentinelWatch {
+        SentinelWatch {
+            discovery: Mutex::new(Discovery::new(&settings.service, settings.nodes.clone())),
+            settings: settings.clone(),
+            unavailable: RwLock::new(None),
+        }
+    }
+
+    /// Why no primary is known, while none is: keys fail with this at once.
+    pub(super) fn unavailable(&self) -> Option<Error> {
+        self.unavailable.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Runs a round of discovery (abandoned between two questions once `stopped` says so);
+    /// records its outcome for [`SentinelWatch::unavailable`].
+    pub(super) fn discover(
+        &self,
+        settings: &Settings,
+        resolver: &Resolver,
+        stopped: &dyn Fn() -> bool,
+    ) -> Result<NodeAddr> {
+        let mut discovery = self.discovery.lock().unwrap_or_else(|p| p.into_inner());
+        let outcome = run_round(&mut discovery, settings, &self.settings, resolver, stopped);
+        *self.unavailable.write().unwrap_or_else(|p| p.into_inner()) = outcome.as_ref().err().cloned();
+        outcome
+    }
+
+    /// `SENTINEL replicas <service>` from the first Sentinel that answers: the replicas that
+    /// are up. Where reads from replicas (`read_from`, a separate change of #29) will take
+    /// them from; nothing calls it yet.
+    #[allow(dead_code)]
+    pub(super) fn replicas(&self, settings: &Settings, resolver: &Resolver) -> Result<Vec<NodeAddr>> {
+        let sentinels = self.discovery.lock().unwrap_or_else(|p| p.into_inner()).sentinels().to_vec();
+        let mut last = None;
+        for node in &sentinels {
+            let asked =
+                ask(settings, resolver, self.options(settings, node), &[b"SENTINEL", b"replicas", self.service()]);
+            match asked {
+                Ok(reply) => return Ok(sentinel::replicas(&reply)),
+                Err(err) => last = Some(err),
+            }
+        }
+        Err(last.expect("settings always name a Sentinel"))
+    }
+
+    fn service(&self) -> &[u8] {
+        self.settings.service.as_bytes()
+    }
+
+    fn options(&self, settings: &Settings, node: &Endpoint) -> ConnectOptions {
+        sentinel_options(&self.settings, settings, node)
+    }
+
+    /// Listens for `+switch-master` on one Sentinel after another, calling `switched` on each
+    /// (and after a lost subscription, which may have missed one), until `stopped` says so.
+    /// A Sentinel that cannot be subscribed to is left for the next after a delay that
+    /// doubles up to `sentinel::MAX_RESUBSCRIBE_DELAY`.
+    pub(super) fn listen(
+        &self,
+        settings: &Settings,
+        resolver: &Resolver,
+        stopped: &dyn Fn() -> bool,
+        switched: &dyn Fn(),
+    ) {
+        let mut failures = 0u32;
+        let mut turn = 0usize;
+        while !stopped() {
+            let sentinels = self.discovery.lock().unwrap_or_else(|p| p.into_inner()).sentinels().to_vec();
+            let node = &sentinels[turn % sentinels.len()];
+            turn += 1;
+            let lost = self.subscribe_and_listen(settings, resolver, node, stopped, switched, &mut failures);
+            if stopped() {
+                return;
+            }
+            failures += 1;
+            log::debug!(target: "lmcache_resp::sentinel", "subscription to Sentinel {node} lost: {lost}");
+            switched();
+            let until = Instant::now() + sentinel::resubscribe_delay(failures);
+            while Instant::now() < until && !stopped() {
+                std::thread::sleep(LISTEN_SLICE.min(until.saturating_duration_since(Instant::now())));
+            }
+        }
+    }
+
+    /// One subscription, until it breaks (the error) or `stopped`.
+    fn subscribe_and_listen(
+        &self,
+        settings: &Settings,
+        resolver: &Resolver,
+        node: &Endpoint,
+        stopped: &dyn Fn() -> bool,
+        switched: &dyn Fn(),
+        failures: &mut u32,
+    ) -> Error {
+        let timeout = settings.connect_timeout.min(settings.timeout);
+        let connected = resolver
+            .resolve_now(node, timeout)
+            .and_then(|addresses| BlockingClient::connect_to(self.options(settings, node), addresses, timeout));
+        let mut client = match connected {
+            Ok(client) => client,
+            Err(err) => return err,
+        };
+        if let Err(err) = client.subscribe(sentinel::SWITCH_MASTER) {
+            return err;
+        }
+        *failures = 0;
+        while !stopped() {
+            match client.next_message(Instant::now() + LISTEN_SLICE) {
+                Ok(Some(message)) => {
+                    if let Some(primary) = sentinel::switch_master(&message, &self.settings.service) {
+                        log::info!(
+                            target: "lmcache_resp::sentinel",
+                            "Sentinel {node}: service {:?} switched to {primary}",
+                            self.settings.service
+                        );
+                        switched();
+                    }
+                }
+                Ok(None) => {}
+                Err(err) => return err,
+            }
+        }
+        Error::closed("the Sentinel subscription")
+    }
+}
+
+/// One round: Sentinels in turn, each named primary confirmed with `ROLE` (with the data
+/// server's credentials, so wrong ones fail here too).
+fn run_round(
+    discovery: &mut Discovery,
+    settings: &Settings,
+    sentinel: &SentinelSettings,
+    resolver: &Resolver,
+    stopped: &dyn Fn() -> bool,
+) -> Result<NodeAddr> {
+    let mut next = discovery.begin();
+    loop {
+        if stopped() {
+            return Err(Error::closed("Sentinel discovery"));
+        }
+        next = match next {
+            Next::Ask(node) => {
+                let args: [&[u8]; 3] = [b"SENTINEL", b"get-master-addr-by-name", sentinel.service.as_bytes()];
+                discovery.on_master_addr(ask(settings, resolver, sentinel_options(sentinel, settings, &node), &args))
+            }
+            Next::Confirm(primary) => {
+                let options = settings.connect_options(&primary.endpoint());
+                let answer = ask(settings, resolver, options, &[b"ROLE"]);
+                discovery.on_role(&primary, answer)
+            }
+            Next::Found(primary) => return Ok(primary),
+            Next::Failed(err) => return Err(err),
+        };
+    }
+}
+
+/// How to reach and log in to Sentinel `node`: the Sentinels' own credentials and TLS.
+fn sentinel_options(sentinel: &SentinelSettings, settings: &Settings, node: &Endpoint) -> ConnectOptions {
+    ConnectOptions {
+        endpoint: node.clone(),
+        username: sentinel.username.clone(),
+        password: sentinel.password.clone(),
+        db: 0,
+        connect_timeout: settings.connect_timeout,
+        tls: sentinel.tls.clone(),
+    }
+}
+
+/// Connects to `options.endpoint` and sends one command, within the connect timeout.
+fn ask(settings: &Settings, resolver: &Resolver, options: ConnectOptions, args: &[&[u8]]) -> Result<Reply> {
+    let timeout = settings.connect_timeout.min(settings.timeout);
+    let addresses = resolver.resolve_now(&options.endpoint, timeout)?;
+    BlockingClient::connect_to(options, addresses, timeout)?.command(args)
+}

@@ -1,0 +1,173 @@
+//! Discovery driven in memory: replies in, what to ask out.
+
+use super::*;
+
+fn sentinels() -> Vec<Endpoint> {
+    (1..=3).map(|i| Endpoint::Tcp { host: format!("s{i}"), port: 26379 }).collect()
+}
+
+fn bulk(text: &str) -> Reply {
+    Reply::Bulk(text.as_bytes().to_vec())
+}
+
+fn addr(host: &str, port: &str) -> Result<Reply, Error> {
+    Ok(Reply::Array(vec![bulk(host), bulk(port)]))
+}
+
+fn role(role: &str) -> Result<Reply, Error> {
+    Ok(Reply::Array(vec![bulk(role), Reply::Integer(0), Reply::Array(vec![])]))
+}
+
+fn down(what: &str) -> Result<Reply, Error> {
+    Err(Error::new(ErrorKind::Connection, format!("{what}: connection refused")))
+}
+
+fn refused() -> Result<Reply, Error> {
+    Err(Error::new(ErrorKind::Authentication, "WRONGPASS invalid username-password pair"))
+}
+
+fn asked(next: Next) -> String {
+    match next {
+        Next::Ask(endpoint) => endpoint.to_string(),
+        other => panic!("expected a Sentinel to ask, got {other:?}"),
+    }
+}
+
+fn confirm(next: Next) -> NodeAddr {
+    match next {
+        Next::Confirm(node) => node,
+        other => panic!("expected a ROLE to ask, got {other:?}"),
+    }
+}
+
+fn failed(next: Next) -> Error {
+    match next {
+        Next::Failed(err) => err,
+        other => panic!("expected the round to fail, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_first_sentinel_names_the_primary_and_role_confirms_it() {
+    let mut d = Discovery::new("mymaster", sentinels());
+    assert_eq!(asked(d.begin()), "s1:26379");
+    let node = confirm(d.on_master_addr(addr("10.0.0.5", "6380")));
+    assert_eq!(node, NodeAddr::new("10.0.0.5", 6380));
+    match d.on_role(&node, role("master")) {
+        Next::Found(found) => assert_eq!(found, node),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_sentinel_that_is_down_or_names_a_replica_is_passed_over_and_the_one_that_led_goes_first() {
+    let mut d = Discovery::new("mymaster", sentinels());
+    d.begin();
+    assert_eq!(asked(d.on_master_addr(down("s1:26379"))), "s2:26379");
+    let old = confirm(d.on_master_addr(addr("10.0.0.5", "6379")));
+    // A Sentinel that has not heard of the failover yet names the demoted primary.
+    assert_eq!(asked(d.on_role(&old, role("slave"))), "s3:26379");
+    let new = confirm(d.on_master_addr(addr("10.0.0.6", "6379")));
+    assert!(matches!(d.on_role(&new, role("master")), Next::Found(n) if n == new));
+    let order: Vec<String> = d.sentinels().iter().map(ToString::to_string).collect();
+    assert_eq!(order, ["s3:26379", "s1:26379", "s2:26379"]);
+    assert_eq!(asked(d.begin()), "s3:26379");
+}
+
+#[test]
+fn no_primary_known_is_a_transient_error_naming_service_and_sentinels() {
+    let mut d = Discovery::new("mymaster", sentinels());
+    d.begin();
+    d.on_master_addr(down("s1"));
+    let node = confirm(d.on_master_addr(addr("10.0.0.5", "6379")));
+    d.on_role(&node, Err(Error::new(ErrorKind::Timeout, "ROLE timed out")));
+    let err = failed(d.on_master_addr(Ok(Reply::Nil)));
+    assert_eq!(err.kind(), ErrorKind::Connection);
+    assert!(!is_permanent(&err));
+    for part in ["no primary is known", "\"mymaster\"", "s1:26379", "s2:26379", "s3:26379", "ROLE timed out"] {
+        assert!(err.message().contains(part), "{part} missing: {err}");
+    }
+}
+
+#[test]
+fn wrong_sentinel_credentials_everywhere_are_a_permanent_authentication_error() {
+    let mut d = Discovery::new("mymaster", sentinels());
+    d.begin();
+    d.on_master_addr(refused());
+    d.on_master_addr(Ok(Reply::Error(b"NOAUTH Authentication required.".to_vec())));
+    let err = failed(d.on_master_addr(refused()));
+    assert_eq!(err.kind(), ErrorKind::Authentication);
+    assert!(is_permanent(&err));
+    assert!(err.message().contains("sentinel_password"), "{err}");
+}
+
+#[test]
+fn an_unknown_service_is_a_permanent_invalid_input_error() {
+    let mut d = Discovery::new("nosuch", sentinels());
+    d.begin();
+    d.on_master_addr(Ok(Reply::Nil));
+    d.on_master_addr(Ok(Reply::NilArray));
+    let err = failed(d.on_master_addr(Ok(Reply::Nil)));
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert!(err.message().contains("check sentinel_service_name") && err.message().contains("\"nosuch\""), "{err}");
+    // One Sentinel down and the others not knowing it: still not a transient failure.
+    d.begin();
+    d.on_master_addr(down("s1"));
+    d.on_master_addr(Ok(Reply::Nil));
+    assert_eq!(failed(d.on_master_addr(Ok(Reply::Nil))).kind(), ErrorKind::Connection);
+}
+
+#[test]
+fn malformed_answers_are_passed_over() {
+    let mut d = Discovery::new("m", vec![Endpoint::Tcp { host: "s1".into(), port: 1 }]);
+    d.begin();
+    let err = failed(d.on_master_addr(addr("h", "notaport")));
+    assert!(err.message().contains("no usable address"), "{err}");
+    d.begin();
+    assert!(matches!(d.on_master_addr(Ok(Reply::Integer(3))), Next::Failed(_)));
+    d.begin();
+    let node = confirm(d.on_master_addr(addr("h", "1")));
+    assert!(failed(d.on_role(&node, Ok(Reply::Simple(b"OK".to_vec())))).message().contains("ROLE answer"));
+}
+
+#[test]
+fn switch_master_messages_name_the_new_primary_of_their_service() {
+    let message = |channel: &str, payload: &str| Reply::Array(vec![bulk("message"), bulk(channel), bulk(payload)]);
+    let m = message("+switch-master", "mymaster 10.0.0.5 6379 10.0.0.6 6380");
+    assert_eq!(switch_master(&m, "mymaster"), Some(NodeAddr::new("10.0.0.6", 6380)));
+    assert_eq!(switch_master(&m, "other"), None);
+    assert_eq!(switch_master(&message("+sdown", "mymaster 10.0.0.5 6379 10.0.0.6 6380"), "mymaster"), None);
+    assert_eq!(switch_master(&message("+switch-master", "mymaster 10.0.0.5"), "mymaster"), None);
+    let confirmation = Reply::Array(vec![bulk("subscribe"), bulk("+switch-master"), Reply::Integer(1)]);
+    assert_eq!(switch_master(&confirmation, "mymaster"), None);
+}
+
+#[test]
+fn replicas_that_are_up_are_listed() {
+    let entry = |ip: &str, port: &str, flags: &str| {
+        Reply::Array(vec![
+            bulk("name"),
+            bulk("x"),
+            bulk("ip"),
+            bulk(ip),
+            bulk("port"),
+            bulk(port),
+            bulk("flags"),
+            bulk(flags),
+        ])
+    };
+    let reply = Reply::Array(vec![
+        entry("10.0.0.7", "6379", "slave"),
+        entry("10.0.0.8", "6379", "s_down,slave"),
+        entry("10.0.0.9", "6379", "slave,disconnected"),
+        entry("10.0.0.10", "x", "slave"),
+    ]);
+    assert_eq!(replicas(&reply), vec![NodeAddr::new("10.0.0.7", 6379)]);
+}
+
+#[test]
+fn resubscribing_backs_off_within_its_bound() {
+    assert_eq!(resubscribe_delay(0), RESUBSCRIBE_DELAY);
+    assert!(resubscribe_delay(1) > resubscribe_delay(0));
+    assert_eq!(resubscribe_delay(40), MAX_RESUBSCRIBE_DELAY);
+}
