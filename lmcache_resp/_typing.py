@@ -37,6 +37,7 @@ class SettingsKwargs(TypedDict, total=False):
     prefault: bool | None
     cluster: bool | None
     get_piece_bytes: int | str | None
+    read_from: str | None
     ssl: bool | None
     ssl_ca_certs: str | os.PathLike[str] | None
     ssl_ca_path: str | os.PathLike[str] | None

@@ -310,6 +310,13 @@ impl PySettings {
         })
     }
 
+    /// Redis Cluster: where GET and EXISTS go, `"primary"` or `"prefer_replica"` (spread over
+    /// the primary and its replicas).
+    #[getter]
+    fn read_from(&self) -> &'static str {
+        self.0.read_from.name()
+    }
+
     /// TLS is on (`rediss://` or `ssl=True`).
     #[getter]
     fn ssl(&self) -> bool {
@@ -388,6 +395,7 @@ impl PySettings {
         out.set_item("eviction", self.eviction().to_dict(py)?)?;
         out.set_item("prefault", s.prefault)?;
         out.set_item("get_piece_bytes", self.get_piece_bytes(py)?)?;
+        out.set_item("read_from", self.read_from())?;
         out.set_item("ssl", self.ssl())?;
         out.set_item("ssl_ca_certs", self.ssl_ca_certs())?;
         out.set_item("ssl_ca_path", self.ssl_ca_path())?;

@@ -11,6 +11,7 @@
 mod capacity;
 mod names;
 mod pieces;
+mod read_from;
 pub(crate) mod tls;
 pub(crate) mod url;
 mod value;
@@ -18,6 +19,7 @@ mod value;
 pub use capacity::{CapacityConfig, EvictionPolicy};
 pub use names::{ENV_VARS, EVICTION_FIELDS, FIELDS, QUERY_FIELDS, TLS_FIELDS};
 pub use pieces::GetPieces;
+pub use read_from::ReadFrom;
 pub use value::Value;
 // What the settings' API names from the wire below.
 pub use crate::conn::PipelineLimits;
@@ -178,6 +180,8 @@ pub struct Settings {
     /// How GETs of large values are read: per server (`auto`), or in pieces of a given size
     /// (0: every value with one GET).
     pub get_piece_bytes: GetPieces,
+    /// Redis Cluster: where GET and EXISTS go (the primary, or spread over it and its replicas).
+    pub read_from: ReadFrom,
     /// Fault the arena's pages in at creation.
     pub prefault: bool,
     /// TLS to every server (and every cluster node); `None` is plaintext. Built (its files
@@ -206,6 +210,7 @@ impl Settings {
             eviction: Eviction::default(),
             prefault: defaults::PREFAULT,
             get_piece_bytes: defaults::GET_PIECES,
+            read_from: ReadFrom::Primary,
             tls: None,
             warnings: Vec::new(),
         }
@@ -225,7 +230,13 @@ impl Settings {
             db: self.db,
             connect_timeout: self.connect_timeout,
             tls: self.tls.clone(),
+            readonly: self.reads_replicas(),
         }
+    }
+
+    /// Reads go to cluster replicas too: every connection sends `READONLY` in its handshake.
+    pub(crate) fn reads_replicas(&self) -> bool {
+        self.cluster && self.read_from == ReadFrom::PreferReplica
     }
 
     /// `max_capacity_gb` in bytes (GiB, see [`BYTES_PER_GB`]); 0 when tracking is off.
@@ -457,6 +468,16 @@ impl<'a> Resolver<'a> {
         }
         if let Some(given) = self.tuning("cluster") {
             settings.cluster = given.flag()?;
+        }
+        if let Some(given) = self.tuning("read_from") {
+            settings.read_from = read_from::read_from(&given)?;
+            if settings.read_from == ReadFrom::PreferReplica && !settings.cluster {
+                settings.warnings.push(
+                    "read_from=\"prefer_replica\" has no effect without cluster=true: every read goes to the one \
+                     server (or its shard)"
+                        .into(),
+                );
+            }
         }
         // Last: it reads files, once everything else is known to be valid.
         self.tls(&mut settings)?;
