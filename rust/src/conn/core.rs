@@ -1069,7 +1069,13 @@ impl ConnCore {
         };
         match Redirect::parse(text, &asked) {
             Ok(Some(redirect)) => Some(Handoff::Redirect(redirect)),
-            Ok(None) if crate::cluster::transient(text).is_some() || text.starts_with(b"MASTERDOWN") => {
+            // A replica that is loading (a full resync) or cut off from its primary: another
+            // try goes to the primary (reads from replicas), or to the node once it is ready.
+            Ok(None)
+                if crate::cluster::transient(text).is_some()
+                    || text.starts_with(b"MASTERDOWN")
+                    || text.starts_with(b"LOADING") =>
+            {
                 Some(Handoff::Retry(Error::server(text).context(&self.options.endpoint)))
             }
             Ok(None) => None,

@@ -684,6 +684,34 @@ fn in_a_cluster_redirects_and_retries_are_handed_back() {
 }
 
 #[test]
+fn in_a_cluster_a_loading_or_cut_off_replica_hands_reads_back_for_another_node() {
+    // A replica doing a full resync answers -LOADING; one cut off from its primary with
+    // replica-serve-stale-data no, -MASTERDOWN. Either way the read goes back to the worker,
+    // which sends it again to the primary (read_from="prefer_replica").
+    let mut rig = Rig::new();
+    rig.core = ConnCore::new(Arc::new(options(None, 0)), 1, ReconnectPolicy::default(), PipelineLimits::default())
+        .handing_off();
+    let loading = rig.keys_only(Op::Exists, b"a");
+    let masterdown = rig.keys_only(Op::Exists, b"b");
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    rig.deliver(b"-LOADING Redis is loading the dataset in memory\r\n-MASTERDOWN Link with MASTER is down\r\n", 9);
+    let handoffs = rig.core.take_handoffs();
+    let tags: Vec<u64> = handoffs
+        .iter()
+        .map(|(request, why)| match why {
+            Handoff::Retry(err) => {
+                assert_eq!(err.kind(), ErrorKind::Server, "{err}");
+                request.tag
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(tags, [loading, masterdown]);
+    assert!(rig.out.is_empty(), "{:?}", rig.out);
+}
+
+#[test]
 fn an_ask_redirect_goes_out_behind_asking() {
     let mut rig = Rig::new();
     let tag = rig.tag();

@@ -340,6 +340,9 @@ impl Worker {
             let routed = if descriptor.op == Op::Ping {
                 // PINGs open and check every connection: spread over the servers.
                 Ok((self.nodes.ping_target(descriptor.tag.index as usize), 0))
+            } else if matches!(descriptor.op, Op::Get | Op::Exists) {
+                // Reads may go to a replica (read_from); writes and deletes, to the primary.
+                self.nodes.route_read(&self.route, descriptor.key)
             } else {
                 self.nodes.route(&self.route, descriptor.key)
             };
