@@ -133,6 +133,10 @@ def test_bad_values_are_rejected_naming_the_option(
         (["--tls", "--cluster", "3"], "--tls starts one throwaway TLS server"),
         (["--tls", "--compare", "lmcache"], "LMCache's C++ RESP connector has no TLS"),
         (["--tls", "--dead-server"], "--tls cannot be combined with --bridge or --dead-server"),
+        (["--replicas", "2", "--shards", "2"], "--replicas adds replicas to the throwaway cluster"),
+        (["--replicas", "5"], "--replicas"),
+        (["--read-from", "prefer_replica"], "--read-from prefer_replica reads from cluster replicas"),
+        (["--read-from", "replicas"], "--read-from"),
     ],
 )
 def test_settings_that_do_not_fit_are_rejected(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
@@ -140,6 +144,21 @@ def test_settings_that_do_not_fit_are_rejected(capsys: pytest.CaptureFixture[str
         parse_options(argv)
     assert exit_info.value.code == 2
     assert expected in capsys.readouterr().err
+
+
+def test_replicas_imply_a_cluster_and_read_from_is_passed_on() -> None:
+    options = parse_options(["--replicas", "2", "--read-from", "prefer_replica"])
+    assert (options.cluster, options.replicas, options.read_from) == (3, 2, "prefer_replica")
+    options = parse_options(["--cluster", "4", "--replicas", "1"])
+    assert (options.cluster, options.replicas, options.read_from) == (4, 1, None)
+
+
+def test_a_cluster_with_replicas_read_from_them(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_main(capsys, *TINY, "--replicas", "1", "--read-from", "prefer_replica", "--json")
+    assert status == 0, out + err
+    report = json.loads(out)
+    assert report["verified"] is True
+    assert len(report["server"]["endpoints"]) == 6 and report["server"]["read_from"] == "prefer_replica"
 
 
 # -- the embedded server and the report ------------------------------------------------------
