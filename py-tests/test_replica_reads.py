@@ -259,3 +259,40 @@ def test_a_replica_cut_off_from_its_primary_then_reattached_never_yields_mixed_b
         assert store.get(changing, pages[: len(changing)]) == [True] * len(changing)
         for key, page in zip(changing, pages):
             assert bytes(page.byte_array)[: len(versions[key][-1])] == versions[key][-1]
+
+
+def test_a_replica_moved_to_another_primary_redirects_its_old_shards_reads_which_still_hit(
+    redis_cluster_replicas: RedisCluster,
+) -> None:
+    """``CLUSTER REPLICATE`` makes a replica follow another primary (a full resync: its old
+    shard's keys are flushed). The client's map still names it a replica of its old shard, so
+    reads of that shard's keys reach it and get ``MOVED`` back (a replica with ``READONLY``
+    serves only its own primary's slots): they follow the redirect to the primary and hit,
+    and the map is read again so later reads go where they should."""
+    cluster = redis_cluster_replicas
+    values = {content_key(value_of(i)): value_of(i) for i in range(240)}
+    keys = list(values)
+    with store_for(cluster, "prefer_replica", num_pages=240) as store:
+        put_values(store, values)
+        wait_replicated(cluster)
+        pages = store.allocate_many(len(keys))
+        assert store.get(keys, pages) == [True] * len(keys)
+        mover = cluster.replicas()[0]
+        old_primary = int(info(cluster, mover, "replication")["master_port"])
+        new_primary = next(p for p in cluster.primaries() if p.port != old_primary)
+        new_id = cluster.command(new_primary, "CLUSTER", "MYID")
+        new_id = new_id.decode() if isinstance(new_id, bytes) else str(new_id)
+        cluster.command(mover, "CLUSTER", "REPLICATE", new_id)
+        deadline = time.monotonic() + 10
+        while int(info(cluster, mover, "replication")["master_port"]) != new_primary.port:
+            assert time.monotonic() < deadline, "the replica did not switch primaries"
+            time.sleep(0.05)
+        for _ in range(3):
+            for page in pages:
+                page.write_bytes(bytes(PAGE))
+            result = store.run("get", keys, pages)
+            assert not result.failures, result.failures
+            assert result.hits == [True] * len(keys)
+            assert all(bytes(page.byte_array) == values[key] for key, page in zip(keys, pages))
+        moved = store.stats().endpoints[f"{mover.host}:{mover.port}"].moved
+        assert moved > 0, "no read reached the moved replica: the test did not test the redirect"
