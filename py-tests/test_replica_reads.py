@@ -9,11 +9,13 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+import types
 
 import pytest
 from conftest import RedisCluster
 
 from lmcache_resp import PagedRespStore, RespSettings
+from lmcache_resp.lmcache.non_mp import settings_from_lmcache_config
 
 PAGE = 64 << 10
 
@@ -82,6 +84,13 @@ def test_read_from_is_a_setting_in_every_form() -> None:
     document = {"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp", "class_name": "RespConnector",
                 "adapter_params": {"url": "redis://h:1", "cluster": True, "read_from": "prefer_replica"}}
     assert RespSettings.from_lmcache(document).read_from == "prefer_replica"
+    # LMCache's non-MP YAML: remote_storage_plugin.<name>.read_from in extra_config.
+    plugin = "remote_storage_plugin.resp."
+    yaml_config = types.SimpleNamespace(remote_storage_plugins=["resp"], extra_config={
+        plugin + "module_path": "lmcache_resp.lmcache.non_mp", plugin + "class_name": "RespRemoteConnector",
+        plugin + "url": "redis://h:1", plugin + "cluster": True, plugin + "read_from": "prefer_replica",
+    })
+    assert settings_from_lmcache_config(yaml_config).read_from == "prefer_replica"
     assert RespSettings.resolve("redis://h:1", read_from="prefer_replica").to_dict()["read_from"] == "prefer_replica"
     with pytest.raises(Exception, match='read_from must be "primary"'):
         RespSettings.resolve("redis://h:1?read_from=replicas")
