@@ -20,15 +20,31 @@
 
 use super::node::NodeAddr;
 use super::shard::xxh64;
-use super::slot_map::{Health, Node, Shard};
+use super::slot_map::{Health, Node, Shard, SlotMap};
+use std::collections::HashSet;
+
+/// The nodes keys are routed to: the map's primaries, and with `replica_reads` the replicas
+/// that may serve reads. A worker keeps its connections to these, however many (see
+/// `engine::route::Nodes::trim`): only other nodes (redirect targets) are forgotten when idle.
+pub fn routed_nodes(map: &SlotMap, replica_reads: bool) -> HashSet<NodeAddr> {
+    let mut nodes: HashSet<NodeAddr> = map.primaries().cloned().collect();
+    if replica_reads {
+        nodes.extend(map.shards().flat_map(|shard| shard.replicas.iter().filter(serves_reads)).map(|n| n.addr.clone()));
+    }
+    nodes
+}
+
+/// A replica reported online, or `loading` (see the module documentation).
+fn serves_reads(node: &&Node) -> bool {
+    matches!(node.health, Health::Online | Health::Loading)
+}
 
 /// The node that serves a read of `key` from `shard`; `usable` says which nodes are not known
 /// to be down. When no node is usable, the primary (whose own failure then decides the read's
 /// fate, as without replica reads).
 pub fn reader<'a>(shard: &'a Shard, key: &[u8], usable: impl Fn(&NodeAddr) -> bool) -> &'a NodeAddr {
     let primary = &shard.primary.addr;
-    let serving = |node: &&Node| matches!(node.health, Health::Online | Health::Loading);
-    let replicas = shard.replicas.iter().filter(serving).map(|node| &node.addr);
+    let replicas = shard.replicas.iter().filter(serves_reads).map(|node| &node.addr);
     std::iter::once(primary)
         .chain(replicas)
         .filter(|addr| usable(addr))
@@ -116,6 +132,22 @@ mod tests {
         }
         let without = counts(&shard, |addr| *addr != down);
         assert_eq!(without.keys().copied().collect::<Vec<_>>(), [7000, 7002]);
+    }
+
+    #[test]
+    fn the_nodes_routed_to_are_the_primaries_and_with_replica_reads_their_replicas() {
+        let bytes = include_bytes!("testdata/cluster_shards.resp");
+        let (_, reply) = crate::resp::Decoder::default().decode(bytes).unwrap();
+        let map = SlotMap::from_shards(&reply.unwrap(), &NodeAddr::new("127.0.0.1", 21000)).unwrap();
+        let primaries: HashSet<NodeAddr> = map.primaries().cloned().collect();
+        assert_eq!(primaries.len(), 3);
+        assert_eq!(routed_nodes(&map, false), primaries);
+        let with_replicas = routed_nodes(&map, true);
+        assert_eq!(with_replicas.len(), 6);
+        assert!(with_replicas.is_superset(&primaries));
+        for shard in map.shards() {
+            assert!(shard.replicas.iter().all(|replica| with_replicas.contains(&replica.addr)));
+        }
     }
 
     #[test]

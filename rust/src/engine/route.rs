@@ -300,19 +300,21 @@ impl Nodes {
     }
 
     /// Forgets nodes nothing needs: the failed ones, and, while more than
-    /// [`MAX_EXTRA_NODES`] nodes that are not `primaries` are in the table, the least recently
-    /// used of those that are idle (no request on any of their connections). A primary of the
-    /// slot map, or a node `pinned` says is in use elsewhere (a ranged read's), stays. Their
-    /// slots are reused by the next new nodes. Returns how many were forgotten.
-    pub fn trim(&mut self, primaries: &HashSet<NodeAddr>, pinned: impl Fn(usize) -> bool) -> usize {
+    /// [`MAX_EXTRA_NODES`] nodes that are not `routed` are in the table, the least recently
+    /// used of those that are idle (no request on any of their connections). A node of the
+    /// slot map keys are routed to (its primaries; with replica reads, their replicas:
+    /// `read_pick::routed_nodes`), or a node `pinned` says is in use elsewhere (a ranged
+    /// read's), stays. Their slots are reused by the next new nodes. Returns how many were
+    /// forgotten.
+    pub fn trim(&mut self, routed: &HashSet<NodeAddr>, pinned: impl Fn(usize) -> bool) -> usize {
         let mut extra = 0;
         let mut candidates = Vec::new();
         for (index, slot) in self.slots.iter().enumerate() {
             if slot.state == SlotState::Free {
                 continue;
             }
-            let primary = slot.state != SlotState::Dead && slot.addr.as_ref().is_some_and(|a| primaries.contains(a));
-            if primary || slot.addr.is_none() {
+            let kept = slot.state != SlotState::Dead && slot.addr.as_ref().is_some_and(|a| routed.contains(a));
+            if kept || slot.addr.is_none() {
                 continue;
             }
             extra += 1;
@@ -374,12 +376,17 @@ impl Nodes {
         }
     }
 
+    /// Reads go to cluster replicas too (`read_from="prefer_replica"` with a cluster).
+    pub fn reads_replicas(&self) -> bool {
+        self.factory.settings.reads_replicas()
+    }
+
     /// Where a read (GET, EXISTS) of `key` goes: as [`Nodes::route`], but in a cluster whose
     /// replicas serve reads (`read_from="prefer_replica"`), to the node of the key's shard that
     /// `read_pick::reader` chooses, skipping nodes this engine knows to be down.
     pub fn route_read(&mut self, route: &Route, key: &[u8]) -> Result<(usize, u16)> {
         let Route::Cluster(view) = route else { return self.route(route, key) };
-        if !self.factory.settings.reads_replicas() {
+        if !self.reads_replicas() {
             return self.route(route, key);
         }
         let slot = key_slot(key);
