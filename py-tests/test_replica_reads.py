@@ -293,9 +293,15 @@ def test_a_replica_moved_to_another_primary_redirects_its_old_shards_reads_which
         new_id = new_id.decode() if isinstance(new_id, bytes) else str(new_id)
         cluster.command(mover, "CLUSTER", "REPLICATE", new_id)
         deadline = time.monotonic() + 10
-        while int(info(cluster, mover, "replication")["master_port"]) != new_primary.port:
+        while True:
+            replication = info(cluster, mover, "replication")
+            if int(replication["master_port"]) == new_primary.port and replication["master_link_status"] == "up":
+                break
             assert time.monotonic() < deadline, "the replica did not switch primaries"
             time.sleep(0.05)
+        # Synced with its new primary first: a replica mid-resync may answer a miss (seen once
+        # in Valkey 9 runs), which is the miss policy's business, not this test's.
+        wait_replicated(cluster)
         for _ in range(3):
             for page in pages:
                 page.write_bytes(bytes(PAGE))
