@@ -39,6 +39,7 @@ class SettingsKwargs(TypedDict, total=False):
     get_piece_bytes: int | str | None
     key_prefix: str | None
     ttl_seconds: int | None
+    read_from: str | None
     ssl: bool | None
     ssl_ca_certs: str | os.PathLike[str] | None
     ssl_ca_path: str | os.PathLike[str] | None

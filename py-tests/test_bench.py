@@ -136,6 +136,10 @@ def test_bad_values_are_rejected_naming_the_option(
         (["--sentinel-fault", "kill"], "--sentinel-fault needs --sentinel-failover"),
         (["--sentinel-failover", "--url", "redis://h:1"], "--sentinel-failover starts its own servers"),
         (["--sentinel-failover", "--compare", "redis-py"], "--sentinel-failover starts its own servers"),
+        (["--replicas", "2", "--shards", "2"], "--replicas adds replicas to the throwaway cluster"),
+        (["--replicas", "5"], "--replicas"),
+        (["--read-from", "prefer_replica"], "--read-from prefer_replica reads from cluster replicas"),
+        (["--read-from", "replicas"], "--read-from"),
     ],
 )
 def test_settings_that_do_not_fit_are_rejected(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
@@ -143,6 +147,21 @@ def test_settings_that_do_not_fit_are_rejected(capsys: pytest.CaptureFixture[str
         parse_options(argv)
     assert exit_info.value.code == 2
     assert expected in capsys.readouterr().err
+
+
+def test_replicas_imply_a_cluster_and_read_from_is_passed_on() -> None:
+    options = parse_options(["--replicas", "2", "--read-from", "prefer_replica"])
+    assert (options.cluster, options.replicas, options.read_from) == (3, 2, "prefer_replica")
+    options = parse_options(["--cluster", "4", "--replicas", "1"])
+    assert (options.cluster, options.replicas, options.read_from) == (4, 1, None)
+
+
+def test_a_cluster_with_replicas_read_from_them(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run_main(capsys, *TINY, "--replicas", "1", "--read-from", "prefer_replica", "--json")
+    assert status == 0, out + err
+    report = json.loads(out)
+    assert report["verified"] is True
+    assert len(report["server"]["endpoints"]) == 6 and report["server"]["read_from"] == "prefer_replica"
 
 
 # -- the embedded server and the report ------------------------------------------------------

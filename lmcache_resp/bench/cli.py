@@ -205,6 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--io-threads", type=_int_in(1, 128), help="io-threads of the throwaway server (default: Redis's guidance for this machine)")
     server.add_argument("--cluster", type=_int_in(3, 64), default=0, metavar="N",
                         help="a throwaway Redis Cluster of N primaries (N >= 3) instead of one server")
+    server.add_argument("--replicas", type=_int_in(1, 4), default=0, metavar="N",
+                        help="N replicas per primary in the throwaway cluster (implies --cluster 3 if not given)")
+    server.add_argument("--read-from", choices=("primary", "prefer_replica"), default=None,
+                        help="cluster reads from the primary (the library's default) or spread over the primary and "
+                             "its replicas (prefer_replica: replicas answer READONLY reads)")
     server.add_argument("--shards", type=_int_in(1, 64), default=0, metavar="N",
                         help="N throwaway independent servers; keys spread by rendezvous hashing")
     server.add_argument("--unix", action="store_true", help="reach the throwaway server over a Unix socket")
@@ -342,6 +347,14 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
             parser.error("--compare lmcache-l2 cannot be combined with --sweep, --bridge, --dead-server or --ceiling")
     elif l2_given:
         parser.error(f"{', '.join(l2_given)}: only used with --compare lmcache-l2")
+    if args.replicas and (given_server or args.shards or args.unix or args.tls):
+        parser.error("--replicas adds replicas to the throwaway cluster: it cannot be combined with "
+                     "--host/--port/--url, --shards, --unix or --tls")
+    if args.replicas and not args.cluster:
+        args.cluster = 3
+    if args.read_from == "prefer_replica" and not (args.cluster or given_server):
+        parser.error("--read-from prefer_replica reads from cluster replicas: give --replicas N (and --cluster N), "
+                     "or a cluster's --url ...?cluster=true")
     if sum(map(bool, (args.cluster, args.shards, args.unix))) > 1:
         parser.error("give one of --cluster, --shards and --unix")
     if not given_server and (args.username or args.password):
@@ -419,6 +432,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         io_threads=args.io_threads,
         cpu_affinity=args.cpu_affinity,
         cluster=args.cluster,
+        replicas=args.replicas,
+        read_from=args.read_from,
         shards=args.shards,
         unix=args.unix,
         bridge=args.bridge,

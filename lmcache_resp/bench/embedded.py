@@ -147,17 +147,19 @@ class EmbeddedServers:
 
 
 class EmbeddedCluster:
-    """A throwaway Redis Cluster of ``primaries`` primaries (at least 3), no replicas: the
-    servers start with cluster mode on and ``redis-cli --cluster create`` assigns the slots.
+    """A throwaway Redis Cluster of ``primaries`` primaries (at least 3), each with ``replicas``
+    replicas: the servers start with cluster mode on and ``redis-cli --cluster create`` assigns the
+    slots.
     Should this process die without stopping it, a watcher stops its servers."""
 
     def __init__(
         self, primaries: int, *, io_threads: int | None = None, cli: str | None = None, server: str = "redis",
-        keep_freed_memory: bool = False,
+        keep_freed_memory: bool = False, replicas: int = 0,
     ) -> None:
         if primaries < 3:
             raise ValueError("a Redis Cluster needs at least 3 primaries")
         self.primaries = primaries
+        self.replicas = replicas
         self.server = server
         self.io_threads = recommended_io_threads() if io_threads is None else io_threads
         self.cli = cli
@@ -171,6 +173,7 @@ class EmbeddedCluster:
     def start(self) -> EmbeddedCluster:
         self._cluster = RedisCluster(
             primaries=self.primaries,
+            replicas=self.replicas,
             io_threads=self.io_threads,
             cli=self.cli,
             node_timeout_ms=BENCH_NODE_TIMEOUT_MS,

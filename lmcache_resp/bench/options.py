@@ -93,6 +93,10 @@ class Options:
     # The throwaway server: a Redis Cluster of this many primaries, this many independent
     # servers (static sharding), or one server reached over a Unix socket.
     cluster: int = 0
+    # Replicas per primary of the throwaway cluster, and where reads go ("primary",
+    # "prefer_replica"; None keeps the library's default).
+    replicas: int = 0
+    read_from: str | None = None
     shards: int = 0
     unix: bool = False
     # K client processes through one bridge, side by side with K independent stores.

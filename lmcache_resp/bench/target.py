@@ -59,6 +59,8 @@ class Target:
         where: dict[str, Any]
         if self.servers > 1 or s.cluster:
             where = {"url": "redis://" + ",".join(s.endpoints), "cluster": s.cluster}
+            if s.cluster:
+                where["read_from"] = s.read_from
         elif s.unix_path is not None:
             where = {"unix_path": s.unix_path}
         else:
@@ -80,6 +82,7 @@ class Target:
             "endpoint": self.endpoint,
             "endpoints": self.settings.endpoints,
             "cluster": self.settings.cluster,
+            "read_from": self.settings.read_from,
             "version": self.server_version,
             "name": self.server_name,
             "malloc": self.malloc,
@@ -95,7 +98,8 @@ class Target:
         if not self.embedded:
             return (f"server: yours at {self.endpoint} (its version, allocator and memory regime are its own; "
                     "--regime is for servers this run starts)")
-        many = (f"a cluster of {self.servers} primaries, " if self.settings.cluster
+        replicas = f" (reads: {self.settings.read_from})" if self.settings.cluster else ""
+        many = (f"a cluster of {self.servers} nodes{replicas}, " if self.settings.cluster
                 else f"{self.servers} independent servers, " if self.servers > 1 else "")
         return (f"server: {many}{self.server_name} {self.server_version}, malloc={self.malloc}, "
                 f"io-threads {self.io_threads}; regime {self.regime}: {regime_note(self.regime, self.malloc)}")
@@ -206,8 +210,9 @@ def open_target(options: Options, console: Console, key_prefix: str) -> Iterator
         with _embedded(options, console) as target:
             yield target
         return
+    reads = {"read_from": options.read_from} if options.read_from else {}
     settings = _resolve(options.url, host=options.host, port=options.port, username=options.username,
-                        password=options.password, timeout=options.timeout)
+                        password=options.password, timeout=options.timeout, **reads)
     console.say(
         f"using the redis server at {settings.endpoint}: not flushed; every key this run writes is under "
         f"{key_prefix!r} and is deleted afterwards"
@@ -256,12 +261,13 @@ def _embedded_many(options: Options, console: Console) -> Iterator[Target]:
     kind = options.server
     servers = (
         EmbeddedCluster(options.cluster, io_threads=options.io_threads, server=kind,
-                        keep_freed_memory=options.keeps_freed_memory) if options.cluster
+                        keep_freed_memory=options.keeps_freed_memory, replicas=options.replicas) if options.cluster
         else EmbeddedServers(options.shards, io_threads=options.io_threads, server=kind,
                              keep_freed_memory=options.keeps_freed_memory)
     )
     what = (
         f"a throwaway {'Valkey' if kind in ('valkey', 'valkey9') else 'Redis'} Cluster of {options.cluster} primaries"
+        + (f" with {options.replicas} replicas each" if options.replicas else "")
         if options.cluster else f"{options.shards} throwaway independent {_server_name(options)}s"
     )
     try:
@@ -275,7 +281,9 @@ def _embedded_many(options: Options, console: Console) -> Iterator[Target]:
             f"io-threads {servers.io_threads} each); stopped at the end"
         )
         url = "redis://" + ",".join(servers.endpoints)
-        settings = _resolve(url, username="", password="", timeout=options.timeout, cluster=bool(options.cluster))
+        reads = {"read_from": options.read_from} if options.cluster and options.read_from else {}
+        settings = _resolve(url, username="", password="", timeout=options.timeout, cluster=bool(options.cluster),
+                            **reads)
         yield Target(settings, embedded=True, server_version=version, io_threads=servers.io_threads,
                      server_name=_server_name(options), malloc=servers.malloc(), regime=options.regime)
     finally:

@@ -7,6 +7,7 @@
 //! - [`slot_map`]: which primary and replicas serve each slot, read from `CLUSTER SHARDS` (Redis 7+)
 //!   or `CLUSTER SLOTS`, patched by `MOVED`.
 //! - [`redirect`]: the `MOVED`/`ASK` error replies, and which cluster errors are worth a retry.
+//! - [`read_pick`]: which of a shard's nodes serves a read when reads may go to replicas.
 //!
 //! Independent servers:
 //! - [`shard`]: rendezvous hashing over a stable hash, so adding a server moves only its share.
@@ -15,6 +16,7 @@
 //! `testdata/capture.py`; tests parse them with the crate's own RESP decoder.
 
 pub mod node;
+pub mod read_pick;
 pub mod redirect;
 pub mod shard;
 pub mod slot;

@@ -1092,10 +1092,13 @@ impl ConnCore {
         match Redirect::parse(text, &asked) {
             Ok(Some(redirect)) => Some(Handoff::Redirect(redirect)),
             // READONLY: a primary demoted by a Sentinel failover; the write was not applied.
+            // LOADING or MASTERDOWN: a replica in a full resync or cut off from its primary;
+            // another try goes to the primary (reads from replicas), or to the node once ready.
             Ok(None)
                 if crate::cluster::transient(text).is_some()
                     || text.starts_with(b"MASTERDOWN")
-                    || text.starts_with(b"READONLY") =>
+                    || text.starts_with(b"READONLY")
+                    || text.starts_with(b"LOADING") =>
             {
                 Some(Handoff::Retry(Error::server(text).context(&self.options.endpoint)))
             }

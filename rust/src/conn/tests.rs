@@ -650,11 +650,17 @@ fn a_reply_nobody_asked_for_or_garbage_breaks_the_connection() {
     assert_eq!(rig.outcome(exists), Outcome::Bool(true));
 }
 
-#[test]
-fn in_a_cluster_redirects_and_retries_are_handed_back() {
+/// A rig whose connection is a cluster node's: it hands redirects and retries back.
+fn cluster_rig() -> Rig {
     let mut rig = Rig::new();
     rig.core = ConnCore::new(Arc::new(options(None, 0)), 1, ReconnectPolicy::default(), PipelineLimits::default())
         .handing_off();
+    rig
+}
+
+#[test]
+fn in_a_cluster_redirects_and_retries_are_handed_back() {
+    let mut rig = cluster_rig();
     let moved = rig.keys_only(Op::Exists, b"a");
     let ask = rig.keys_only(Op::Exists, b"b");
     let again = rig.keys_only(Op::Exists, b"c");
@@ -681,6 +687,32 @@ fn in_a_cluster_redirects_and_retries_are_handed_back() {
     assert!(matches!(&handoffs[2], (request, Handoff::Retry(_)) if request.tag == again));
     assert_eq!(rig.failure(plain).kind(), ErrorKind::Server, "other errors are the request's own");
     assert!(rig.core.is_empty(), "handed-back requests no longer count here");
+}
+
+#[test]
+fn in_a_cluster_a_loading_or_cut_off_replica_hands_reads_back_for_another_node() {
+    // A replica doing a full resync answers -LOADING; one cut off from its primary with
+    // replica-serve-stale-data no, -MASTERDOWN. Either way the read goes back to the worker,
+    // which sends it again to the primary (read_from="prefer_replica").
+    let mut rig = cluster_rig();
+    let loading = rig.keys_only(Op::Exists, b"a");
+    let masterdown = rig.keys_only(Op::Exists, b"b");
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    rig.deliver(b"-LOADING Redis is loading the dataset in memory\r\n-MASTERDOWN Link with MASTER is down\r\n", 9);
+    let handoffs = rig.core.take_handoffs();
+    let tags: Vec<u64> = handoffs
+        .iter()
+        .map(|(request, why)| match why {
+            Handoff::Retry(err) => {
+                assert_eq!(err.kind(), ErrorKind::Server, "{err}");
+                request.tag
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(tags, [loading, masterdown]);
+    assert!(rig.out.is_empty(), "{:?}", rig.out);
 }
 
 #[test]

@@ -3,7 +3,10 @@
 //! - One server: every key goes there.
 //! - Independent servers (static sharding): rendezvous hashing over the servers' names
 //!   (`host:port`), so adding a server moves only about 1/(N+1) of the keys, all to it.
-//! - Redis Cluster: the key's hash slot, looked up in the shared slot map.
+//! - Redis Cluster: the key's hash slot, looked up in the shared slot map. With
+//!   `read_from="prefer_replica"`, a GET or EXISTS goes to the node of the slot's shard that
+//!   `cluster::read_pick` chooses among the primary and its online replicas not known to be
+//!   down; a read sent again (its node failed, or redirected it) goes to the primary.
 //!
 //! Each worker has `connections_per_worker` connections to every server it talks to, plus
 //! one **express** connection that carries only small requests (at most
@@ -22,7 +25,7 @@
 //! redirects to ever new addresses do not grow the worker's memory.
 
 use super::cluster::ClusterView;
-use crate::cluster::{NodeAddr, Rendezvous, key_slot};
+use crate::cluster::{NodeAddr, Rendezvous, key_slot, read_pick};
 use crate::conn::{Completion, Conn, PipelineLimits, ReconnectPolicy};
 use crate::error::{Error, ErrorKind, Result};
 use crate::health::{EndpointHealth, HealthBoard};
@@ -297,19 +300,21 @@ impl Nodes {
     }
 
     /// Forgets nodes nothing needs: the failed ones, and, while more than
-    /// [`MAX_EXTRA_NODES`] nodes that are not `primaries` are in the table, the least recently
-    /// used of those that are idle (no request on any of their connections). A primary of the
-    /// slot map, or a node `pinned` says is in use elsewhere (a ranged read's), stays. Their
-    /// slots are reused by the next new nodes. Returns how many were forgotten.
-    pub fn trim(&mut self, primaries: &HashSet<NodeAddr>, pinned: impl Fn(usize) -> bool) -> usize {
+    /// [`MAX_EXTRA_NODES`] nodes that are not `routed` are in the table, the least recently
+    /// used of those that are idle (no request on any of their connections). A node of the
+    /// slot map keys are routed to (its primaries; with replica reads, their replicas:
+    /// `read_pick::routed_nodes`), or a node `pinned` says is in use elsewhere (a ranged
+    /// read's), stays. Their slots are reused by the next new nodes. Returns how many were
+    /// forgotten.
+    pub fn trim(&mut self, routed: &HashSet<NodeAddr>, pinned: impl Fn(usize) -> bool) -> usize {
         let mut extra = 0;
         let mut candidates = Vec::new();
         for (index, slot) in self.slots.iter().enumerate() {
             if slot.state == SlotState::Free {
                 continue;
             }
-            let primary = slot.state != SlotState::Dead && slot.addr.as_ref().is_some_and(|a| primaries.contains(a));
-            if primary || slot.addr.is_none() {
+            let kept = slot.state != SlotState::Dead && slot.addr.as_ref().is_some_and(|a| routed.contains(a));
+            if kept || slot.addr.is_none() {
                 continue;
             }
             extra += 1;
@@ -369,6 +374,35 @@ impl Nodes {
                 self.route_slot(view, slot).map(|node| (node, slot))
             }
         }
+    }
+
+    /// Reads go to cluster replicas too (`read_from="prefer_replica"` with a cluster).
+    pub fn reads_replicas(&self) -> bool {
+        self.factory.settings.reads_replicas()
+    }
+
+    /// Where a read (GET, EXISTS) of `key` goes: as [`Nodes::route`], but in a cluster whose
+    /// replicas serve reads (`read_from="prefer_replica"`), to the node of the key's shard that
+    /// `read_pick::reader` chooses, skipping nodes this engine knows to be down.
+    pub fn route_read(&mut self, route: &Route, key: &[u8]) -> Result<(usize, u16)> {
+        let Route::Cluster(view) = route else { return self.route(route, key) };
+        if !self.reads_replicas() {
+            return self.route(route, key);
+        }
+        let slot = key_slot(key);
+        let map = view.map();
+        let Some(shard) = map.shard(slot) else {
+            drop(map);
+            return self.route_slot(view, slot).map(|node| (node, slot));
+        };
+        let addr = read_pick::reader(shard, key, |addr| !self.known_down(addr)).clone();
+        drop(map);
+        self.node_at(&addr).map(|node| (node, slot))
+    }
+
+    /// Whether the node at `addr` is in the table and known to be unreachable.
+    fn known_down(&self, addr: &NodeAddr) -> bool {
+        self.by_addr.get(addr).is_some_and(|&index| self.slots[index].health.is_down())
     }
 
     /// The server that serves `slot` now.

@@ -195,6 +195,8 @@ fn sentinel_options(sentinel: &SentinelSettings, settings: &Settings, node: &End
         db: 0,
         connect_timeout: settings.connect_timeout,
         tls: sentinel.tls.clone(),
+        // A Sentinel is asked SENTINEL and ROLE, never for keys.
+        readonly: false,
     }
 }
 

@@ -1,4 +1,5 @@
-//! What is said on every new connection before any data moves: AUTH, SELECT, HELLO, PING.
+//! What is said on every new connection before any data moves: AUTH, SELECT, READONLY (cluster
+//! replica reads), HELLO, PING.
 //! Shared by every connection type, and judged here: which failures are permanent (never
 //! retried) and which are worth a reconnect.
 
@@ -13,6 +14,10 @@ pub enum Step {
     Auth,
     /// `SELECT db`, when the database is not 0.
     Select,
+    /// `READONLY`, when reads go to cluster replicas (`read_from="prefer_replica"`). Sent to
+    /// primaries too: it changes nothing there, and a primary demoted to a replica later keeps
+    /// serving reads instead of redirecting them.
+    ReadOnly,
     /// `HELLO 2`, always: which server this is (see [`super::server`]). A server that refuses it
     /// (before Redis 6, or where it is renamed or denied) is served all the same.
     Hello,
@@ -30,6 +35,9 @@ pub fn commands(options: &ConnectOptions) -> Vec<(Step, Vec<u8>)> {
     }
     if options.db != 0 {
         steps.push((Step::Select, Command::Select { db: options.db }.header()));
+    }
+    if options.readonly {
+        steps.push((Step::ReadOnly, Command::ReadOnly.header()));
     }
     steps.push((Step::Hello, Command::Hello.header()));
     steps.push((Step::Ping, Command::Ping.header()));
@@ -64,7 +72,7 @@ pub fn judge(step: Step, reply: &Reply, options: &ConnectOptions) -> Verdict {
 fn judge_reply(step: Step, reply: &Reply, options: &ConnectOptions) -> Verdict {
     let endpoint = &options.endpoint;
     match (step, reply) {
-        (Step::Auth | Step::Select, Reply::Simple(ok)) if ok == b"OK" => Verdict::Proceed,
+        (Step::Auth | Step::Select | Step::ReadOnly, Reply::Simple(ok)) if ok == b"OK" => Verdict::Proceed,
         (Step::Ping, Reply::Simple(pong)) if pong == b"PONG" => Verdict::Proceed,
         (_, Reply::Error(text)) if is_transient(text) => {
             Verdict::Transient(Error::server(text).context(format!("{endpoint} is not ready")))
@@ -83,6 +91,14 @@ fn judge_reply(step: Step, reply: &Reply, options: &ConnectOptions) -> Verdict {
         )),
         // What a server is only shapes how large values are read; not knowing is no failure.
         (Step::Hello, _) => Verdict::Proceed,
+        (Step::ReadOnly, Reply::Error(text)) => Verdict::Permanent(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "{endpoint} refused READONLY, which reads from cluster replicas need: {} (use \
+                 read_from=\"primary\", or check that it is a cluster node and the user may run READONLY)",
+                String::from_utf8_lossy(text)
+            ),
+        )),
         (Step::Select, Reply::Error(text)) => Verdict::Permanent(Error::new(
             ErrorKind::InvalidInput,
             format!("cannot select database {} at {endpoint}: {}", options.db, String::from_utf8_lossy(text)),
@@ -124,6 +140,27 @@ mod tests {
         assert_eq!(all[0].1, b"*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$2\r\npw\r\n");
         assert_eq!(all[1].1, b"*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n");
         assert_eq!(all[2].1, b"*2\r\n$5\r\nHELLO\r\n$1\r\n2\r\n");
+        let mut replica_reads = options(Some("pw"), None, 0);
+        replica_reads.readonly = true;
+        let steps = commands(&replica_reads);
+        assert_eq!(
+            steps.iter().map(|s| s.0).collect::<Vec<_>>(),
+            [Step::Auth, Step::ReadOnly, Step::Hello, Step::Ping]
+        );
+        assert_eq!(steps[1].1, b"*1\r\n$8\r\nREADONLY\r\n");
+    }
+
+    #[test]
+    fn readonly_refused_is_permanent_and_says_what_to_do() {
+        let opts = options(None, None, 0);
+        assert_eq!(judge(Step::ReadOnly, &Reply::Simple(b"OK".to_vec()), &opts), Verdict::Proceed);
+        let refused = Reply::Error(b"ERR This instance has cluster support disabled".to_vec());
+        let Verdict::Permanent(err) = judge(Step::ReadOnly, &refused, &opts) else { panic!() };
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert!(
+            err.message().contains("h:1 refused READONLY") && err.message().contains("read_from=\"primary\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub struct ConnectOptions {
     /// TLS (`rediss://`, `ssl=True`): what the server must prove and this client presents;
     /// `None` speaks plaintext. There is never a fallback from one to the other.
     pub tls: Option<Arc<TlsConfig>>,
+    /// Redis Cluster reads from replicas: `READONLY` in the handshake, so that a replica
+    /// serves reads of its primary's slots instead of redirecting them.
+    pub readonly: bool,
 }
 
 impl ConnectOptions {
@@ -35,6 +38,7 @@ impl ConnectOptions {
             db: 0,
             connect_timeout: Duration::from_secs(5),
             tls: None,
+            readonly: false,
         }
     }
 }

@@ -328,6 +328,13 @@ impl PySettings {
         self.0.ttl.map(|ttl| ttl.as_secs())
     }
 
+    /// Redis Cluster: where GET and EXISTS go, `"primary"` or `"prefer_replica"` (spread over
+    /// the primary and its replicas).
+    #[getter]
+    fn read_from(&self) -> &'static str {
+        self.0.read_from.name()
+    }
+
     /// TLS is on (`rediss://` or `ssl=True`).
     #[getter]
     fn ssl(&self) -> bool {
@@ -408,6 +415,7 @@ impl PySettings {
         out.set_item("get_piece_bytes", self.get_piece_bytes(py)?)?;
         out.set_item("key_prefix", self.key_prefix())?;
         out.set_item("ttl_seconds", self.ttl_seconds())?;
+        out.set_item("read_from", self.read_from())?;
         out.set_item("ssl", self.ssl())?;
         out.set_item("ssl_ca_certs", self.ssl_ca_certs())?;
         out.set_item("ssl_ca_path", self.ssl_ca_path())?;

@@ -57,6 +57,8 @@ pub enum Command<'a> {
     },
     /// `ASKING`: the next command may touch a slot being imported (Redis Cluster).
     Asking,
+    /// `READONLY`: a cluster replica serves this connection's reads of its primary's slots.
+    ReadOnly,
     /// `CLUSTER <subcommand>` without arguments (`SHARDS`, `SLOTS`).
     Cluster {
         /// The subcommand's name, sent as given.
@@ -193,6 +195,7 @@ impl Command<'_> {
             Command::Hello => args(b"HELLO", &[b"2"], None),
             Command::Select { db } => args(b"SELECT", &[db_digits.format(db).as_bytes()], None),
             Command::Asking => args(b"ASKING", &[], None),
+            Command::ReadOnly => args(b"READONLY", &[], None),
             Command::Cluster { subcommand } => args(b"CLUSTER", &[subcommand], None),
             Command::GetRange { key, start, end } => args(
                 b"GETRANGE",
@@ -285,6 +288,7 @@ mod tests {
             (Command::Del { key: b"\r\n" }, b"*2\r\n$3\r\nDEL\r\n$2\r\n\r\n\r\n"),
             (Command::Ping, b"*1\r\n$4\r\nPING\r\n"),
             (Command::Asking, b"*1\r\n$6\r\nASKING\r\n"),
+            (Command::ReadOnly, b"*1\r\n$8\r\nREADONLY\r\n"),
             (Command::Cluster { subcommand: b"SHARDS" }, b"*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n"),
             (Command::Select { db: 15 }, b"*2\r\n$6\r\nSELECT\r\n$2\r\n15\r\n"),
             (Command::Auth { username: None, password: b"pw" }, b"*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n"),

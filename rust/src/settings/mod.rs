@@ -12,6 +12,7 @@ mod capacity;
 mod names;
 mod namespace;
 mod pieces;
+mod read_from;
 mod sentinel;
 mod sentinel_resolve;
 pub(crate) mod tls;
@@ -23,8 +24,9 @@ pub use capacity::{CapacityConfig, EvictionPolicy};
 pub use names::{ENV_VARS, EVICTION_FIELDS, FIELDS, QUERY_FIELDS, TLS_FIELDS};
 pub use namespace::{KEY_SEPARATOR, expiry_ms, wire_prefix};
 pub use pieces::GetPieces;
-pub use valkey::VALKEY_FIELDS;
+pub use read_from::ReadFrom;
 pub use sentinel::{DEFAULT_SENTINEL_PORT, SENTINEL_FIELDS, SentinelSettings};
+pub use valkey::VALKEY_FIELDS;
 pub use value::Value;
 // What the settings' API names from the wire below.
 pub use crate::conn::PipelineLimits;
@@ -185,6 +187,8 @@ pub struct Settings {
     /// How GETs of large values are read: per server (`auto`), or in pieces of a given size
     /// (0: every value with one GET).
     pub get_piece_bytes: GetPieces,
+    /// Redis Cluster: where GET and EXISTS go (the primary, or spread over it and its replicas).
+    pub read_from: ReadFrom,
     /// Fault the arena's pages in at creation.
     pub prefault: bool,
     /// TLS to every server (and every cluster node); `None` is plaintext. Built (its files
@@ -220,6 +224,7 @@ impl Settings {
             eviction: Eviction::default(),
             prefault: defaults::PREFAULT,
             get_piece_bytes: defaults::GET_PIECES,
+            read_from: ReadFrom::Primary,
             tls: None,
             key_prefix: None,
             ttl: None,
@@ -242,7 +247,13 @@ impl Settings {
             db: self.db,
             connect_timeout: self.connect_timeout,
             tls: self.tls.clone(),
+            readonly: self.reads_replicas(),
         }
+    }
+
+    /// Reads go to cluster replicas too: every connection sends `READONLY` in its handshake.
+    pub(crate) fn reads_replicas(&self) -> bool {
+        self.cluster && self.read_from == ReadFrom::PreferReplica
     }
 
     /// `max_capacity_gb` in bytes (GiB, see [`BYTES_PER_GB`]); 0 when tracking is off.
@@ -514,6 +525,16 @@ impl<'a> Resolver<'a> {
             settings.ttl = Some(namespace::ttl(&given)?);
         }
         namespace::check_single_evictor(settings.ttl, settings.capacity_bytes())?;
+        if let Some(given) = self.tuning("read_from") {
+            settings.read_from = read_from::read_from(&given)?;
+            if settings.read_from == ReadFrom::PreferReplica && !settings.cluster {
+                settings.warnings.push(
+                    "read_from=\"prefer_replica\" has no effect without cluster=true: every read goes to the one \
+                     server (or its shard)"
+                        .into(),
+                );
+            }
+        }
         // Last: it reads files, once everything else is known to be valid.
         self.tls(&mut settings)?;
         self.sentinel(&mut settings)?;

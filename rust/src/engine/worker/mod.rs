@@ -16,7 +16,7 @@ use super::records::{Descriptor, FLAG_EXACT_LENGTH, Region, Tag, encode_completi
 use super::route::{Nodes, Route};
 use super::shared::Shared;
 use crate::clock;
-use crate::cluster::{NodeAddr, RedirectKind};
+use crate::cluster::{RedirectKind, read_pick};
 use crate::conn::{Completion, Conn, Handoff, Outcome, PipelineLimits, Request};
 use crate::error::{Error, ErrorKind};
 use crate::memory::RawBuf;
@@ -28,7 +28,6 @@ use crate::ranged::{self, RangedReads};
 use crate::ring::{Consumer, Producer, PushError};
 use reroute::{Parked, RETRY_MAX, Reroute, Unparked};
 use rustix::event::{PollFd, PollFlags, poll};
-use std::collections::HashSet;
 use std::os::fd::AsFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -182,15 +181,17 @@ impl Worker {
     }
 
     /// Cluster: forgets nodes nothing needs once the table has grown past its bound (see
-    /// [`Nodes::trim`]); a primary of the map, or a node a ranged read is bound to, stays.
+    /// [`Nodes::trim`]); a node of the map keys are routed to (a primary; with replica reads, a
+    /// replica too), or a node a ranged read is bound to, stays.
     fn trim_nodes(&mut self) {
         if !self.nodes.wants_trim() {
             return;
         }
         let Route::Cluster(view) = &*self.route else { return };
-        let primaries: HashSet<NodeAddr> = view.map().primaries().cloned().collect();
+        // With replica reads, a map's replicas are routed to like its primaries: kept.
+        let routed = read_pick::routed_nodes(&view.map(), self.nodes.reads_replicas());
         let ranged = &self.ranged;
-        self.nodes.trim(&primaries, |node| ranged.uses_node(node));
+        self.nodes.trim(&routed, |node| ranged.uses_node(node));
     }
 
     /// Sends `request` to server `node`, behind an `ASKING` if it follows an `-ASK`.
@@ -344,6 +345,9 @@ impl Worker {
             let routed = if descriptor.op == Op::Ping {
                 // PINGs open and check every connection: spread over the servers.
                 Ok((self.nodes.ping_target(descriptor.tag.index as usize), 0))
+            } else if matches!(descriptor.op, Op::Get | Op::Exists) {
+                // Reads may go to a replica (read_from); writes and deletes, to the primary.
+                self.nodes.route_read(&self.route, descriptor.key)
             } else {
                 self.nodes.route(&self.route, descriptor.key)
             };
