@@ -20,6 +20,7 @@ from lmcache_resp import (
     RespConnector,
     RespConnectorClient,
     RespSettings,
+    ServerError,
 )
 from lmcache_resp.lmcache import non_mp
 
@@ -252,7 +253,7 @@ def test_volatile_lru_evicts_ttl_keys_where_keys_without_one_fill_the_server(red
             assert client.get("vol:159", dest) == len(dest) and bytes(dest) == pattern(256 * 1024, 159)
             # Without a TTL, nothing is evictable under volatile-lru: the server refuses.
             r.flushall()
-            with pytest.raises(Exception, match="OOM"):
+            with pytest.raises(ServerError, match="OOM"):
                 for i in range(160):
                     client.set(f"fixed:{i}", pattern(256 * 1024, i))
     finally:

@@ -22,10 +22,13 @@ Settings come from the ``remote_storage_plugin.<name>.<field>`` keys, with the c
 ``RespConnector(**adapter_params)``: ``url``, ``host``, ``port``, ``unix_path``, ``username``,
 ``password``, ``db``, ``timeout``, ``num_workers`` (or ``resp_num_threads``),
 ``connections_per_worker``, ``cpu_affinity``, ``max_capacity_gb`` and ``eviction`` (a mapping),
-and TLS's: ``ssl`` (or a ``rediss://`` url), ``ssl_ca_certs``, ``ssl_ca_path``, ``ssl_certfile``,
-``ssl_keyfile``, ``ssl_check_hostname``, ``ssl_cert_reqs`` and ``ssl_server_name``, and
+TLS's: ``ssl`` (or a ``rediss://`` url), ``ssl_ca_certs``, ``ssl_ca_path``, ``ssl_certfile``,
+``ssl_keyfile``, ``ssl_check_hostname``, ``ssl_cert_reqs`` and ``ssl_server_name``, a namespace
+and an expiry: ``key_prefix`` (keys as ``<key_prefix>@<key>``) and ``ttl_seconds`` (not with
+``max_capacity_gb``), LMCache's ``valkey``-adapter names for ours (``startup_nodes``,
+``cluster_mode``, ``tls_enable``, ``database_id``, ``request_timeout``, ``connection_timeout``),
 Sentinel's: ``sentinel_nodes``, ``sentinel_service_name``, ``sentinel_username``,
-``sentinel_password`` and ``sentinel_tls`` (or a ``redis+sentinel://`` url).
+``sentinel_password`` and ``sentinel_tls`` (or a ``redis+sentinel://`` url), and ``read_from``.
 An empty value means "not set", so ``LMCACHE_RESP_HOST/PORT/USERNAME/PASSWORD`` (and, with TLS
 on, ``LMCACHE_RESP_SSL_CA_CERTS/CERTFILE/KEYFILE``) fill it in; keep credentials there
 (LMCache logs its configuration). Unknown keys are errors.

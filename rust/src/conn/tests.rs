@@ -445,6 +445,42 @@ fn ready_to_disconnected_when_the_server_closes_an_idle_connection_without_a_fai
     rig.ready();
 }
 
+/// Issue #29: a SET with a TTL is one command whose `PX ms` follows the value; written a few
+/// bytes at a time and cut mid-trailer, it is sent again whole, expiry included.
+#[test]
+fn a_set_with_an_expiry_goes_out_whole_in_pieces_and_again_after_a_break() {
+    let mut rig = Rig::new();
+    let mut page = b"hello".to_vec().into_boxed_slice();
+    // SAFETY: as in `Rig::set`; the page lives to the end of the test.
+    let data = unsafe { RawBuf::new(page.as_mut_ptr(), page.len()) };
+    let tag = rig.tag();
+    let set = rig.push(Request::expiring(Op::Set, b"t@k", Some(data), Some(30_000), tag, rig.now + TIMEOUT));
+    rig.ready();
+    let frame: &[u8] = b"*5\r\n$3\r\nSET\r\n$3\r\nt@k\r\n$5\r\nhello\r\n$2\r\nPX\r\n$5\r\n30000\r\n";
+    let mut wire = Vec::new();
+    for _ in 0..frame.len() {
+        if wire.len() >= frame.len() - 4 {
+            break;
+        }
+        wire.extend(rig.take_sent(3));
+        rig.core.on_writable();
+    }
+    assert_eq!(
+        wire.len(),
+        frame.len() - 4,
+        "sent 3 bytes at a time up to the trailer's end: {:?}",
+        String::from_utf8_lossy(&wire)
+    );
+    rig.core.on_peer_closed(rig.now, &mut rig.out);
+    assert!(rig.out.is_empty(), "a SET is retried");
+    rig.ready();
+    assert_eq!(rig.take_sent(usize::MAX), frame, "the same SET again, its PX included");
+    assert_eq!(&wire[..], &frame[..wire.len()]);
+    rig.deliver(b"+OK\r\n", 64);
+    assert_eq!(rig.outcome(set), Outcome::Done);
+    drop(page);
+}
+
 #[test]
 fn a_get_torn_by_a_broken_connection_is_retried_and_a_whole_value_is_a_hit() {
     let mut rig = Rig::new();
