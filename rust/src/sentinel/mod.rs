@@ -193,7 +193,9 @@ pub fn switch_master(message: &Reply, service: &str) -> Option<NodeAddr> {
 }
 
 /// The replicas of `SENTINEL replicas <service>` that are up (not flagged down or
-/// disconnected): where reads may go. Each entry is a flat list of field names and values.
+/// disconnected) and replicating (`master-link-status` `ok`: not one in a full resync, cut off
+/// from its primary, or a demoted primary that still says it is one, which would all answer
+/// misses): where reads may go. Each entry is a flat list of field names and values.
 pub fn replicas(reply: &Reply) -> Vec<NodeAddr> {
     let Reply::Array(entries) = reply else { return Vec::new() };
     entries
@@ -208,6 +210,9 @@ pub fn replicas(reply: &Reply) -> Vec<NodeAddr> {
             };
             let flags = field(b"flags").unwrap_or("");
             if flags.split(',').any(|f| matches!(f, "s_down" | "o_down" | "disconnected")) {
+                return None;
+            }
+            if field(b"master-link-status").is_some_and(|status| status != "ok") {
                 return None;
             }
             Some(NodeAddr::new(field(b"ip")?, field(b"port")?.parse().ok()?))

@@ -144,25 +144,25 @@ fn switch_master_messages_name_the_new_primary_of_their_service() {
 
 #[test]
 fn replicas_that_are_up_are_listed() {
-    let entry = |ip: &str, port: &str, flags: &str| {
-        Reply::Array(vec![
-            bulk("name"),
-            bulk("x"),
-            bulk("ip"),
-            bulk(ip),
-            bulk("port"),
-            bulk(port),
-            bulk("flags"),
-            bulk(flags),
-        ])
+    let entry = |ip: &str, port: &str, flags: &str, link: &str| {
+        let mut fields =
+            vec![bulk("name"), bulk("x"), bulk("ip"), bulk(ip), bulk("port"), bulk(port), bulk("flags"), bulk(flags)];
+        if !link.is_empty() {
+            fields.extend([bulk("master-link-status"), bulk(link)]);
+        }
+        Reply::Array(fields)
     };
     let reply = Reply::Array(vec![
-        entry("10.0.0.7", "6379", "slave"),
-        entry("10.0.0.8", "6379", "s_down,slave"),
-        entry("10.0.0.9", "6379", "slave,disconnected"),
-        entry("10.0.0.10", "x", "slave"),
+        entry("10.0.0.7", "6379", "slave", "ok"),
+        entry("10.0.0.8", "6379", "s_down,slave", "ok"),
+        entry("10.0.0.9", "6379", "slave,disconnected", "ok"),
+        entry("10.0.0.10", "x", "slave", "ok"),
+        // In a full resync, or a demoted primary not yet replicating: it would answer misses.
+        entry("10.0.0.11", "6379", "slave", "err"),
+        // A Sentinel that does not report the link: the flags decide.
+        entry("10.0.0.12", "6379", "slave", ""),
     ]);
-    assert_eq!(replicas(&reply), vec![NodeAddr::new("10.0.0.7", 6379)]);
+    assert_eq!(replicas(&reply), vec![NodeAddr::new("10.0.0.7", 6379), NodeAddr::new("10.0.0.12", 6379)]);
 }
 
 #[test]
