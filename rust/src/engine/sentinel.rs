@@ -74,7 +74,7 @@ impl SentinelWatch {
     ) -> Result<SlotMap> {
         let primary = self.discover(settings, resolver, stopped)?;
         let replicas = if settings.reads_replicas() {
-            self.replicas(settings, resolver).unwrap_or_else(|err| {
+            let listed = self.replicas(settings, resolver).unwrap_or_else(|err| {
                 log::warn!(
                     target: "lmcache_resp::sentinel",
                     "cannot list the replicas of service {:?}: {err}; reads go to the primary {primary} until the \
@@ -82,7 +82,16 @@ impl SentinelWatch {
                     self.settings.service
                 );
                 Vec::new()
-            })
+            });
+            // Each confirmed with ROLE (the data server's credentials), as the primary is.
+            listed
+                .into_iter()
+                .filter(|replica| {
+                    let options = settings.connect_options(&replica.endpoint());
+                    ask(settings, resolver, options, &[b"ROLE"])
+                        .is_ok_and(|role| sentinel::replicates_from(&role, &primary))
+                })
+                .collect()
         } else {
             Vec::new()
         };
