@@ -151,6 +151,22 @@ mod tests {
     }
 
     #[test]
+    fn a_sentinel_shard_spreads_reads_over_its_primary_and_the_listed_replicas() {
+        let addr = |port| NodeAddr::new("127.0.0.1", port);
+        // As `SENTINEL replicas` may list them: any order, once more, and just after a
+        // failover the promoted primary itself.
+        let map = SlotMap::single(addr(7000), vec![addr(7002), addr(7001), addr(7000), addr(7002)]);
+        let shard = map.shard(0).unwrap();
+        assert_eq!(shard.replicas.iter().map(|n| n.addr.clone()).collect::<Vec<_>>(), [addr(7001), addr(7002)]);
+        assert_eq!(routed_nodes(&map, true), [7000, 7001, 7002].map(addr).into_iter().collect());
+        assert_eq!(routed_nodes(&map, false), [addr(7000)].into_iter().collect());
+        assert_eq!(counts(shard, |_| true).keys().copied().collect::<Vec<_>>(), [7000, 7001, 7002]);
+        // Two discoveries that found the same nodes give the same shard (no needless update).
+        assert_eq!(SlotMap::single(addr(7000), vec![addr(7001), addr(7002)]).shard(0), Some(shard));
+        assert!(SlotMap::single(addr(7000), Vec::new()).shard(0).unwrap().replicas.is_empty());
+    }
+
+    #[test]
     fn with_every_node_down_the_primary_is_chosen() {
         let shard = shard(&[(7001, Health::Online)]);
         assert_eq!(counts(&shard, |_| false).keys().copied().collect::<Vec<_>>(), [7000]);

@@ -130,12 +130,18 @@ impl SlotMap {
     }
 
     /// Every slot served by one primary, with `replicas`: a Sentinel-watched primary, routed
-    /// like a one-shard cluster.
-    pub fn single(primary: NodeAddr, replicas: Vec<NodeAddr>) -> SlotMap {
-        let node = |addr| Node { addr, id: None, health: Health::Unknown };
+    /// like a one-shard cluster. The replicas are those the Sentinels list as up, so
+    /// [`Health::Online`]; sorted, each once, and never the primary (a Sentinel may list a
+    /// replica it has just promoted for a moment), so that two discoveries that found the same
+    /// nodes give equal shards.
+    pub fn single(primary: NodeAddr, mut replicas: Vec<NodeAddr>) -> SlotMap {
+        replicas.sort();
+        replicas.dedup();
+        replicas.retain(|replica| *replica != primary);
+        let node = |addr, health| Node { addr, id: None, health };
         let mut builder = Builder::default();
-        let replicas = replicas.into_iter().map(node).collect();
-        let index = builder.add_shard(Shard { primary: node(primary), replicas });
+        let replicas = replicas.into_iter().map(|addr| node(addr, Health::Online)).collect();
+        let index = builder.add_shard(Shard { primary: node(primary, Health::Unknown), replicas });
         builder.assign(0..=SLOT_COUNT - 1, index).expect("one range over an empty map");
         builder.finish()
     }

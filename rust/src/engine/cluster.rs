@@ -20,6 +20,10 @@ const MIN_REFRESH_INTERVAL: Duration = Duration::from_millis(100);
 /// next refresh waits this long.
 const PERMANENT_RETRY_INTERVAL: Duration = Duration::from_secs(2);
 
+/// Sentinel with reads from replicas: the replicas are listed again this often, so that one
+/// back up, newly added or done resyncing serves reads without waiting for a failure.
+const SENTINEL_REPLICAS_INTERVAL: Duration = Duration::from_secs(5);
+
 /// Primaries one refresh asks for the map before the seeds.
 const REFRESH_ASKS: usize = 8;
 
@@ -54,8 +58,8 @@ impl ClusterView {
     pub fn discover(settings: &Settings, resolver: Arc<Resolver>) -> Result<ClusterView> {
         if let Some(sentinel) = &settings.sentinel {
             let watch = SentinelWatch::new(sentinel);
-            let primary = watch.discover(settings, &resolver, &|| false)?;
-            let mut view = ClusterView::over(SlotMap::single(primary, Vec::new()), settings, resolver);
+            let map = watch.discover_map(settings, &resolver, &|| false)?;
+            let mut view = ClusterView::over(map, settings, resolver);
             view.sentinel = Some(watch);
             return Ok(view);
         }
@@ -164,11 +168,21 @@ impl ClusterView {
     fn refresh_until_stopped(&self) {
         let mut last = Instant::now() - MIN_REFRESH_INTERVAL;
         let mut wait = MIN_REFRESH_INTERVAL;
+        let relist_replicas = self.sentinel.is_some() && self.settings.reads_replicas();
         loop {
             {
                 let mut state = self.lock_refresh();
                 while !state.wanted && !state.stop {
-                    state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner());
+                    if relist_replicas {
+                        let (next, waited) = self
+                            .wake
+                            .wait_timeout(state, SENTINEL_REPLICAS_INTERVAL)
+                            .unwrap_or_else(|p| p.into_inner());
+                        state = next;
+                        state.wanted |= waited.timed_out();
+                    } else {
+                        state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner());
+                    }
                 }
                 if state.stop {
                     return;
@@ -202,11 +216,14 @@ impl ClusterView {
     /// [`ClusterView::stop`] is heard between two nodes.
     fn refresh_once(&self) -> Result<()> {
         if let Some(watch) = &self.sentinel {
-            let primary = watch.discover(&self.settings, &self.resolver, &|| self.lock_refresh().stop)?;
+            let fresh = watch.discover_map(&self.settings, &self.resolver, &|| self.lock_refresh().stop)?;
             let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
-            if map.primary(0) != Some(&primary) {
-                log::info!(target: "lmcache_resp::sentinel", "the primary is now {primary}");
-                map.update_from(SlotMap::single(primary, Vec::new()));
+            if map.shard(0) != fresh.shard(0) {
+                if let Some(primary) = fresh.primary(0).filter(|primary| map.primary(0) != Some(*primary)) {
+                    log::info!(target: "lmcache_resp::sentinel", "the primary is now {primary}");
+                }
+                log::debug!(target: "lmcache_resp::sentinel", "reads now go to {:?}", fresh.shard(0));
+                map.update_from(fresh);
             }
             self.refreshes.fetch_add(1, Ordering::AcqRel);
             return Ok(());

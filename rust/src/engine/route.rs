@@ -376,7 +376,7 @@ impl Nodes {
         }
     }
 
-    /// Reads go to cluster replicas too (`read_from="prefer_replica"` with a cluster).
+    /// Reads go to replicas too (`read_from="prefer_replica"` with a cluster or Sentinel).
     pub fn reads_replicas(&self) -> bool {
         self.factory.settings.reads_replicas()
     }

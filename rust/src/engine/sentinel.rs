@@ -6,9 +6,14 @@
 //! connections hand back what a broken connection or a `-READONLY` strands, the view re-runs
 //! discovery, and the requests go to the primary found. While no primary is known the view
 //! says why ([`SentinelWatch::unavailable`]) and keys fail at once with that error.
+//!
+//! With `read_from="prefer_replica"` the shard's replicas are those `SENTINEL replicas` lists
+//! as up at each discovery (at start, after `+switch-master`, after a node failed), and reads
+//! spread over them and the primary as in a cluster (`cluster::read_pick`), without
+//! `READONLY`, which standalone replicas refuse and do not need.
 
 use crate::blocking::BlockingClient;
-use crate::cluster::NodeAddr;
+use crate::cluster::{NodeAddr, SlotMap};
 use crate::error::{Error, Result};
 use crate::net::{ConnectOptions, Endpoint, Resolver};
 use crate::resp::Reply;
@@ -57,11 +62,45 @@ impl SentinelWatch {
         outcome
     }
 
+    /// A round of discovery (as [`SentinelWatch::discover`]) and the one-shard map it gives:
+    /// the primary, and with reads from replicas (`read_from="prefer_replica"`) the replicas
+    /// the Sentinels list as up. Replicas that cannot be listed are left out (reads go to the
+    /// primary until the next discovery), never a reason to lose the primary.
+    pub(super) fn discover_map(
+        &self,
+        settings: &Settings,
+        resolver: &Resolver,
+        stopped: &dyn Fn() -> bool,
+    ) -> Result<SlotMap> {
+        let primary = self.discover(settings, resolver, stopped)?;
+        let replicas = if settings.reads_replicas() {
+            let listed = self.replicas(settings, resolver).unwrap_or_else(|err| {
+                log::warn!(
+                    target: "lmcache_resp::sentinel",
+                    "cannot list the replicas of service {:?}: {err}; reads go to the primary {primary} until the \
+                     next discovery",
+                    self.settings.service
+                );
+                Vec::new()
+            });
+            // Each confirmed with ROLE (the data server's credentials), as the primary is.
+            listed
+                .into_iter()
+                .filter(|replica| {
+                    let options = settings.connect_options(&replica.endpoint());
+                    ask(settings, resolver, options, &[b"ROLE"])
+                        .is_ok_and(|role| sentinel::replicates_from(&role, &primary))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(SlotMap::single(primary, replicas))
+    }
+
     /// `SENTINEL replicas <service>` from the first Sentinel that answers: the replicas that
-    /// are up. Where reads from replicas (`read_from`, a separate change of #29) will take
-    /// them from; nothing calls it yet.
-    #[allow(dead_code)]
-    pub(super) fn replicas(&self, settings: &Settings, resolver: &Resolver) -> Result<Vec<NodeAddr>> {
+    /// are up, where reads from replicas go.
+    fn replicas(&self, settings: &Settings, resolver: &Resolver) -> Result<Vec<NodeAddr>> {
         let sentinels = self.discovery.lock().unwrap_or_else(|p| p.into_inner()).sentinels().to_vec();
         let mut last = None;
         for node in &sentinels {

@@ -193,7 +193,9 @@ pub fn switch_master(message: &Reply, service: &str) -> Option<NodeAddr> {
 }
 
 /// The replicas of `SENTINEL replicas <service>` that are up (not flagged down or
-/// disconnected): where reads may go. Each entry is a flat list of field names and values.
+/// disconnected): where reads may go, once [`replicates_from`] confirms each. Each entry is a
+/// flat list of field names and values. (Their `master-link-status` is not used: the Sentinels
+/// refresh it only every 10 s.)
 pub fn replicas(reply: &Reply) -> Vec<NodeAddr> {
     let Reply::Array(entries) = reply else { return Vec::new() };
     entries
@@ -213,6 +215,20 @@ pub fn replicas(reply: &Reply) -> Vec<NodeAddr> {
             Some(NodeAddr::new(field(b"ip")?, field(b"port")?.parse().ok()?))
         })
         .collect()
+}
+
+/// Whether a listed replica's `ROLE` answer says it replicates from `primary` now
+/// (`["slave", host, port, "connected", offset]`): not a demoted primary that still says it is
+/// one, nor a replica still connecting or in a full resync, which would answer misses.
+pub fn replicates_from(role: &Reply, primary: &NodeAddr) -> bool {
+    let Reply::Array(parts) = role else { return false };
+    let [Reply::Bulk(role), Reply::Bulk(host), port, Reply::Bulk(state), ..] = parts.as_slice() else { return false };
+    let port = match port {
+        Reply::Integer(port) => u16::try_from(*port).ok(),
+        Reply::Bulk(port) => std::str::from_utf8(port).ok().and_then(|p| p.parse().ok()),
+        _ => None,
+    };
+    role == b"slave" && state == b"connected" && *host == primary.host.as_bytes() && port == Some(primary.port)
 }
 
 #[cfg(test)]

@@ -144,25 +144,49 @@ fn switch_master_messages_name_the_new_primary_of_their_service() {
 
 #[test]
 fn replicas_that_are_up_are_listed() {
-    let entry = |ip: &str, port: &str, flags: &str| {
-        Reply::Array(vec![
-            bulk("name"),
-            bulk("x"),
-            bulk("ip"),
-            bulk(ip),
-            bulk("port"),
-            bulk(port),
-            bulk("flags"),
-            bulk(flags),
-        ])
+    let entry = |ip: &str, port: &str, flags: &str, link: &str| {
+        let mut fields =
+            vec![bulk("name"), bulk("x"), bulk("ip"), bulk(ip), bulk("port"), bulk(port), bulk("flags"), bulk(flags)];
+        if !link.is_empty() {
+            fields.extend([bulk("master-link-status"), bulk(link)]);
+        }
+        Reply::Array(fields)
     };
     let reply = Reply::Array(vec![
-        entry("10.0.0.7", "6379", "slave"),
-        entry("10.0.0.8", "6379", "s_down,slave"),
-        entry("10.0.0.9", "6379", "slave,disconnected"),
-        entry("10.0.0.10", "x", "slave"),
+        entry("10.0.0.7", "6379", "slave", "ok"),
+        entry("10.0.0.8", "6379", "s_down,slave", "ok"),
+        entry("10.0.0.9", "6379", "slave,disconnected", "ok"),
+        entry("10.0.0.10", "x", "slave", "ok"),
+        // The Sentinels' view of the link lags by up to 10 s: ROLE decides, not this.
+        entry("10.0.0.11", "6379", "slave", "err"),
+        entry("10.0.0.12", "6379", "slave", ""),
     ]);
-    assert_eq!(replicas(&reply), vec![NodeAddr::new("10.0.0.7", 6379)]);
+    let listed = ["10.0.0.7", "10.0.0.11", "10.0.0.12"].map(|ip| NodeAddr::new(ip, 6379));
+    assert_eq!(replicas(&reply), listed);
+}
+
+#[test]
+fn a_replica_serves_reads_once_role_says_it_replicates_from_the_primary() {
+    let primary = NodeAddr::new("10.0.0.1", 6379);
+    let role = |parts: &[&str], port: Reply| {
+        let mut parts: Vec<Reply> = parts.iter().map(|p| bulk(p)).collect();
+        parts.insert(2, port);
+        Reply::Array(parts)
+    };
+    let replicating = role(&["slave", "10.0.0.1", "connected", "1234"], Reply::Integer(6379));
+    assert!(replicates_from(&replicating, &primary));
+    for (parts, port) in [
+        (vec!["slave", "10.0.0.1", "sync", "-1"], 6379), // a full resync: it would miss
+        (vec!["slave", "10.0.0.1", "connecting", "-1"], 6379), // cut off from its primary
+        (vec!["slave", "10.0.0.2", "connected", "1"], 6379), // another primary's replica
+        (vec!["slave", "10.0.0.1", "connected", "1"], 6380),
+    ] {
+        assert!(!replicates_from(&role(&parts, Reply::Integer(port)), &primary), "{parts:?} {port}");
+    }
+    // A demoted primary that still says it is one.
+    let master = Reply::Array(vec![bulk("master"), Reply::Integer(10), Reply::Array(Vec::new())]);
+    assert!(!replicates_from(&master, &primary));
+    assert!(!replicates_from(&Reply::Error(b"NOAUTH".to_vec()), &primary));
 }
 
 #[test]

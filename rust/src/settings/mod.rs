@@ -247,13 +247,15 @@ impl Settings {
             db: self.db,
             connect_timeout: self.connect_timeout,
             tls: self.tls.clone(),
-            readonly: self.reads_replicas(),
+            readonly: self.cluster && self.reads_replicas(),
         }
     }
 
-    /// Reads go to cluster replicas too: every connection sends `READONLY` in its handshake.
+    /// Reads go to replicas too: a cluster's (every connection then sends `READONLY` in its
+    /// handshake), or those the Sentinels list (standalone replicas serve reads as they are,
+    /// and refuse `READONLY` outside cluster mode).
     pub(crate) fn reads_replicas(&self) -> bool {
-        self.cluster && self.read_from == ReadFrom::PreferReplica
+        self.read_from == ReadFrom::PreferReplica && (self.cluster || self.sentinel.is_some())
     }
 
     /// `max_capacity_gb` in bytes (GiB, see [`BYTES_PER_GB`]); 0 when tracking is off.
@@ -527,17 +529,17 @@ impl<'a> Resolver<'a> {
         namespace::check_single_evictor(settings.ttl, settings.capacity_bytes())?;
         if let Some(given) = self.tuning("read_from") {
             settings.read_from = read_from::read_from(&given)?;
-            if settings.read_from == ReadFrom::PreferReplica && !settings.cluster {
-                settings.warnings.push(
-                    "read_from=\"prefer_replica\" has no effect without cluster=true: every read goes to the one \
-                     server (or its shard)"
-                        .into(),
-                );
-            }
         }
         // Last: it reads files, once everything else is known to be valid.
         self.tls(&mut settings)?;
         self.sentinel(&mut settings)?;
+        if settings.read_from == ReadFrom::PreferReplica && !settings.reads_replicas() {
+            settings.warnings.push(
+                "read_from=\"prefer_replica\" has no effect without cluster=true or Sentinel: every read goes to \
+                 the one server (or its shard)"
+                    .into(),
+            );
+        }
         Ok(settings)
     }
 

@@ -4,7 +4,7 @@
 use super::value::{Given, Value};
 use crate::error::{Error, Result};
 
-/// Where GET and EXISTS go in Redis Cluster (the `read_from` setting).
+/// Where GET and EXISTS go in Redis Cluster or behind Sentinel (the `read_from` setting).
 ///
 /// Writes (SET, DEL, and so eviction) always go to the primary. Values are written once under
 /// content-hash keys, so a replica that lags can only answer a miss, never older bytes of a
@@ -15,8 +15,8 @@ pub enum ReadFrom {
     #[default]
     Primary,
     /// Reads spread over the slot's primary and its replicas that are up, each key to one of
-    /// them chosen by rendezvous hashing (`cluster::read_pick`); every connection sends
-    /// `READONLY` in its handshake.
+    /// them chosen by rendezvous hashing (`cluster::read_pick`); in a cluster every connection
+    /// sends `READONLY` in its handshake (Sentinel-managed replicas need none).
     PreferReplica,
 }
 
@@ -57,7 +57,7 @@ pub(super) fn read_from(given: &Given<'_>) -> Result<ReadFrom> {
     parsed.ok_or_else(|| {
         Error::invalid(format!(
             "{} must be \"primary\" (every read from the primary) or \"prefer_replica\" (reads spread over the \
-             primary and its replicas, cluster=true only), got {}",
+             primary and its replicas, with cluster=true or Sentinel), got {}",
             given.name, given.value
         ))
     })

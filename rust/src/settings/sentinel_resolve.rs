@@ -153,6 +153,26 @@ mod tests {
     }
 
     #[test]
+    fn sentinel_reads_from_its_replicas_without_readonly() {
+        let replica_reads = [("read_from", text("prefer_replica"))];
+        let s = resolve(&replica_reads, Some("redis+sentinel://s1:1/m")).unwrap();
+        assert!(s.reads_replicas(), "{s}");
+        // Standalone replicas serve reads as they are, and refuse READONLY outside a cluster.
+        assert!(!s.connect_options(&tcp("r1", 6380)).readonly);
+        assert!(s.warnings.iter().all(|w| !w.contains("read_from")), "{:?}", s.warnings);
+        let s = resolve(&[], Some("redis+sentinel://s1:1/m")).unwrap();
+        assert!(!s.reads_replicas());
+        // One server has no replicas to read from: it says so.
+        let s = resolve(&replica_reads, Some("redis://h:1")).unwrap();
+        assert!(!s.reads_replicas());
+        assert!(
+            s.warnings.iter().any(|w| w.contains("read_from=\"prefer_replica\" has no effect")),
+            "{:?}",
+            s.warnings
+        );
+    }
+
+    #[test]
     fn mistakes_are_clear_errors() {
         for (explicit, url, message) in [
             (vec![("sentinel_nodes", text("s1:1"))], None, "needs sentinel_service_name"),
