@@ -173,12 +173,7 @@ impl BlockingClient {
     /// Any command, given as its arguments (`[b"ROLE"]`, `[b"SENTINEL", b"replicas", name]`):
     /// the reply, whole (an error reply is an error).
     pub fn command(&mut self, args: &[&[u8]]) -> Result<Reply> {
-        let mut frame = format!("*{}\r\n", args.len()).into_bytes();
-        for arg in args {
-            frame.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-            frame.extend_from_slice(arg);
-            frame.extend_from_slice(b"\r\n");
-        }
+        let frame = crate::resp::encode::encode_args(args);
         match self.send(Request::command(frame, 0, Instant::now() + self.timeout))? {
             Outcome::Reply(Reply::Error(text)) => Err(Error::server(&text).context(&self.endpoint)),
             Outcome::Reply(reply) => Ok(reply),

@@ -118,11 +118,8 @@ impl Command<'_> {
                 let ms = digits.format(ms).as_bytes();
                 let mut out = Vec::with_capacity(TRAILER.len() + 8 + bulk_len_line(ms.len()) + ms.len() + 2);
                 out.extend_from_slice(TRAILER);
-                for arg in [&b"PX"[..], ms] {
-                    push_len_line(&mut out, b'$', arg.len());
-                    out.extend_from_slice(arg);
-                    out.extend_from_slice(b"\r\n");
-                }
+                push_bulk(&mut out, b"PX");
+                push_bulk(&mut out, ms);
                 Cow::Owned(out)
             }
             _ => Cow::Borrowed(&[]),
@@ -147,11 +144,7 @@ impl Command<'_> {
         out.reserve(self.header_len());
         self.for_each_part(|part| match part {
             Part::ArrayLen(n) => push_len_line(out, b'*', n),
-            Part::Arg(arg) => {
-                push_len_line(out, b'$', arg.len());
-                out.extend_from_slice(arg);
-                out.extend_from_slice(b"\r\n");
-            }
+            Part::Arg(arg) => push_bulk(out, arg),
             Part::ValueLen(n) => push_len_line(out, b'$', n),
         });
     }
@@ -236,6 +229,26 @@ fn bulk_len_line(n: usize) -> usize {
     1 + decimal_digits(n) + 2
 }
 
+/// Any command given as its arguments, encoded whole: for what [`Command`] does not name
+/// (`ROLE`, `SENTINEL ...`, `SUBSCRIBE`), sent by the blocking client.
+pub fn encode_args(args: &[&[u8]]) -> Vec<u8> {
+    let len =
+        array_len_line(args.len()) + args.iter().map(|arg| bulk_len_line(arg.len()) + arg.len() + 2).sum::<usize>();
+    let mut out = Vec::with_capacity(len);
+    push_len_line(&mut out, b'*', args.len());
+    for arg in args {
+        push_bulk(&mut out, arg);
+    }
+    out
+}
+
+/// One bulk string: its `$len` line, its bytes, CRLF.
+fn push_bulk(out: &mut Vec<u8>, arg: &[u8]) {
+    push_len_line(out, b'$', arg.len());
+    out.extend_from_slice(arg);
+    out.extend_from_slice(b"\r\n");
+}
+
 fn push_len_line(out: &mut Vec<u8>, kind: u8, n: usize) {
     out.push(kind);
     out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
@@ -245,6 +258,14 @@ fn push_len_line(out: &mut Vec<u8>, kind: u8, n: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn any_command_is_an_array_of_bulk_strings_of_the_length_reserved() {
+        let frame = encode_args(&[b"SENTINEL", b"replicas", b"my master"]);
+        assert_eq!(frame, b"*3\r\n$8\r\nSENTINEL\r\n$8\r\nreplicas\r\n$9\r\nmy master\r\n");
+        assert_eq!(frame.capacity(), frame.len(), "the length is computed, not grown into");
+        assert_eq!(encode_args(&[b"ROLE"]), b"*1\r\n$4\r\nROLE\r\n");
+    }
 
     fn whole_frame(cmd: &Command<'_>, value: &[u8]) -> Vec<u8> {
         let mut out = cmd.header();
