@@ -874,6 +874,14 @@ def call(host, port, *commands):
         return replies
 
 
+def used_memory_rss(host, port):
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(b"*2\r\n$4\r\nINFO\r\n$6\r\nmemory\r\n")
+        stream = sock.makefile("rb")
+        text = stream.read(int(stream.readline()[1:]) + 2).decode()
+    return int(text.split("used_memory_rss:", 1)[1].split()[0])
+
+
 args = sys.argv[1:]
 if args[0] == "-c":
     import importlib.util
@@ -908,6 +916,13 @@ stored = ns.num_keys * ns.in_flight * (ns.rounds + ns.warmup_rounds)
 if not cluster:
     call(*nodes[0], *(["SET", f"stub:{i}", "x"] for i in range(stored)))
 nth = sum(1 for r in records() if r.get("kind") == kind)
+rss_at_start = sum(used_memory_rss(h, p) for h, p in nodes)
+for item in filter(None, os.environ.get("L2_STUB_BLOAT", "").split(",")):
+    # type:nth-run:MiB: that run also stores MiB values of 1 MiB (a run that leaves its memory behind).
+    bloating_kind, bloating_run, mib = item.split(":")
+    if bloating_kind == kind and int(bloating_run) == nth:
+        for i in range(int(mib)):
+            call(*nodes[0], ["SET", f"bloat:{i}", chr(97 + i % 26) * (1 << 20)])
 failure = ""
 for item in filter(None, os.environ.get("L2_STUB_FAIL", "").split(",")):
     failing_kind, failing_run, mode = item.split(":")
@@ -915,7 +930,8 @@ for item in filter(None, os.environ.get("L2_STUB_FAIL", "").split(",")):
         failure = mode
 p50 = {op: round(base * (1 + (nth % 3) / 10), 2) for op, base in BASE[kind].items()}
 total = ns.num_keys * ns.in_flight * ns.rounds
-record({"kind": kind, "spec": spec, "argv": args, "nth": nth, "dbsize_at_start": dbsize, "p50": p50,
+record({"kind": kind, "spec": spec, "argv": args, "nth": nth, "dbsize_at_start": dbsize, "rss_at_start": rss_at_start,
+        "p50": p50,
         "env": {k: os.environ.get(k) for k in ("LMCACHE_TRACK_USAGE", "LMCACHE_DISABLE_BANNER", "LMCACHE_RESP_PASSWORD")}})
 if failure == "crash":
     print("Traceback: the stub crashed on purpose", file=sys.stderr)
@@ -1060,6 +1076,35 @@ def test_lmcache_l2_alternates_abba_flushes_and_reports_medians_and_ratios(
                 assert len(ratio["per_alternation"]) == 3
     store = doc["cells"][0]["ops"]["store"]["adapters"]["ours"]
     assert store["gb_per_s"] == pytest.approx(64 * 1024 * 32 / 1e9 / (store["median_ms"] / 1e3))
+
+
+def test_lmcache_l2_purges_a_steady_server_that_outgrows_its_runs_and_rewarms_it_untimed(
+    capsys: pytest.CaptureFixture[str], l2_stub: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A steady server (jemalloc's decay off) keeps what a flushed run leaves behind; left alone it
+    # grew to 23 GB over a cell's 13 runs and was OOM-killed. resp's first timed run leaves 96 MiB.
+    stub, record = l2_stub
+    monkeypatch.setenv("L2_STUB_BLOAT", "resp:0:96")
+    status, out, err = run_main(capsys, "--compare", "lmcache-l2", "--lmcache-python", str(stub), "--l2-cells", "64K",
+                                "--l2-in-flight", "1", "--rounds", "2", "--l2-bench-rounds", "1",
+                                "--l2-adapters", "ours,resp", "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    runs = _l2_runs(record)
+    # Untimed run, alternation 1 (ours, resp: the bloating one), then the purge and one untimed
+    # run of the next adapter before alternation 2 (resp, ours).
+    assert [r["kind"] for r in runs] == ["native_plugin", "native_plugin", "resp", "resp", "resp", "native_plugin"]
+    assert [r["warmup"] for r in doc["runs"]] == [True, False, False, True, False, False]
+    [purged] = doc["purges"]
+    run_data = 2 * 64 * 1024 * 32  # the warm-up round and one timed round
+    assert purged["rss_before"] > purged["limit"] >= 2 * run_data
+    assert purged["rss_before"] - purged["rss_after"] > 32 << 20 and purged["rss_after"] <= purged["limit"]
+    # The bloat was there when the purge was decided and gone before the next run started.
+    assert runs[3]["rss_at_start"] < purged["limit"] < runs[3]["rss_at_start"] + (96 << 20)
+    assert all(r["dbsize_at_start"] == 0 for r in runs)
+    # The re-warm run is not a sample: two timed runs per adapter.
+    cell = doc["cells"][0]["ops"]["load"]["adapters"]
+    assert len(cell["ours"]["p50_ms"]) == 2 and len(cell["resp"]["p50_ms"]) == 2
 
 
 def test_lmcache_l2_reports_failed_runs_and_leaves_them_out(

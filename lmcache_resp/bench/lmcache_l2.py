@@ -52,8 +52,12 @@ __all__ = [
     "alternation_order",
     "bench_argv",
     "flush",
+    "purge",
     "read_result",
+    "run_bytes",
     "run_lmcache_l2",
+    "server_rss",
+    "steady_rss_limit",
 ]
 
 OPS = ("store", "load", "lookup")
@@ -67,6 +71,8 @@ WARMUP = -1
 RUN_GRACE_S = 120.0
 ROUND_BOUND_S = 10.0
 FLUSH_TIMEOUT_S = 60.0
+# How long a purged server's reported memory may take to come down.
+PURGE_SETTLE_S = 2.0
 LMCACHE_HINT = ("pass --lmcache-python PATH, a Python with LMCache installed (scripts/test-lmcache.sh builds one: "
                 "target/lmcache-0.5.6/venv/bin/python)")
 # What the child interpreter has: run as `PYTHON -c PROBE` with the runs' environment.
@@ -227,12 +233,61 @@ def flush(target: Target, *, keep_memory: bool) -> None:
 
 
 def _pending_frees(host: str, port: int) -> int:
+    return _memory_field(host, port, "lazyfree_pending_objects")
+
+
+def _memory_field(host: str, port: int, name: str) -> int:
     reply = command(port, "INFO", "memory", host=host)
     text = reply.decode(errors="replace") if isinstance(reply, bytes) else ""
     for line in text.splitlines():
-        if line.startswith("lazyfree_pending_objects:"):
+        if line.startswith(f"{name}:"):
             return int(line.split(":", 1)[1])
     return 0
+
+
+def server_rss(target: Target) -> int:
+    """The resident memory of every primary together (INFO memory's used_memory_rss)."""
+    try:
+        return sum(_memory_field(host, port, "used_memory_rss") for host, port in _nodes(target))
+    except (OSError, ReplyError, ValueError) as exc:
+        raise BenchError(f"could not read the throwaway server's memory: {type(exc).__name__}: {exc}") from None
+
+
+def run_bytes(cell: Cell, bench_rounds: int) -> int:
+    """What one `lmcache bench l2` run stores: new keys every round, its warm-up round's too."""
+    return (bench_rounds + LMCACHE_WARMUP_ROUNDS) * cell.round_bytes
+
+
+def steady_rss_limit(baseline: int, cell: Cell, bench_rounds: int) -> int:
+    """How much a server that keeps what it frees may hold after a flush before it is purged: its
+    size when started plus two runs' data. Its allocator reuses most of a flushed run's memory
+    but not all (on Redis 7.0 with jemalloc's decay off, 1 MiB x 32 at 4 in flight went from 0.82
+    to 1.64 GB over four 0.8 GB runs); left alone, a cell of 13 runs outgrew the machine."""
+    return baseline + 2 * run_bytes(cell, bench_rounds)
+
+
+def purge(target: Target) -> None:
+    """Hands the server's freed memory back to the kernel: FLUSHALL SYNC, which on a jemalloc-built
+    Redis or Valkey purges the allocator, and MEMORY PURGE (a no-op on other allocators)."""
+    flush(target, keep_memory=False)
+    try:
+        for host, port in _nodes(target):
+            command(port, "MEMORY", "PURGE", host=host, timeout=FLUSH_TIMEOUT_S)
+    except (OSError, ReplyError) as exc:
+        raise BenchError(f"could not purge the throwaway server: {type(exc).__name__}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Purge:
+    """A steady server purged after a flush, before a timed run (then re-warmed, untimed)."""
+    cell: Cell
+    rss_before: int
+    limit: int
+    rss_after: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cell": self.cell.to_json(), "rss_before": self.rss_before, "limit": self.limit,
+                "rss_after": self.rss_after}
 
 
 @dataclass
@@ -244,6 +299,9 @@ class L2Result:
     specs: dict[str, dict[str, Any]]  # the adapters measured, in order
     skipped: dict[str, str]  # adapter -> why it was not measured
     runs: list[L2Run] = field(default_factory=list)
+    purges: list[Purge] = field(default_factory=list)
+    # A steady server's size when started (after a purge that could not shrink it: its size then).
+    rss_baseline: int = 0
 
     @property
     def cells(self) -> list[Cell]:
@@ -309,6 +367,10 @@ class L2Result:
             out += table_lines(rows, numbers_right=False)
         out += ["", "ours/peer = the peer's median p50 over ours (a throughput ratio: above 1, ours is faster); "
                     "[min-max] of that ratio within each alternation. LMCache reports p50s rounded to 0.01 ms."]
+        if self.purges:
+            out.append(f"The steady server outgrew its size at start plus two runs' data {len(self.purges)} time"
+                       f"{'s' if len(self.purges) != 1 else ''}: purged, then re-warmed with an untimed run each time "
+                       "(\"purges\" in --json).")
         failures = self.failures
         if failures:
             out.append(f"FAILED runs, left out of the figures ({len(failures)}):")
@@ -349,6 +411,7 @@ class L2Result:
             "skipped": self.skipped,
             "cells": summary,
             "runs": [run.to_json() for run in self.runs],
+            "purges": [purge.to_json() for purge in self.purges],
             "failures": len(self.failures),
             "verified": not self.failures,
         }
@@ -495,6 +558,7 @@ def _run_all(result: L2Result, runner: _Runner, console: Console) -> None:
     keep = options.keeps_freed_memory
     per_cell = options.rounds * len(adapters) + (1 if keep else 0)
     console.progress.add_total(per_cell * len(result.cells))
+    result.rss_baseline = server_rss(result.target) if keep else 0
     for cell in result.cells:
         plan = [(WARMUP, adapters[0])] if keep else []
         plan += [(alt, name) for alt in range(options.rounds) for name in alternation_order(adapters, alt)]
@@ -502,8 +566,58 @@ def _run_all(result: L2Result, runner: _Runner, console: Console) -> None:
             step = "untimed run" if alternation == WARMUP else f"alternation {alternation + 1}/{options.rounds}"
             console.progress.start(f"{cell.label}, {step}: {name}")
             flush(result.target, keep_memory=keep)
-            run = runner.run(name, result.specs[name], cell, alternation)
-            result.runs.append(run)
-            if run.failure is not None:
-                console.warn(f"{name}, {cell.label}, {step}: FAILED: {run.failure}")
-            console.progress.advance()
+            if keep and alternation != WARMUP and _purge_if_bloated(result, cell, console):
+                # The purge handed the memory back: one untimed run makes it the server's again.
+                console.progress.add_total(1)
+                _run_one(result, runner, console, name, cell, WARMUP, "untimed run after the purge")
+                flush(result.target, keep_memory=keep)
+            _run_one(result, runner, console, name, cell, alternation, step)
+
+
+def _run_one(result: L2Result, runner: _Runner, console: Console, name: str, cell: Cell, alternation: int,
+             step: str) -> None:
+    run = runner.run(name, result.specs[name], cell, alternation)
+    result.runs.append(run)
+    if run.failure is not None:
+        console.warn(f"{name}, {cell.label}, {step}: FAILED: {run.failure}")
+    console.progress.advance()
+
+
+def _purge_if_bloated(result: L2Result, cell: Cell, console: Console) -> bool:
+    """Purges a steady server that holds more than steady_rss_limit after a flush; whether it did."""
+    limit = steady_rss_limit(result.rss_baseline, cell, result.options.l2_bench_rounds)
+    rss = server_rss(result.target)
+    if rss <= limit:
+        return False
+    purge(result.target)
+    # INFO's used_memory_rss is refreshed by the server's cron (10 times a second by default).
+    deadline = time.monotonic() + PURGE_SETTLE_S
+    while (after := server_rss(result.target)) > limit and time.monotonic() < deadline:
+        time.sleep(0.05)
+    result.purges.append(Purge(cell, rss, limit, after))
+    console.say(f"  {cell.label}: the flushed server still held {format_size(rss)} (over {format_size(limit)}, "
+                f"its size at start plus two runs' data); purged to {format_size(after)} and re-warmed with one untimed run")
+    if after > limit:
+        # An allocator the server was not built with (jemalloc preloaded into a libc-malloc
+        # Valkey) is not purged by either command: go on while the machine has room.
+        ceiling = _half_of_memory()
+        if ceiling is not None and after > ceiling:
+            raise BenchError(f"the throwaway server holds {format_size(after)} even after FLUSHALL SYNC and MEMORY "
+                             f"PURGE, over half of this machine's memory: its allocator does not hand memory back "
+                             "(jemalloc preloaded into a server built without it), and more runs would only add to "
+                             "it; measure this server with --regime fresh")
+        console.warn(f"{cell.label}: the purge left the server at {format_size(after)}, over {format_size(limit)}: "
+                     "its allocator does not hand memory back; the steady runs go on while it fits in memory")
+        result.rss_baseline = after
+    return True
+
+
+def _half_of_memory(meminfo: str = "/proc/meminfo") -> int | None:
+    try:
+        with open(meminfo) as lines:
+            for line in lines:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
