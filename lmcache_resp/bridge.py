@@ -106,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     # through the lmcache_resp.* loggers in the same format as the bridge's own lines.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     _logging.refresh_level()
+    # Handlers first: the socket listens as soon as Bridge() returns, and a SIGTERM from then on
+    # (a supervisor that saw the socket) must stop it cleanly, not kill it with the socket left.
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
     try:
         settings = RespSettings.resolve(
             args.url, num_workers=args.num_workers, cpu_affinity=args.cpu_affinity,
@@ -138,9 +143,6 @@ def main(argv: list[str] | None = None) -> int:
         bridge.num_pages, bridge.page_size, bridge.client_pages, bridge.num_workers, bridge.endpoint, bridge.socket,
         args.socket_mode,
     )
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
     while not stop.wait(1.0):
         pass
     logger.info("bridge: stopping (%d clients attached)", bridge.clients)

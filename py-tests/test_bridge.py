@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import struct
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -173,6 +174,33 @@ def test_sigterm_stops_the_bridge_cleanly(bridge: BridgeProcess) -> None:
     assert "bridge: stopped" in log
     with pytest.raises(RespError):
         store.exists(["late:0"])
+
+
+def test_sigterm_the_moment_the_socket_listens_stops_the_bridge_cleanly(redis_server: RedisServer, tmp_path: Path) -> None:
+    # A supervisor may signal the bridge as soon as it sees the socket. The handlers used to be
+    # installed only after the startup log lines, and a SIGTERM in between killed the bridge
+    # (exit -15) with its socket file left behind (seen in a CI pass).
+    for attempt in range(3):
+        path = tmp_path / f"early{attempt}.sock"
+        args = BridgeProcess(redis_server.url, path, start=False).args
+        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                with socket.socket(socket.AF_UNIX) as probe:
+                    if probe.connect_ex(str(path)) == 0:
+                        break
+                assert process.poll() is None and time.monotonic() < deadline, "the bridge did not start listening"
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(20)
+            stderr = process.stderr.read().decode() if process.stderr else ""
+            assert code == 0, f"attempt {attempt}: exit status {code}; {stderr[-2000:]}"
+            assert not path.exists(), "the socket file is removed"
+            assert "bridge: stopped" in stderr
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 # -- a raw client: the protocol seen from outside --------------------------------------------------
