@@ -39,8 +39,11 @@ for suite in "${VALKEY_SUITES[@]}"; do
     [ "$suite" = test_sentinel.py ] || VALKEY8_SUITES+=("$suite")
 done
 
-echo "==> cargo test (workspace: codec, rings, arena, engine, numa, real-server tests, fuzz corpus replay); server $REDIS"
-REDIS_TEST_SERVER=redis cargo test --workspace --quiet
+# With the python feature: the bindings' own unit tests (the benchmark's loopback ceiling probe)
+# run in the same build, and every cargo test below shares it (one compile, not two).
+RUST_TEST_FEATURES=(--features lmcache-resp/python)
+echo "==> cargo test (workspace: codec, rings, arena, engine, numa, bindings, real-server tests, fuzz corpus replay); server $REDIS"
+REDIS_TEST_SERVER=redis cargo test --workspace "${RUST_TEST_FEATURES[@]}" --quiet
 
 # The Rust real-server tests run again against Valkey 9.1 only: Valkey 8.1 reads and replies as
 # Redis 7.0 does (pieces, the reply copy), and its pytest pass below still covers every front on
@@ -49,12 +52,9 @@ for server in valkey9; do
     name=$VALKEY9
     echo "==> cargo test again: the real-server tests (native-tests); server $name"
     started=$SECONDS
-    REDIS_TEST_SERVER=$server cargo test -p lmcache-resp-native-tests --quiet
+    REDIS_TEST_SERVER=$server cargo test -p lmcache-resp-native-tests "${RUST_TEST_FEATURES[@]}" --quiet
     echo "    (the $server pass of the Rust tests took $((SECONDS - started)) s)"
 done
-
-echo "==> cargo test of the bindings' own unit tests (the benchmark's loopback ceiling probe), with the python feature"
-cargo test -p lmcache-resp --lib --features python --quiet python::
 
 echo "==> clippy (every target, with the python and test-hooks features; warnings are errors)"
 cargo clippy --workspace --all-targets --features lmcache-resp/python,lmcache-resp/test-hooks -- -D warnings
