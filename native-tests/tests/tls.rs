@@ -1110,7 +1110,13 @@ fn a_permanent_tls_failure_is_checked_again_and_a_fixed_certificate_is_found() {
             break;
         }
         assert!(failed_at.elapsed() < Duration::from_secs(5), "never checked again: {:?}", read.outcomes);
-        assert_eq!(every_key_failed(&read).kind(), ErrorKind::Tls, "failing at once until the check");
+        // Each worker's connection is checked again on its own clock: a batch spread over
+        // several may be part read, part still failing (as the TLS error, never another).
+        for outcome in &read.outcomes {
+            if let Outcome::Failed(err) = outcome {
+                assert_eq!(err.kind(), ErrorKind::Tls, "failing at once until the check: {err}");
+            }
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(failed_at.elapsed() >= Duration::from_millis(400), "not before the check is due");
