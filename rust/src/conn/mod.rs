@@ -439,10 +439,20 @@ impl Conn {
         self.tls_input_waiting = false;
         while budget > 0 {
             let Some(stream) = &self.socket.stream else { return };
+            // How much a plaintext receive asked for: a shorter answer emptied the socket, so
+            // the next receive would only say "would block" (one wasted system call per wake-up,
+            // which a large reply arriving in 64 KiB bursts pays dozens of times).
+            let mut asked = None;
             let received = match (self.core.recv_target(now, out), &mut self.socket.tls) {
                 (None, _) => break,
-                (Some(RecvTarget::Scratch(buf)), None) => stream.recv(buf),
-                (Some(RecvTarget::Payload { dest, offset, len }), None) => stream.recv_into(dest, offset, len),
+                (Some(RecvTarget::Scratch(buf)), None) => {
+                    asked = Some(buf.len());
+                    stream.recv(buf)
+                }
+                (Some(RecvTarget::Payload { dest, offset, len }), None) => {
+                    asked = Some(len);
+                    stream.recv_into(dest, offset, len)
+                }
                 (Some(RecvTarget::Scratch(buf)), Some(tls)) => {
                     let room = buf.len();
                     tls_io::recv(tls, stream, room, |plaintext| buf[..plaintext.len()].copy_from_slice(plaintext))
@@ -456,10 +466,12 @@ impl Conn {
                     })
                 }
             };
+            let mut drained = false;
             match received {
                 Ok(0) => self.core.on_peer_closed(now, out),
                 Ok(n) => {
                     budget = budget.saturating_sub(n);
+                    drained = asked.is_some_and(|asked| n < asked);
                     self.core.on_received(now, n, out);
                 }
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
@@ -470,6 +482,10 @@ impl Conn {
                 },
             }
             self.sync_socket();
+            if drained {
+                // Poll says when more has come (level-triggered: nothing is missed).
+                break;
+            }
         }
         self.tls_input_waiting = budget == 0 && self.socket.tls.as_ref().is_some_and(TlsSession::has_buffered_input);
         self.sync_socket();
