@@ -69,6 +69,46 @@ fn ten_thousand_keys_of_mixed_sizes_round_trip_byte_exact() {
 }
 
 #[test]
+fn values_around_the_receive_low_water_marks_round_trip_and_small_replies_after_them_are_not_held_back() {
+    // While a large value arrives in place the worker sets SO_RCVLOWAT to the rest of it (at
+    // least 128 KiB, at most 1 MiB) and back to 1 byte after: a mark left behind would hold a
+    // small reply, a miss or the next header until the timeout. One worker, one connection, so
+    // every reply follows a large one on the same socket; the batch must take nowhere near the
+    // 20 s timeout.
+    let server = RedisServer::start();
+    let mut config = config(&server);
+    config.settings.num_workers = 1;
+    let engine = Engine::start(config).unwrap();
+    const K: usize = 1 << 10;
+    const M: usize = 1 << 20;
+    let big = [128 * K - 1, 128 * K, 128 * K + 1, M - 1, M, M + 1, 3 * M + 7, 200 * K];
+    let mut sizes = Vec::new();
+    for &size in &big {
+        sizes.extend([size, 1, 0]);
+    }
+    let keys = keys("lowat", sizes.len() + 1);
+    let values: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| pattern(n, i as u64)).collect();
+    assert!(engine.run(Batch::new(Op::Set, &items(&keys[..sizes.len()], &values))).unwrap().all_succeeded());
+    let mut dests: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n + 3]).collect();
+    dests.push(vec![5u8; 16]); // the last key was never stored: a miss behind a 200 KiB value
+    for round in 0..3 {
+        let started = Instant::now();
+        let got = engine.run(Batch::new(Op::Get, &items(&keys, &dests))).unwrap();
+        assert!(started.elapsed() < Duration::from_secs(5), "round {round} took {:?}", started.elapsed());
+        for (i, &size) in sizes.iter().enumerate() {
+            assert_eq!(got.outcomes[i], Outcome::Hit(size), "round {round}, key {i}");
+            assert!(dests[i][..size] == values[i][..], "round {round}: bytes of key {i} ({size} bytes)");
+            assert_eq!(&dests[i][size..], &[0, 0, 0], "nothing written past key {i}'s value");
+        }
+        assert_eq!(got.outcomes[sizes.len()], Outcome::Miss);
+        assert!(dests[sizes.len()].iter().all(|&b| b == 5), "a miss leaves its buffer untouched");
+        for dest in &mut dests[..sizes.len()] {
+            dest.fill(0);
+        }
+    }
+}
+
+#[test]
 fn arena_pages_set_get_exists_delete() {
     let server = RedisServer::start();
     let mut config = config(&server);

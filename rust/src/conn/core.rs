@@ -512,6 +512,11 @@ impl ConnCore {
         self.reader.recv_target(dest_len).ok()
     }
 
+    /// The bytes still to come of the value being received straight into its destination.
+    pub fn payload_in_place(&self) -> Option<usize> {
+        self.reader.payload_in_place()
+    }
+
     // -- what happened -------------------------------------------------------------------
 
     /// The connect to the address [`ConnCore::poll_connect`] named succeeded: to a TLS

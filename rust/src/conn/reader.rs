@@ -181,6 +181,15 @@ impl Reader {
         Ok(RecvTarget::Scratch(&mut self.scratch[self.end..self.end + room]))
     }
 
+    /// The bytes of the value being received in place that have not arrived yet (None while
+    /// a header, a small value or anything buffered is being read).
+    pub fn payload_in_place(&self) -> Option<usize> {
+        match (self.parser.payload_remaining(), &self.sink) {
+            (Some(remaining), Sink::Into { .. }) if self.start == self.end => Some(remaining),
+            _ => None,
+        }
+    }
+
     /// `n` bytes arrived where the last [`Reader::recv_target`] said.
     pub fn received(&mut self, n: usize) {
         match (self.parser.payload_remaining(), &mut self.sink) {

@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 /// One connected (or connecting) non-blocking socket to a server.
 pub struct Stream {
     socket: Socket,
+    /// TCP (low-water marks apply), not a Unix socket.
+    tcp: bool,
+    /// The `SO_RCVLOWAT` last set (1, the kernel's default, on a new socket).
+    low_water: std::cell::Cell<usize>,
 }
 
 impl Stream {
@@ -35,10 +39,12 @@ impl Stream {
                 .with_retries(3);
             socket.set_tcp_keepalive(&keepalive)?;
         }
+        let tcp = matches!(address, Address::Tcp(_));
+        let stream = |socket| Stream { socket, tcp, low_water: std::cell::Cell::new(1) };
         match socket.connect(&target) {
-            Ok(()) => Ok((Stream { socket }, true)),
+            Ok(()) => Ok((stream(socket), true)),
             Err(err) if err.raw_os_error() == Some(libc::EINPROGRESS) || err.kind() == io::ErrorKind::WouldBlock => {
-                Ok((Stream { socket }, false))
+                Ok((stream(socket), false))
             }
             Err(err) => Err(err),
         }
@@ -69,6 +75,17 @@ impl Stream {
         sys::recv_into(self.socket.as_fd(), buf, offset, len)
     }
 
+    /// Asks poll to report the socket readable only once `bytes` are queued (TCP only; a Unix
+    /// socket's poll does not honour it). A system call only when the mark changes.
+    pub fn set_recv_low_water(&self, bytes: usize) -> io::Result<()> {
+        if !self.tcp || self.low_water.get() == bytes || !low_water_is_safe() {
+            return Ok(());
+        }
+        sys::set_recv_low_water(self.socket.as_fd(), bytes)?;
+        self.low_water.set(bytes);
+        Ok(())
+    }
+
     /// Whether `TCP_NODELAY` is set on the socket.
     pub fn nodelay(&self) -> io::Result<bool> {
         self.socket.tcp_nodelay()
@@ -78,6 +95,25 @@ impl Stream {
 impl AsFd for Stream {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.socket.as_fd()
+    }
+}
+
+/// Whether this kernel grows a TCP socket's receive buffer to fit its low-water mark and wakes
+/// a reader whose window is closing short of it (Linux 4.18, `tcp_set_rcvlowat`). Before
+/// that, a mark above what the buffer holds left poll silent while the sender waited: a stall.
+fn low_water_is_safe() -> bool {
+    static SAFE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SAFE.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/osrelease").is_ok_and(|release| honours_low_water(&release))
+    })
+}
+
+/// Whether a kernel of this release (`uname -r`: "6.1.0-28-amd64") is Linux 4.18 or later.
+fn honours_low_water(release: &str) -> bool {
+    let mut numbers = release.trim().split(|c: char| !c.is_ascii_digit()).map(|n| n.parse::<u32>().ok());
+    match (numbers.next().flatten(), numbers.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= (4, 18),
+        _ => false,
     }
 }
 
@@ -147,5 +183,85 @@ pub fn wait_for(fd: BorrowedFd<'_>, interest: Interest, deadline: Option<Instant
         Ok(_) => Ok(Readiness::from_poll(fds[0].revents())),
         Err(rustix::io::Errno::INTR) => Ok(Readiness::default()),
         Err(err) => Err(err.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::{SocketAddr, TcpListener};
+
+    #[test]
+    fn low_water_marks_are_used_from_linux_4_18() {
+        for (release, safe) in [
+            ("6.1.0-28-amd64", true),
+            ("4.18.0-553.el8_10.x86_64", true),
+            ("5.4.0", true),
+            ("10.0.1", true),
+            ("4.17.19", false),
+            ("3.10.0-1160.el7.x86_64", false),
+            ("", false),
+            ("garbage", false),
+        ] {
+            assert_eq!(honours_low_water(release), safe, "{release}");
+        }
+    }
+
+    /// A connected stream and the peer end that writes to it.
+    fn pair() -> (Stream, std::net::TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        let (stream, connected) = Stream::start_connect(&Address::Tcp(addr)).unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        if !connected {
+            wait_for(stream.as_fd(), Interest { read: false, write: true }, Some(Instant::now() + Duration::from_secs(5)))
+                .unwrap();
+            stream.finish_connect().unwrap();
+        }
+        (stream, peer)
+    }
+
+    fn readable_within(stream: &Stream, wait: Duration) -> bool {
+        wait_for(stream.as_fd(), Interest { read: true, write: false }, Some(Instant::now() + wait)).unwrap().readable
+    }
+
+    #[test]
+    fn poll_reports_a_stream_readable_only_once_its_low_water_mark_is_queued() {
+        if !low_water_is_safe() {
+            return;
+        }
+        let (stream, mut peer) = pair();
+        stream.set_recv_low_water(256 << 10).unwrap();
+        peer.write_all(&vec![7u8; 100 << 10]).unwrap();
+        assert!(!readable_within(&stream, Duration::from_millis(100)), "woken below the mark");
+        peer.write_all(&vec![7u8; 156 << 10]).unwrap();
+        assert!(readable_within(&stream, Duration::from_secs(5)), "the mark was reached");
+        // Back to 1 byte: readable at once with what is queued, and a fresh byte wakes it.
+        let mut buf = vec![0u8; 1 << 20];
+        let mut got = 0;
+        while got < 256 << 10 {
+            got += stream.recv(&mut buf).unwrap();
+        }
+        stream.set_recv_low_water(1).unwrap();
+        peer.write_all(&[1]).unwrap();
+        assert!(readable_within(&stream, Duration::from_secs(5)));
+        assert_eq!(stream.recv(&mut buf).unwrap(), 1);
+    }
+
+    #[test]
+    fn the_end_of_the_stream_wakes_a_reader_below_its_mark() {
+        if !low_water_is_safe() {
+            return;
+        }
+        let (stream, mut peer) = pair();
+        stream.set_recv_low_water(1 << 20).unwrap();
+        peer.write_all(&[9u8; 10]).unwrap();
+        assert!(!readable_within(&stream, Duration::from_millis(50)));
+        drop(peer);
+        assert!(readable_within(&stream, Duration::from_secs(5)), "a closed peer must not leave the reader waiting");
+        let mut buf = [0u8; 64];
+        assert_eq!(stream.recv(&mut buf).unwrap(), 10);
+        assert_eq!(stream.recv(&mut buf).unwrap(), 0);
     }
 }

@@ -145,3 +145,21 @@ pub fn recv_slice(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     let raw = unsafe { RawBuf::new(buf.as_mut_ptr(), buf.len()) };
     recv_into(fd, raw, 0, buf.len())
 }
+
+/// Sets `SO_RCVLOWAT`: poll reports the socket readable once this many bytes are queued (or at
+/// end of stream, an error, or when the kernel's receive memory runs short).
+pub fn set_recv_low_water(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+    let value: libc::c_int = bytes.clamp(1, libc::c_int::MAX as usize) as libc::c_int;
+    // SAFETY: `value` is a live c_int for the whole call and its size is passed with it; the
+    // kernel only reads it.
+    let done = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&value as *const libc::c_int).cast::<libc::c_void>(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if done == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
