@@ -238,7 +238,7 @@ def test_direct_construction_is_validated_too_and_reads_no_environment() -> None
 def test_every_default_lives_in_one_place() -> None:
     s = RespSettings()
     assert (s.timeout, s.connect_timeout, s.num_workers, s.connections_per_worker) == (10.0, 5.0, 8, 1)
-    assert (s.max_inflight_bytes, s.max_inflight_requests, s.prefault, s.cluster) == (1 << 20, 256, True, False)
+    assert (s.max_inflight_bytes, s.max_inflight_requests, s.prefault, s.cluster) == (512 << 10, 256, True, False)
     # The connect timeout never exceeds the timeout, for every user of the settings alike.
     assert RespSettings(timeout=2).connect_timeout == 2.0
     assert RespSettings(timeout=2, connect_timeout=0.5).connect_timeout == 0.5

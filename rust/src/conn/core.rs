@@ -41,9 +41,12 @@ impl Default for PipelineLimits {
     /// Measured on redis-server 7 with 8 connections (bench/RESULTS.md): one large value in
     /// flight per connection moves the most. Deeper pipelines of 256 KiB to 4 MiB values make
     /// the single-threaded server hold and fault in more buffers at once and cost 10-40% of
-    /// GET and SET throughput; values below 1 MiB still pipeline (4 KiB values 256 deep).
+    /// GET and SET throughput. 512 KiB keeps a 256 KiB value (LMCache's default chunk) alone
+    /// on its connection too: at 1 MiB, three of them went out at once, and LMCache's own
+    /// benchmark stored 32 x 256 KiB about 13% slower (bench/RESULTS.md, 2026-12-02, later).
+    /// Smaller values still pipeline (4 KiB values about 125 deep).
     fn default() -> Self {
-        PipelineLimits { max_inflight_bytes: 1 << 20, max_inflight_requests: 256 }
+        PipelineLimits { max_inflight_bytes: 512 << 10, max_inflight_requests: 256 }
     }
 }
 
