@@ -24,6 +24,7 @@ from lmcache_resp import RespSettings, Secret
 from lmcache_resp.errors import InvalidInputError
 from lmcache_resp.bench.console import GiB, KiB, MiB, mib_to_bytes
 from lmcache_resp.bench.errors import EXIT_INTERRUPTED
+from lmcache_resp.bench.host import meminfo_bytes
 from lmcache_resp.bench.options import (
     ALL_OPS,
     DEFAULT_CLIENT_INFLIGHT_MIB,
@@ -460,18 +461,6 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     return options
 
 
-def _mem_available(meminfo: str = "/proc/meminfo") -> int | None:
-    """MemAvailable in bytes, or None where the kernel does not say."""
-    try:
-        with open(meminfo) as lines:
-            for line in lines:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def _l2_estimate_bytes(options: Options) -> int:
     """Peak bytes of one `lmcache bench l2` run: the server holds every key it stores (new keys
     every round, its warm-up round too), LMCache's process a store and a load buffer per round,
@@ -507,7 +496,7 @@ def _estimate_bytes(options: Options) -> int:
 
 def _memory_problem(options: Options) -> str | None:
     """Why this run does not fit in memory, or None."""
-    available = _mem_available()
+    available = meminfo_bytes("MemAvailable")
     if available is None:
         return None
     needed = _estimate_bytes(options)

@@ -39,6 +39,7 @@ import lmcache_resp
 from lmcache_resp.bench._servers import ReplyError, command
 from lmcache_resp.bench.console import GB, KiB, Console, format_size, table_lines
 from lmcache_resp.bench.errors import BenchError
+from lmcache_resp.bench.host import meminfo_bytes
 from lmcache_resp.bench.lmcache_native import peer_python
 from lmcache_resp.bench.options import PASSWORD_ENV, Options
 from lmcache_resp.bench.target import Target
@@ -267,9 +268,8 @@ def steady_rss_limit(baseline: int, cell: Cell, bench_rounds: int) -> int:
 
 
 def purge(target: Target) -> None:
-    """Hands the server's freed memory back to the kernel: FLUSHALL SYNC, which on a jemalloc-built
-    Redis or Valkey purges the allocator, and MEMORY PURGE (a no-op on other allocators)."""
-    flush(target, keep_memory=False)
+    """Hands a flushed server's freed memory back to the kernel: MEMORY PURGE on every primary
+    (jemalloc-built Redis and Valkey; a no-op on other allocators)."""
     try:
         for host, port in _nodes(target):
             command(port, "MEMORY", "PURGE", host=host, timeout=FLUSH_TIMEOUT_S)
@@ -599,11 +599,11 @@ def _purge_if_bloated(result: L2Result, cell: Cell, console: Console) -> bool:
                 f"its size at start plus two runs' data); purged to {format_size(after)} and re-warmed with one untimed run")
     if after > limit:
         # An allocator the server was not built with (jemalloc preloaded into a libc-malloc
-        # Valkey) is not purged by either command: go on while the machine has room.
-        ceiling = _half_of_memory()
-        if ceiling is not None and after > ceiling:
-            raise BenchError(f"the throwaway server holds {format_size(after)} even after FLUSHALL SYNC and MEMORY "
-                             f"PURGE, over half of this machine's memory: its allocator does not hand memory back "
+        # Valkey) is not purged by MEMORY PURGE: go on while the machine has room.
+        total = meminfo_bytes("MemTotal")
+        if total is not None and after > total // 2:
+            raise BenchError(f"the throwaway server holds {format_size(after)} even after MEMORY PURGE, over half "
+                             f"of this machine's memory: its allocator does not hand memory back "
                              "(jemalloc preloaded into a server built without it), and more runs would only add to "
                              "it; measure this server with --regime fresh")
         console.warn(f"{cell.label}: the purge left the server at {format_size(after)}, over {format_size(limit)}: "
@@ -611,13 +611,3 @@ def _purge_if_bloated(result: L2Result, cell: Cell, console: Console) -> bool:
         result.rss_baseline = after
     return True
 
-
-def _half_of_memory(meminfo: str = "/proc/meminfo") -> int | None:
-    try:
-        with open(meminfo) as lines:
-            for line in lines:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024 // 2
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
