@@ -11,6 +11,12 @@
 # depend on the server and run once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A clean run builds about 3 GB under target/ (debug tests, release wheel, loom). Say so up front:
+# a full disk otherwise shows up as a linker's or ar's "No space left on device" minutes in.
+free_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
+if [ "${free_kib:-0}" -lt $((4 * 1024 * 1024)) ]; then
+    echo "warning: only $((free_kib / 1024)) MiB free on $(df -P . | awk 'NR == 2 { print $6 }'); a clean test run needs about 3 GB under target/ and some under /tmp" >&2
+fi
 scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 
