@@ -494,21 +494,25 @@ impl Conn {
         }
         self.tls_input_waiting = budget == 0 && self.socket.tls.as_ref().is_some_and(TlsSession::has_buffered_input);
         self.sync_socket();
-        self.set_low_water();
+        self.set_low_water(now, out);
     }
 
     /// While a large value arrives in place, poll wakes the worker only once the rest of it
     /// (up to [`LOW_WATER_MAX`]) is queued, not at every burst of the server's writes: fewer
     /// wake-ups, polls and receives per value. Back to 1 byte for headers and small replies.
     /// Plaintext only (TLS records are opened whole, and the session buffers them).
-    fn set_low_water(&mut self) {
+    fn set_low_water(&mut self, now: Instant, out: &mut Vec<Completion>) {
         let (Some(stream), None) = (&self.socket.stream, &self.socket.tls) else { return };
         let bytes = match self.core.payload_in_place() {
             Some(rest) if rest >= LOW_WATER_MIN => rest.min(LOW_WATER_MAX),
             _ => 1,
         };
-        // A refusal only costs the wake-ups it would have saved.
-        let _ = stream.set_recv_low_water(bytes);
+        // A refused raise only costs the wake-ups it would have saved; a refused lowering would
+        // leave poll deaf to the next short reply, so the connection goes (and is reopened).
+        if let Err(err) = stream.set_recv_low_water(bytes) {
+            self.core.on_io_error(now, err, out);
+            self.sync_socket();
+        }
     }
 }
 

@@ -15,7 +15,8 @@ pub struct Stream {
     socket: Socket,
     /// TCP (low-water marks apply), not a Unix socket.
     tcp: bool,
-    /// The `SO_RCVLOWAT` last set (1, the kernel's default, on a new socket).
+    /// The `SO_RCVLOWAT` last set (1, the kernel's default, on a new socket), or
+    /// [`LOW_WATER_REFUSED`] once the socket refused one.
     low_water: std::cell::Cell<usize>,
 }
 
@@ -77,13 +78,34 @@ impl Stream {
 
     /// Asks poll to report the socket readable only once `bytes` are queued (TCP only; a Unix
     /// socket's poll does not honour it). A system call only when the mark changes.
+    ///
+    /// A socket that refuses a mark is not asked again (a refusal would otherwise cost a failing
+    /// system call per wake-up). The error is returned only when the refusal leaves a mark above
+    /// `bytes` in place, where poll would not report a shorter reply: the caller must drop the
+    /// connection rather than wait on it.
     pub fn set_recv_low_water(&self, bytes: usize) -> io::Result<()> {
-        if !self.tcp || self.low_water.get() == bytes || !low_water_is_safe() {
+        if !low_water_is_safe() {
             return Ok(());
         }
-        sys::set_recv_low_water(self.socket.as_fd(), bytes)?;
-        self.low_water.set(bytes);
-        Ok(())
+        self.set_low_water_with(bytes, |fd| sys::set_recv_low_water(fd, bytes))
+    }
+
+    /// [`Stream::set_recv_low_water`] past the kernel gate, with the system call given.
+    fn set_low_water_with(&self, bytes: usize, set: impl FnOnce(BorrowedFd<'_>) -> io::Result<()>) -> io::Result<()> {
+        let current = self.low_water.get();
+        if !self.tcp || current == bytes || current == LOW_WATER_REFUSED {
+            return Ok(());
+        }
+        match set(self.socket.as_fd()) {
+            Ok(()) => {
+                self.low_water.set(bytes);
+                Ok(())
+            }
+            Err(err) => {
+                self.low_water.set(LOW_WATER_REFUSED);
+                if current > bytes { Err(err) } else { Ok(()) }
+            }
+        }
     }
 
     /// Whether `TCP_NODELAY` is set on the socket.
@@ -97,6 +119,9 @@ impl AsFd for Stream {
         self.socket.as_fd()
     }
 }
+
+/// `Stream::low_water` of a socket that refused a mark (no real mark is 0: the kernel makes 0 into 1).
+const LOW_WATER_REFUSED: usize = 0;
 
 /// Whether this kernel grows a TCP socket's receive buffer to fit its low-water mark and wakes
 /// a reader whose window is closing short of it (Linux 4.18, `tcp_set_rcvlowat`). Before
@@ -224,6 +249,43 @@ mod tests {
 
     fn readable_within(stream: &Stream, wait: Duration) -> bool {
         wait_for(stream.as_fd(), Interest { read: true, write: false }, Some(Instant::now() + wait)).unwrap().readable
+    }
+
+    #[test]
+    fn a_socket_that_refuses_a_mark_is_not_asked_again() {
+        let (stream, _peer) = pair();
+        let calls = std::cell::Cell::new(0);
+        let refuse = |_: BorrowedFd<'_>| {
+            calls.set(calls.get() + 1);
+            Err(io::Error::from_raw_os_error(libc::ENOPROTOOPT))
+        };
+        // Raising is refused: the mark stays at 1 byte, which is safe, so no error...
+        stream.set_low_water_with(256 << 10, refuse).unwrap();
+        assert_eq!(calls.get(), 1);
+        // ...and the socket is not asked again, whatever the mark.
+        for bytes in [512 << 10, 1, 1 << 20] {
+            stream.set_low_water_with(bytes, refuse).unwrap();
+        }
+        assert_eq!(calls.get(), 1, "asked again after a refusal");
+    }
+
+    #[test]
+    fn a_refused_lowering_is_an_error_because_poll_would_miss_short_replies() {
+        let (stream, _peer) = pair();
+        let calls = std::cell::Cell::new(0);
+        let accept = |_: BorrowedFd<'_>| {
+            calls.set(calls.get() + 1);
+            Ok(())
+        };
+        stream.set_low_water_with(1 << 20, accept).unwrap();
+        stream.set_low_water_with(1 << 20, accept).unwrap();
+        assert_eq!(calls.get(), 1, "an unchanged mark costs no system call");
+        let err = stream
+            .set_low_water_with(1, |_: BorrowedFd<'_>| Err(io::Error::from_raw_os_error(libc::EINVAL)))
+            .unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
+        stream.set_low_water_with(1, accept).unwrap();
+        assert_eq!(calls.get(), 1, "asked again after a refusal");
     }
 
     #[test]
