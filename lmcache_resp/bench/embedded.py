@@ -72,6 +72,11 @@ class EmbeddedRedis:
         self.port = self._server.port
         return self
 
+    def restart(self) -> None:
+        """Starts the server again, empty, on the same port (see RedisServer.restart)."""
+        assert self._server is not None, "server is not started"
+        self._server.restart()
+
     def version(self) -> str:
         if self._server is not None:
             return self._server.version()

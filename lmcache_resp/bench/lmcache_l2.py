@@ -279,15 +279,17 @@ def purge(target: Target) -> None:
 
 @dataclass(frozen=True)
 class Purge:
-    """A steady server purged after a flush, before a timed run (then re-warmed, untimed)."""
+    """A steady server purged after a flush, before a timed run (then re-warmed, untimed); or
+    restarted, where MEMORY PURGE could not shrink it."""
     cell: Cell
     rss_before: int
     limit: int
     rss_after: int
+    restarted: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"cell": self.cell.to_json(), "rss_before": self.rss_before, "limit": self.limit,
-                "rss_after": self.rss_after}
+                "rss_after": self.rss_after, "restarted": self.restarted}
 
 
 @dataclass
@@ -368,8 +370,10 @@ class L2Result:
         out += ["", "ours/peer = the peer's median p50 over ours (a throughput ratio: above 1, ours is faster); "
                     "[min-max] of that ratio within each alternation. LMCache reports p50s rounded to 0.01 ms."]
         if self.purges:
+            restarts = sum(purge.restarted for purge in self.purges)
+            how = f"purged ({restarts} of them by a restart, where MEMORY PURGE could not shrink it)" if restarts else "purged"
             out.append(f"The steady server outgrew its size at start plus two runs' data {len(self.purges)} time"
-                       f"{'s' if len(self.purges) != 1 else ''}: purged, then re-warmed with an untimed run each time "
+                       f"{'s' if len(self.purges) != 1 else ''}: {how}, then re-warmed with an untimed run each time "
                        "(\"purges\" in --json).")
         failures = self.failures
         if failures:
@@ -584,22 +588,27 @@ def _run_one(result: L2Result, runner: _Runner, console: Console, name: str, cel
 
 
 def _purge_if_bloated(result: L2Result, cell: Cell, console: Console) -> bool:
-    """Purges a steady server that holds more than steady_rss_limit after a flush; whether it did."""
+    """Purges a steady server that holds more than steady_rss_limit after a flush (restarts it
+    where MEMORY PURGE cannot shrink it); whether it did."""
     limit = steady_rss_limit(result.rss_baseline, cell, result.options.l2_bench_rounds)
     rss = server_rss(result.target)
     if rss <= limit:
         return False
     purge(result.target)
-    # INFO's used_memory_rss is refreshed by the server's cron (10 times a second by default).
-    deadline = time.monotonic() + PURGE_SETTLE_S
-    while (after := server_rss(result.target)) > limit and time.monotonic() < deadline:
-        time.sleep(0.05)
-    result.purges.append(Purge(cell, rss, limit, after))
-    console.say(f"  {cell.label}: the flushed server still held {format_size(rss)} (over {format_size(limit)}, "
-                f"its size at start plus two runs' data); purged to {format_size(after)} and re-warmed with one untimed run")
-    if after > limit:
+    after = _settled_rss(result.target, limit)
+    restarted = False
+    if after > limit and result.target.restart is not None:
         # An allocator the server was not built with (jemalloc preloaded into a libc-malloc
-        # Valkey) is not purged by MEMORY PURGE: go on while the machine has room.
+        # Valkey) is out of MEMORY PURGE's reach; the server is empty anyway: start it again.
+        result.target.restart()
+        after, restarted = _settled_rss(result.target, limit), True
+    result.purges.append(Purge(cell, rss, limit, after, restarted))
+    how = "restarted it on its port (MEMORY PURGE could not shrink it)" if restarted else "purged"
+    console.say(f"  {cell.label}: the flushed server still held {format_size(rss)} (over {format_size(limit)}, "
+                f"its size at start plus two runs' data); {how}: {format_size(after)}, re-warmed with one untimed run")
+    if after > limit:
+        # Neither purge nor restart shrank it (a cluster's nodes are not restarted): go on while
+        # the machine has room.
         total = meminfo_bytes("MemTotal")
         if total is not None and after > total // 2:
             raise BenchError(f"the throwaway server holds {format_size(after)} even after MEMORY PURGE, over half "
@@ -610,4 +619,13 @@ def _purge_if_bloated(result: L2Result, cell: Cell, console: Console) -> bool:
                      "its allocator does not hand memory back; the steady runs go on while it fits in memory")
         result.rss_baseline = after
     return True
+
+
+def _settled_rss(target: Target, limit: int) -> int:
+    """The server's memory once it is under ``limit``, or after PURGE_SETTLE_S: INFO's
+    used_memory_rss is refreshed by the server's cron (10 times a second by default)."""
+    deadline = time.monotonic() + PURGE_SETTLE_S
+    while (rss := server_rss(target)) > limit and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return rss
 

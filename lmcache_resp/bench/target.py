@@ -11,9 +11,9 @@ import os
 import select
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lmcache_resp import RedisClient, RespConnector, RespSettings
@@ -42,6 +42,9 @@ class Target:
     server_name: str | None = None
     malloc: str | None = None
     regime: str | None = None
+    # Starts a single throwaway server again, empty, on its port: for memory that its allocator
+    # keeps and MEMORY PURGE cannot reach. None for clusters, shards and a server of the user's.
+    restart: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def endpoint(self) -> str:
@@ -249,7 +252,7 @@ def _embedded(options: Options, console: Console) -> Iterator[Target]:
         else:
             settings = _resolve(host=server.host, port=server.port, username="", password="", timeout=options.timeout)
         yield Target(settings, embedded=True, server_version=version, io_threads=server.io_threads, server_name=name,
-                     malloc=server.malloc(), regime=options.regime)
+                     malloc=server.malloc(), regime=options.regime, restart=server.restart)
     finally:
         port = server.port
         server.stop()
