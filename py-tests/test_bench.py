@@ -845,7 +845,7 @@ L2_STUB = r'''#!{python}
 import argparse, json, os, socket, sys, urllib.parse
 
 RECORD = os.environ["L2_STUB_RECORD"]
-BASE = {"native_plugin": {"Store": 2.0, "Load": 3.0, "Lookup": 0.5},
+BASE = {"native_plugin": {"Store": 2.0, "Load": 3.0, "Lookup": 0.5}, "floor": {"Store": 0.2, "Load": 0.8, "Lookup": 0.1},
         "resp": {"Store": 2.2, "Load": 2.7, "Lookup": 1.1}, "valkey": {"Store": 3.0, "Load": 6.0, "Lookup": 4.0}}
 
 
@@ -902,18 +902,46 @@ parser.add_argument("--skip-verify", action=argparse.BooleanOptionalAction, defa
 ns = parser.parse_args(args[4:])
 spec = json.loads(ns.l2_adapter)
 kind = spec["type"]
-if kind == "native_plugin":
+if kind == "native_plugin" and spec["module_path"] == "lmcache_resp.bench.l2_floor":
+    # The floor connector, imported through the bench's PYTHONPATH as LMCache imports a plugin,
+    # and driven as LMCache's adapter drives one: submit, wait on its eventfd, drain.
+    import importlib, select
+    connector = getattr(importlib.import_module(spec["module_path"]), spec["class_name"])(**spec["adapter_params"])
+    def finish(future):
+        poller = select.poll()
+        poller.register(connector.event_fd(), select.POLLIN)
+        while True:
+            assert poller.poll(5000), "the floor connector never signalled its eventfd"
+            for done in connector.drain_completions():
+                if done[0] == future:
+                    assert done[1] and done[2] == "", done
+                    return done[3]
+    size = ns.data_size_kb * 1024
+    keys = [f"floor-{i}" for i in range(ns.num_keys)]
+    stored = [bytearray(bytes([(i + j) % 256 for j in range(256)]) * (size // 256)) for i in range(ns.num_keys)]
+    assert finish(connector.submit_batch_set(keys, stored)) is None
+    assert finish(connector.submit_batch_exists(keys + ["floor-missing"])) == [True] * ns.num_keys + [False]
+    loaded = [bytearray(size) for _ in keys]
+    assert finish(connector.submit_batch_get(keys, loaded)) == [True] * ns.num_keys
+    assert loaded == stored, "the floor connector loaded other bytes than it stored"
+    assert finish(connector.submit_batch_delete(keys[:1])) == [True]
+    assert finish(connector.submit_batch_exists(keys[:2])) == [False, True]
+    connector.close()
+    kind = "floor"
+    nodes = []
+elif kind == "native_plugin":
     params = spec["adapter_params"]
     where = urllib.parse.urlparse(params["url"]).netloc if "url" in params else f"{params['host']}:{params['port']}"
 elif kind == "resp":
     where = f"{spec['host']}:{spec['port']}"
 else:
     where = spec["startup_nodes"]
-nodes = [(hp.rsplit(":", 1)[0], int(hp.rsplit(":", 1)[1])) for hp in where.split(",")]
+if kind != "floor":
+    nodes = [(hp.rsplit(":", 1)[0], int(hp.rsplit(":", 1)[1])) for hp in where.split(",")]
 dbsize = sum(call(h, p, ["DBSIZE"])[0] for h, p in nodes)
 cluster = len(nodes) > 1
 stored = ns.num_keys * ns.in_flight * (ns.rounds + ns.warmup_rounds)
-if not cluster:
+if nodes and not cluster:
     call(*nodes[0], *(["SET", f"stub:{i}", "x"] for i in range(stored)))
 nth = sum(1 for r in records() if r.get("kind") == kind)
 rss_at_start = sum(used_memory_rss(h, p) for h, p in nodes)
@@ -973,6 +1001,7 @@ def test_l2_cells_and_depths_are_parsed() -> None:
     assert options.l2_adapters == ("ours", "valkey") and options.regime == "fresh"
     defaults = parse_options(["--compare", "lmcache-l2"])
     assert defaults.l2_cells == ((256 << 10, 32),) and defaults.l2_in_flight == (1,)
+    assert defaults.l2_adapters == ("ours", "resp", "valkey"), "floor is asked for, never a default"
     assert defaults.l2_adapters == ("ours", "resp", "valkey") and defaults.regime == "steady"
 
 
@@ -1106,6 +1135,26 @@ def test_lmcache_l2_purges_a_steady_server_that_outgrows_its_runs_and_rewarms_it
     # The re-warm run is not a sample: two timed runs per adapter.
     cell = doc["cells"][0]["ops"]["load"]["adapters"]
     assert len(cell["ours"]["p50_ms"]) == 2 and len(cell["resp"]["p50_ms"]) == 2
+
+
+def test_lmcache_l2_floor_runs_the_serverless_connector_through_lmcaches_import_path(
+    capsys: pytest.CaptureFixture[str], l2_stub: tuple[Path, Path]
+) -> None:
+    # The stand-in imports lmcache_resp.bench.l2_floor through the PYTHONPATH the bench gives it,
+    # stores, looks up, loads (bytes compared) and deletes through it, as LMCache's adapter would.
+    stub, record = l2_stub
+    status, out, err = run_main(capsys, "--compare", "lmcache-l2", "--lmcache-python", str(stub), "--l2-cells", "64K",
+                                "--rounds", "2", "--l2-bench-rounds", "1", "--regime", "fresh",
+                                "--l2-adapters", "floor,ours")
+    assert status == 0, err + out
+    runs = _l2_runs(record)
+    assert [r["kind"] for r in runs] == ["native_plugin", "floor", "floor", "native_plugin"]
+    floor = next(r["spec"] for r in runs if r["kind"] == "floor")
+    assert floor == {"type": "native_plugin", "module_path": "lmcache_resp.bench.l2_floor",
+                     "class_name": "NullConnector", "adapter_params": {}}
+    assert re.search(r"lookup \| 0\.\d+ \[.*\] \| 0\.1\d \[.*\] \| 0\.\d+x", out), out
+    assert "floor = a connector without a server" in out
+    assert "All tests passed" in out
 
 
 def test_lmcache_l2_restarts_a_steady_server_that_memory_purge_cannot_shrink(

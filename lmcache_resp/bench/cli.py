@@ -41,6 +41,7 @@ from lmcache_resp.bench.options import (
     PASSWORD_ENV,
     PROBE_END_SHARE,
     PEERS,
+    DEFAULT_L2_ADAPTERS,
     L2_ADAPTERS,
     REGIMES,
     Options,
@@ -277,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"LMCache's measurement rounds per run, after its one warm-up round (default "
                          f"{DEFAULT_L2_BENCH_ROUNDS})")
     l2.add_argument("--l2-adapters", type=_choices(L2_ADAPTERS), metavar="LIST",
-                    help=f"comma list of {','.join(L2_ADAPTERS)} (default all; resp is skipped on a cluster)")
+                    help=f"comma list of {','.join(L2_ADAPTERS)} (default {','.join(DEFAULT_L2_ADAPTERS)}; resp is "
+                         "skipped on a cluster; floor is a connector without a server: LMCache's own share)")
     extra.add_argument("--bridge", action="store_true",
                        help="K client processes through one bridge (python -m lmcache_resp.bridge) against K "
                             "processes with a store each: throughput, connections, CPU per GB")
@@ -453,7 +455,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         l2_cells=tuple(args.l2_cells) if args.l2_cells else DEFAULT_L2_CELLS,
         l2_in_flight=tuple(dict.fromkeys(args.l2_in_flight)) if args.l2_in_flight else (1,),
         l2_bench_rounds=DEFAULT_L2_BENCH_ROUNDS if args.l2_bench_rounds is None else args.l2_bench_rounds,
-        l2_adapters=tuple(name for name in L2_ADAPTERS if name in args.l2_adapters) if args.l2_adapters else L2_ADAPTERS,
+        l2_adapters=(tuple(name for name in L2_ADAPTERS if name in args.l2_adapters) if args.l2_adapters
+                     else DEFAULT_L2_ADAPTERS),
     )
     problem = _memory_problem(options)
     if problem is not None:

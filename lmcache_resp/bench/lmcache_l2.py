@@ -171,6 +171,9 @@ def adapter_spec(name: str, target: Target, options: Options) -> tuple[dict[str,
         if cluster:
             return None, "LMCache's resp adapter has no cluster mode (it reaches one host:port)"
         return {"type": "resp", "host": nodes[0][0], "port": nodes[0][1], "num_workers": workers}, ""
+    if name == "floor":
+        return {"type": "native_plugin", "module_path": "lmcache_resp.bench.l2_floor", "class_name": "NullConnector",
+                "adapter_params": {}}, ""
     if name == "valkey":
         spec: dict[str, Any] = {"type": "valkey", "startup_nodes": ",".join(f"{h}:{p}" for h, p in nodes),
                                 "num_workers": workers}
@@ -369,6 +372,10 @@ class L2Result:
             out += table_lines(rows, numbers_right=False)
         out += ["", "ours/peer = the peer's median p50 over ours (a throughput ratio: above 1, ours is faster); "
                     "[min-max] of that ratio within each alternation. LMCache reports p50s rounded to 0.01 ms."]
+        if "floor" in self.specs:
+            out.append("floor = a connector without a server (lmcache_resp.bench.l2_floor): LMCache's adapter, demux "
+                       "thread and bench loop alone, plus one memory copy per load; ours/floor is the share of our "
+                       "time that is LMCache's own.")
         if self.purges:
             restarts = sum(purge.restarted for purge in self.purges)
             how = f"purged ({restarts} of them by a restart, where MEMORY PURGE could not shrink it)" if restarts else "purged"

@@ -17,6 +17,7 @@ __all__ = [
     "DEFAULT_FLOOD_SECONDS",
     "DEFAULT_L2_BENCH_ROUNDS",
     "DEFAULT_L2_CELLS",
+    "DEFAULT_L2_ADAPTERS",
     "L2_ADAPTERS",
     "DEFAULT_OPS",
     "DEFAULT_SWEEP_CHUNKS",
@@ -40,8 +41,10 @@ PEERS = ("redis-py", "lmcache", "redis-benchmark", "lmcache-redis", "lmcache-val
 # values fault in fresh pages), or keeping it as a full production cache does (after a warm-up).
 REGIMES = ("fresh", "steady", "both")
 # --compare lmcache-l2 (lmcache_l2.py): LMCache's own `lmcache bench l2`, for these adapters:
-# ours (native_plugin), LMCache's C++ `resp` and its glide-based `valkey`.
-L2_ADAPTERS = ("ours", "resp", "valkey")
+# ours (native_plugin), LMCache's C++ `resp` and its glide-based `valkey` (the default set), and
+# on request `floor`, a connector without a server (l2_floor.py): LMCache's own share of a figure.
+L2_ADAPTERS = ("ours", "resp", "valkey", "floor")
+DEFAULT_L2_ADAPTERS = ("ours", "resp", "valkey")
 # (value bytes, keys per submit): LMCache's defaults, 256 KB x 32.
 DEFAULT_L2_CELLS = ((256 * KiB, 32),)
 # Measurement rounds inside each `lmcache bench l2` run (its --rounds).
@@ -132,7 +135,7 @@ class Options:
     l2_cells: tuple[tuple[int, int], ...] = DEFAULT_L2_CELLS
     l2_in_flight: tuple[int, ...] = (1,)
     l2_bench_rounds: int = DEFAULT_L2_BENCH_ROUNDS
-    l2_adapters: tuple[str, ...] = L2_ADAPTERS
+    l2_adapters: tuple[str, ...] = DEFAULT_L2_ADAPTERS
 
     @property
     def embedded(self) -> bool:
