@@ -886,7 +886,7 @@ class RedisServer(_Throwaway):
                 # The port is ours; only a socket still closing can hold it, and only briefly.
                 if exc.exit_code != EXIT_PORT_TAKEN or time.monotonic() > deadline:
                     raise
-                time.sleep(0.1)
+                time.sleep(0.05)
 
     def stop(self) -> None:
         """Kills the server and removes the temp dir it made (a given directory stays)."""

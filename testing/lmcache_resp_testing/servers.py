@@ -248,20 +248,6 @@ class RedisServer(_servers.RedisServer):
         its reply (error replies raise ReplyError)."""
         return command(self.port, *args, password=self.password, tls=self.client_context())
 
-    def restart(self) -> None:
-        """Starts the server again on the same port, with an empty dataset."""
-        self.kill()
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self._spawn()
-                return
-            except LaunchError as exc:
-                # The old socket may linger for a moment.
-                if exc.exit_code != EXIT_PORT_TAKEN or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
     def pause(self) -> None:
         """Freezes the server (SIGSTOP): connections stay open, nothing is answered."""
         os.kill(self.pid, signal.SIGSTOP)
