@@ -510,6 +510,13 @@ impl Conn {
         // A refused raise only costs the wake-ups it would have saved; a refused lowering would
         // leave poll deaf to the next short reply, so the connection goes (and is reopened).
         if let Err(err) = stream.set_recv_low_water(bytes) {
+            let err = io::Error::new(
+                err.kind(),
+                format!(
+                    "the socket refused to lower its receive low-water mark (SO_RCVLOWAT) to {bytes} byte(s), which \
+                     would leave a short reply unnoticed ({err}); the connection is dropped and opened again"
+                ),
+            );
             self.core.on_io_error(now, err, out);
             self.sync_socket();
         }
