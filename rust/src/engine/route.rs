@@ -12,6 +12,8 @@
 //! one **express** connection that carries only small requests (at most
 //! [`SMALL_REQUEST_BYTES`] in flight: EXISTS, DEL, small values): a lookup never waits on a
 //! connection behind megabytes of someone else's values, which the server would read first.
+//! Small requests keep to it while it has room ([`Nodes::conn_for`]), so that a batch of
+//! lookups costs one write, one wake-up and one receive.
 //! For a cluster: to the first [`WARM_UP_NODES`] primaries of the slot map from the start (the
 //! engine's warm-up opens those), and to any other node (a primary, a redirect's target) from
 //! when a key is first routed to it, so that a map naming thousands of nodes costs only the
@@ -440,11 +442,25 @@ impl Nodes {
         &self.conns_of[node][1..]
     }
 
-    /// The least loaded connection to server `node` for a request keeping `cost` bytes in
-    /// flight: any of them for a small request (in practice the express one, which only small
-    /// ones use), one of the others for a larger one.
+    /// The connection to server `node` for a request keeping `cost` bytes in flight.
+    ///
+    /// A small request goes to the express connection while that still fits it in one
+    /// pipeline window of small requests ([`SMALL_REQUEST_BYTES`], `max_inflight_requests`):
+    /// a batch of lookups then leaves in one write and comes back in one burst, one wake-up
+    /// and one receive, where spreading it over every connection cost a send, a wake-up and a
+    /// receive each. Past that, and for a larger request, the least loaded connection that
+    /// may carry it (a larger one never takes the express connection).
     pub fn conn_for(&self, node: usize, cost: usize) -> usize {
-        let conns = if cost <= SMALL_REQUEST_BYTES { &self.conns_of[node][..] } else { self.bulk_conns_of(node) };
+        if cost > SMALL_REQUEST_BYTES {
+            return self.least_loaded(self.bulk_conns_of(node));
+        }
+        let express = &self.conns[self.conns_of[node][0]];
+        let fits = express.outstanding_cost() + cost <= SMALL_REQUEST_BYTES
+            && express.outstanding_requests() < self.factory.pipeline.max_inflight_requests;
+        if fits { self.conns_of[node][0] } else { self.least_loaded(&self.conns_of[node]) }
+    }
+
+    fn least_loaded(&self, conns: &[usize]) -> usize {
         *conns.iter().min_by_key(|&&i| self.conns[i].outstanding_cost()).expect("a server has connections")
     }
 }
@@ -643,9 +659,54 @@ mod tests {
             nodes.conns[conn].push(exists(1), &mut out);
         }
         assert!(nodes.conns[express].is_empty());
-        // A small one goes where the least is queued: the express connection.
         assert_eq!(nodes.conn_for(node, 100), express);
         assert_eq!(nodes.conn_for(node, SMALL_REQUEST_BYTES), express);
         assert_ne!(nodes.conn_for(node, SMALL_REQUEST_BYTES + 1), express);
+    }
+
+    #[test]
+    fn a_batch_of_small_requests_stays_on_the_express_connection_until_it_is_full() {
+        let (mut nodes, _) = cluster_nodes();
+        let node = nodes.node_at(&NodeAddr::new("127.0.0.1", 7000)).unwrap();
+        let conns = nodes.conns_of(node).to_vec();
+        let express = conns[0];
+        let mut out = Vec::new();
+        // 32 lookups: one connection, so one write and one burst of replies.
+        for _ in 0..32 {
+            let request = exists(1);
+            let conn = nodes.conn_for(node, request.pipeline_cost());
+            assert_eq!(conn, express, "a lookup left the express connection with room on it");
+            nodes.conns[conn].push(request, &mut out);
+        }
+        assert!(conns[1..].iter().all(|&c| nodes.conns[c].is_empty()));
+        // Filled to its byte budget (lookups of 16 KiB keys here), small requests spill to the
+        // least loaded connection.
+        let long_lookup =
+            || Request::new(Op::Exists, &[b'k'; 16 << 10], None, 2, Instant::now() + Duration::from_secs(30));
+        let cost = long_lookup().pipeline_cost();
+        assert!(cost <= SMALL_REQUEST_BYTES);
+        while nodes.conns[express].outstanding_cost() + cost <= SMALL_REQUEST_BYTES {
+            assert_eq!(nodes.conn_for(node, cost), express);
+            nodes.conns[express].push(long_lookup(), &mut out);
+        }
+        let spilled = nodes.conn_for(node, cost);
+        assert_ne!(spilled, express, "the express connection is full");
+        assert!(nodes.conns[spilled].is_empty(), "to the least loaded one");
+        assert!(out.is_empty(), "nothing failed: {out:?}");
+    }
+
+    #[test]
+    fn the_express_connection_takes_no_more_small_requests_than_one_pipeline_window() {
+        let (mut nodes, _) = cluster_nodes();
+        let node = nodes.node_at(&NodeAddr::new("127.0.0.1", 7000)).unwrap();
+        let express = nodes.conns_of(node)[0];
+        let window = nodes.factory.pipeline.max_inflight_requests;
+        let mut out = Vec::new();
+        for _ in 0..window {
+            assert_eq!(nodes.conn_for(node, 1), express);
+            nodes.conns[express].push(exists(1), &mut out);
+        }
+        assert!(nodes.conns[express].outstanding_cost() < SMALL_REQUEST_BYTES, "bytes are not what stops it");
+        assert_ne!(nodes.conn_for(node, 1), express, "a full window spills");
     }
 }
