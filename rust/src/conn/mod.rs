@@ -179,6 +179,12 @@ impl Conn {
         self.core.outstanding_cost()
     }
 
+    /// Waiting out a backoff after failed attempts, or failed for good until its recheck: a
+    /// request queued here now waits for that, or fails.
+    pub fn is_out_of_service(&self) -> bool {
+        matches!(self.core.state(), ConnState::Backoff { .. } | ConnState::Failed { .. })
+    }
+
     /// The socket, for tests and diagnostics.
     pub fn stream(&self) -> Option<&Stream> {
         self.socket.stream.as_ref()

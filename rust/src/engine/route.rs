@@ -445,16 +445,17 @@ impl Nodes {
     /// The connection to server `node` for a request keeping `cost` bytes in flight.
     ///
     /// A small request goes to the express connection while that still fits it in one
-    /// pipeline window of small requests ([`SMALL_REQUEST_BYTES`], `max_inflight_requests`):
-    /// a batch of lookups then leaves in one write and comes back in one burst, one wake-up
-    /// and one receive, where spreading it over every connection cost a send, a wake-up and a
-    /// receive each. Past that, and for a larger request, the least loaded connection that
-    /// may carry it (a larger one never takes the express connection).
+    /// pipeline window of small requests ([`SMALL_REQUEST_BYTES`], `max_inflight_requests`)
+    /// and is not out of service: a batch of lookups then leaves in one write and comes back
+    /// in one burst, one wake-up and one receive, where spreading it over every connection
+    /// cost a send, a wake-up and a receive each. Past that window, the least loaded of all;
+    /// with the express connection out of service, and for a larger request, the least loaded
+    /// of the others.
     pub fn conn_for(&self, node: usize, cost: usize) -> usize {
-        if cost > SMALL_REQUEST_BYTES {
+        let express = &self.conns[self.conns_of[node][0]];
+        if cost > SMALL_REQUEST_BYTES || express.is_out_of_service() {
             return self.least_loaded(self.bulk_conns_of(node));
         }
-        let express = &self.conns[self.conns_of[node][0]];
         let fits = express.outstanding_cost() + cost <= SMALL_REQUEST_BYTES
             && express.outstanding_requests() < self.factory.pipeline.max_inflight_requests;
         if fits { self.conns_of[node][0] } else { self.least_loaded(&self.conns_of[node]) }
@@ -708,5 +709,20 @@ mod tests {
         }
         assert!(nodes.conns[express].outstanding_cost() < SMALL_REQUEST_BYTES, "bytes are not what stops it");
         assert_ne!(nodes.conn_for(node, 1), express, "a full window spills");
+    }
+
+    #[test]
+    fn small_requests_avoid_an_express_connection_out_of_service() {
+        let (mut nodes, _) = cluster_nodes();
+        let node = nodes.node_at(&NodeAddr::new("127.0.0.1", 7000)).unwrap();
+        let express = nodes.conns_of(node)[0];
+        let mut out = Vec::new();
+        let err = Error::new(ErrorKind::Authentication, "WRONGPASS invalid username-password pair");
+        nodes.conns[express].fail_for_good(Instant::now(), err, &mut out);
+        assert!(nodes.conns[express].is_out_of_service());
+        assert!(nodes.conns[express].is_empty());
+        let conn = nodes.conn_for(node, 1);
+        assert_ne!(conn, express, "an empty express connection that would fail the lookup at once");
+        assert!(nodes.bulk_conns_of(node).contains(&conn));
     }
 }
