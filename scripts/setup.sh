@@ -28,15 +28,19 @@ if ! command -v cargo >/dev/null 2>&1; then
     }
     export PATH="$HOME/.cargo/bin:$PATH"
 fi
-# scripts/test.sh runs clippy, which rustup's minimal profile leaves out.
-if ! cargo clippy --version >/dev/null 2>&1; then
-    if command -v rustup >/dev/null 2>&1; then
-        echo "==> adding rustup's clippy component"
-        rustup component add clippy
-    else
-        echo "warning: cargo clippy is missing and there is no rustup to add it (scripts/test.sh needs it)" >&2
+# scripts/test.sh runs clippy and rustfmt, which rustup's minimal profile leaves out.
+for tool in clippy fmt; do
+    if ! cargo "$tool" --version >/dev/null 2>&1; then
+        component=$tool
+        [ "$tool" = fmt ] && component=rustfmt
+        if command -v rustup >/dev/null 2>&1; then
+            echo "==> adding rustup's $component component"
+            rustup component add "$component"
+        else
+            echo "warning: cargo $tool is missing and there is no rustup to add $component (scripts/test.sh needs it)" >&2
+        fi
     fi
-fi
+done
 
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test: set everything up, then the Rust tests (unit, property, fuzz-corpus replay, the
-# loom model of the rings, against a real redis-server), clippy, and the Python suite.
+# loom model of the rings, against a real redis-server), clippy, rustfmt, and the Python suite.
 #
 # Three servers: everything runs against Debian's redis-server 7.0; the pytest suites that talk
 # to a server (VALKEY_SUITES; the Sentinel suite on 9.1 only) run again against Valkey 8.1 (the valkey-server of the
@@ -62,6 +62,8 @@ for server in valkey9; do
     echo "    (the $server pass of the Rust tests took $((SECONDS - started)) s)"
 done
 
+echo "==> rustfmt --check (rustfmt.toml; a file out of format fails here, not in review)"
+cargo fmt --all -- --check
 echo "==> clippy (every target, with the python and test-hooks features; warnings are errors)"
 cargo clippy --workspace --all-targets --features lmcache-resp/python,lmcache-resp/test-hooks -- -D warnings
 echo "==> clippy of the core as it ships (python, without the native tests' internals feature): no dead code"

@@ -640,7 +640,10 @@ fn by_default_a_value_of_256_kib_goes_alone_on_its_connection_and_smaller_ones_p
         rig.set(key, &small);
     }
     rig.ready();
-    assert_eq!(rig.take_sent(usize::MAX).len(), 4 * (b"*3\r\n$3\r\nSET\r\n$1\r\nc\r\n$65536\r\n".len() + small.len() + 2));
+    assert_eq!(
+        rig.take_sent(usize::MAX).len(),
+        4 * (b"*3\r\n$3\r\nSET\r\n$1\r\nc\r\n$65536\r\n".len() + small.len() + 2)
+    );
 }
 
 #[test]

@@ -240,8 +240,12 @@ mod tests {
         let (stream, connected) = Stream::start_connect(&Address::Tcp(addr)).unwrap();
         let (peer, _) = listener.accept().unwrap();
         if !connected {
-            wait_for(stream.as_fd(), Interest { read: false, write: true }, Some(Instant::now() + Duration::from_secs(5)))
-                .unwrap();
+            wait_for(
+                stream.as_fd(),
+                Interest { read: false, write: true },
+                Some(Instant::now() + Duration::from_secs(5)),
+            )
+            .unwrap();
             stream.finish_connect().unwrap();
         }
         (stream, peer)
