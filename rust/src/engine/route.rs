@@ -461,6 +461,13 @@ impl Nodes {
         if fits { self.conns_of[node][0] } else { self.least_loaded(&self.conns_of[node]) }
     }
 
+    /// The connection to server `node` a PING goes to: the least loaded of all, so that the
+    /// PINGs of a warm-up, one per connection, open and check every one of them (by the rule
+    /// of [`Nodes::conn_for`] they would all take the express connection).
+    pub fn conn_to_check(&self, node: usize) -> usize {
+        self.least_loaded(&self.conns_of[node])
+    }
+
     fn least_loaded(&self, conns: &[usize]) -> usize {
         *conns.iter().min_by_key(|&&i| self.conns[i].outstanding_cost()).expect("a server has connections")
     }
@@ -709,6 +716,24 @@ mod tests {
         }
         assert!(nodes.conns[express].outstanding_cost() < SMALL_REQUEST_BYTES, "bytes are not what stops it");
         assert_ne!(nodes.conn_for(node, 1), express, "a full window spills");
+    }
+
+    #[test]
+    fn pings_one_per_connection_reach_every_connection() {
+        let (mut nodes, _) = cluster_nodes();
+        let node = nodes.node_at(&NodeAddr::new("127.0.0.1", 7000)).unwrap();
+        let mut conns = nodes.conns_of(node).to_vec();
+        let mut out = Vec::new();
+        let mut pinged = Vec::new();
+        for _ in 0..conns.len() {
+            let conn = nodes.conn_to_check(node);
+            nodes.conns[conn]
+                .push(Request::new(Op::Ping, b"", None, 3, Instant::now() + Duration::from_secs(30)), &mut out);
+            pinged.push(conn);
+        }
+        pinged.sort_unstable();
+        conns.sort_unstable();
+        assert_eq!(pinged, conns, "a warm-up opens the express connection and the bulk ones");
     }
 
     #[test]

@@ -196,7 +196,11 @@ impl Worker {
 
     /// Sends `request` to server `node`, behind an `ASKING` if it follows an `-ASK`.
     fn send(&mut self, node: usize, mut request: Request, asking: bool) {
-        let conn = self.nodes.conn_for(node, request.pipeline_cost());
+        let conn = if request.op() == Some(Op::Ping) {
+            self.nodes.conn_to_check(node)
+        } else {
+            self.nodes.conn_for(node, request.pipeline_cost())
+        };
         self.metrics.on_send(node, self.nodes.conns[conn].endpoint(), &mut request);
         if self.readiness.len() < self.nodes.conns.len() {
             self.readiness.resize(self.nodes.conns.len(), Readiness::OPTIMISTIC);
