@@ -210,6 +210,7 @@ impl Conn {
             if ready.readable || self.tls_input_waiting {
                 self.read(now, out);
             }
+            self.after_handshake();
             if ready.writable {
                 self.core.on_writable();
                 self.flush_tls(now, out);
@@ -223,6 +224,20 @@ impl Conn {
                 return;
             }
             ready = Readiness::OPTIMISTIC;
+        }
+    }
+
+    /// Once the handshake is done, before the first request goes out: restarts the socket's
+    /// congestion control (BBR only; see `net::congestion`). A failure leaves the connection
+    /// working on another congestion control, and says which.
+    fn after_handshake(&self) {
+        if self.core.state() != ConnState::Ready {
+            return;
+        }
+        if let Some(stream) = &self.socket.stream {
+            if let Err(err) = stream.restart_congestion_control_once() {
+                log::warn!(target: "lmcache_resp::conn", "{}: {err}", self.core.endpoint());
+            }
         }
     }
 

@@ -4,12 +4,14 @@
 //!   `resolve` (host names looked up off the I/O threads);
 //! - `socket` (a non-blocking TCP or Unix stream, and a deadline-bounded wait) and `sys` (the
 //!   raw `sendmsg`/`recv` of the data path: the only place the kernel touches caller memory);
+//!   `congestion` (restarting BBR after the handshake, so that it does not pace a LAN's values);
 //! - `handshake` (AUTH, SELECT, HELLO, PING on every new connection, and which failures are
 //!   permanent) and `server` (what the server says it is);
 //! - `eventfd` (how the engine and the bridge wake whoever waits);
 //! - `tls` (trust and identity, and the connection's TLS session and records, with no I/O of
 //!   their own: `crate::conn` feeds them from the socket).
 
+mod congestion;
 pub mod endpoint;
 mod eventfd;
 pub mod handshake;

@@ -18,6 +18,8 @@ pub struct Stream {
     /// The `SO_RCVLOWAT` last set (1, the kernel's default, on a new socket), or
     /// [`LOW_WATER_REFUSED`] once the socket refused one.
     low_water: std::cell::Cell<usize>,
+    /// Its congestion control was restarted after the handshake (or needed no restart).
+    congestion_restarted: std::cell::Cell<bool>,
 }
 
 impl Stream {
@@ -41,7 +43,12 @@ impl Stream {
             socket.set_tcp_keepalive(&keepalive)?;
         }
         let tcp = matches!(address, Address::Tcp(_));
-        let stream = |socket| Stream { socket, tcp, low_water: std::cell::Cell::new(1) };
+        let stream = |socket| Stream {
+            socket,
+            tcp,
+            low_water: std::cell::Cell::new(1),
+            congestion_restarted: std::cell::Cell::new(!tcp),
+        };
         match socket.connect(&target) {
             Ok(()) => Ok((stream(socket), true)),
             Err(err) if err.raw_os_error() == Some(libc::EINPROGRESS) || err.kind() == io::ErrorKind::WouldBlock => {
@@ -106,6 +113,43 @@ impl Stream {
                 if current > bytes { Err(err) } else { Ok(()) }
             }
         }
+    }
+
+    /// Once per socket, when its connection's handshake is done and before its first request:
+    /// restarts BBR, if the socket runs it (see `net::congestion` for why). Other congestion
+    /// controls, Unix sockets and later calls are left alone, and so is a socket whose
+    /// congestion control or allowed list cannot be read, or that refuses the detour. An error
+    /// means only this: the socket could not be switched back, and runs the congestion control
+    /// the error names.
+    pub fn restart_congestion_control_once(&self) -> io::Result<()> {
+        if self.congestion_restarted.replace(true) {
+            return Ok(());
+        }
+        let Ok(current) = self.socket.tcp_congestion() else { return Ok(()) };
+        let current = super::congestion::name_of(&current);
+        let Ok(allowed) = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control") else {
+            return Ok(());
+        };
+        let Some(detour) = super::congestion::detour(&current, &allowed) else {
+            return Ok(());
+        };
+        if self.socket.set_tcp_congestion(detour.as_bytes()).is_err() {
+            return Ok(());
+        }
+        self.socket.set_tcp_congestion(current.as_bytes()).map_err(|err| {
+            io::Error::new(
+                err.kind(),
+                format!(
+                    "the connection runs {detour}: switching it back to {current} after the handshake failed: {err}"
+                ),
+            )
+        })
+    }
+
+    /// The socket's congestion control, as the kernel names it.
+    #[cfg(test)]
+    pub fn congestion_control(&self) -> io::Result<String> {
+        Ok(super::congestion::name_of(&self.socket.tcp_congestion()?))
     }
 
     /// Whether `TCP_NODELAY` is set on the socket.
@@ -329,5 +373,62 @@ mod tests {
         let mut buf = [0u8; 64];
         assert_eq!(stream.recv(&mut buf).unwrap(), 10);
         assert_eq!(stream.recv(&mut buf).unwrap(), 0);
+    }
+
+    /// A small request and its reply, as a handshake's, then a pause.
+    fn exchange(stream: &Stream, peer: &mut std::net::TcpStream) {
+        use std::io::Read;
+        let mut iov = super::super::IoVecs::<1>::new();
+        iov.push_slice(b"*1\r\n$4\r\nPING\r\n");
+        assert_eq!(stream.send(iov.as_slice()).unwrap(), 14);
+        let mut got = [0u8; 14];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"*1\r\n$4\r\nPING\r\n");
+        peer.write_all(b"+PONG\r\n").unwrap();
+        let mut reply = [0u8; 7];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut read = 0;
+        while read < reply.len() {
+            wait_for(stream.as_fd(), Interest { read: true, write: false }, Some(deadline)).unwrap();
+            match stream.recv(&mut reply[read..]) {
+                Ok(n) => read += n,
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+                Err(err) => panic!("{err}"),
+            }
+            assert!(Instant::now() < deadline, "no reply");
+        }
+        assert_eq!(&reply, b"+PONG\r\n");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    #[test]
+    fn bbr_is_started_afresh_after_the_handshake_and_only_once() {
+        let (stream, mut peer) = pair();
+        // BBR if this kernel has it and lets us choose it (CI runs as root); the system's own
+        // choice otherwise, which must then be left alone.
+        let _ = stream.socket.set_tcp_congestion(b"bbr");
+        let chosen = stream.congestion_control().unwrap();
+        exchange(&stream, &mut peer);
+        let before = sys::bbr_model(stream.as_fd()).unwrap();
+        stream.restart_congestion_control_once().unwrap();
+        assert_eq!(stream.congestion_control().unwrap(), chosen, "the same congestion control afterwards");
+        let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap();
+        if chosen == "bbr" && super::super::congestion::detour("bbr", &allowed).is_some() {
+            let (bw, _) = before.expect("BBR reports its model");
+            assert!(bw > 0, "the exchange gave BBR a bandwidth sample");
+            let (bw, _) = sys::bbr_model(stream.as_fd()).unwrap().expect("still BBR");
+            assert_eq!(bw, 0, "a fresh model: no bandwidth sample yet");
+            exchange(&stream, &mut peer);
+            let (bw, gain) = sys::bbr_model(stream.as_fd()).unwrap().expect("still BBR");
+            assert!(bw > 0 && gain > 2 * 256, "in STARTUP (pacing gain {gain}/256), where large sends are not paced");
+            // Only once: a second call leaves the model alone.
+            stream.restart_congestion_control_once().unwrap();
+            let (bw, _) = sys::bbr_model(stream.as_fd()).unwrap().expect("still BBR");
+            assert!(bw > 0, "a second call restarted BBR again");
+        } else {
+            eprintln!("congestion control {chosen} (allowed: {}): only checked to be left alone", allowed.trim());
+        }
+        // The connection still carries bytes both ways.
+        exchange(&stream, &mut peer);
     }
 }

@@ -163,3 +163,30 @@ pub fn set_recv_low_water(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
     };
     if done == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
+
+/// BBR's model of a TCP socket (`TCP_CC_INFO`), for tests: its bandwidth estimate in bytes
+/// per second and its pacing gain (256 = 1.0). `None` when the socket does not run BBR.
+#[cfg(test)]
+pub fn bbr_model(fd: BorrowedFd<'_>) -> io::Result<Option<(u64, u32)>> {
+    // struct tcp_bbr_info (linux/inet_diag.h): bw_lo, bw_hi, min_rtt, pacing_gain, cwnd_gain.
+    let mut info = [0u32; 5];
+    let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: `info` is live, writable memory of `len` bytes for the whole call, and `len` is
+    // a live socklen_t the kernel writes the length it filled into.
+    let done = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CC_INFO,
+            info.as_mut_ptr().cast::<libc::c_void>(),
+            &mut len,
+        )
+    };
+    if done != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if (len as usize) < std::mem::size_of_val(&info) {
+        return Ok(None);
+    }
+    Ok(Some((u64::from(info[0]) | (u64::from(info[1]) << 32), info[3])))
+}

@@ -20,6 +20,7 @@ run() { # who
   redis-cli -p $PORT flushall >/dev/null
 }
 was=$(sysctl -n net.ipv4.tcp_congestion_control)
+trap 'sysctl -qw net.ipv4.tcp_congestion_control=$was' EXIT  # restored however the script ends
 for cc in bbr cubic; do
   sysctl -qw net.ipv4.tcp_congestion_control=$cc
   for i in $(seq $ALTS); do

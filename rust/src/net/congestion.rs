@@ -1,0 +1,80 @@
+//! Restarting BBR once a connection's handshake is done, so that its first values start BBR
+//! as a connection's first bytes do.
+//!
+//! Why: a TCP connection under BBR whose first exchange is small (our AUTH/HELLO/PING
+//! handshake and the warm-up's PING) leaves BBR's STARTUP within its first values and settles
+//! in PROBE_BW with a bandwidth estimate a tenth of what loopback or a LAN carries; the kernel
+//! then paces every large send with a timer. A connection whose first bytes are a large value
+//! (LMCache's C++ connector has no handshake) stays in STARTUP, unpaced. Measured on a BBR host
+//! (bench/RESULTS.md, "Most of that gap is TCP pacing"): 5-7 of our 8 loaded connections
+//! paced, the C++ connector's none, and 18-27% more client CPU for our 256 KiB SETs (10% under
+//! cubic). Re-initialising BBR after the handshake (Linux re-initialises a congestion control
+//! only when it changes, so through another one and back) puts the connection where a
+//! connection that starts with data is.
+//!
+//! Only BBR: other congestion controls are left alone (cubic after a handshake is in its
+//! initial slow start anyway, and some, such as DCTCP, must not be switched on an established
+//! connection).
+
+/// The congestion control whose state a handshake spoils.
+const RESTARTED: &str = "bbr";
+
+/// The congestion control to pass through so that setting `current` again re-initialises it:
+/// another one that an unprivileged process may set (`allowed`, the contents of
+/// `/proc/sys/net/ipv4/tcp_allowed_congestion_control`), reno if it may. `None` leaves the
+/// socket as it is: `current` is not BBR, or `current` may not be set again by an unprivileged
+/// process (then the way back could fail), or there is nothing else to pass through.
+pub(crate) fn detour<'a>(current: &str, allowed: &'a str) -> Option<&'a str> {
+    let mut allowed = allowed.split_whitespace();
+    if current != RESTARTED || !allowed.clone().any(|name| name == current) {
+        return None;
+    }
+    let others = allowed.clone().filter(|&name| name != current);
+    others.clone().find(|&name| name == "reno").or_else(|| allowed.find(|&name| name != current))
+}
+
+/// A socket's congestion control name as `getsockopt(TCP_CONGESTION)` returns it (padded with
+/// NULs to the buffer's size).
+pub(crate) fn name_of(raw: &[u8]) -> String {
+    let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    String::from_utf8_lossy(&raw[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bbr_passes_through_reno_when_both_are_allowed() {
+        assert_eq!(detour("bbr", "reno bbr cubic"), Some("reno"));
+        assert_eq!(detour("bbr", "cubic bbr reno\n"), Some("reno"));
+    }
+
+    #[test]
+    fn without_reno_bbr_passes_through_another_allowed_one() {
+        assert_eq!(detour("bbr", "bbr cubic"), Some("cubic"));
+    }
+
+    #[test]
+    fn other_congestion_controls_are_left_alone() {
+        for current in ["cubic", "reno", "dctcp", "bbr2", ""] {
+            assert_eq!(detour(current, "reno bbr cubic dctcp bbr2"), None, "{current}");
+        }
+    }
+
+    #[test]
+    fn bbr_that_may_not_be_set_again_is_left_alone() {
+        // Set by a privileged process or a route: the way back would fail, leaving reno.
+        assert_eq!(detour("bbr", "reno cubic"), None);
+        assert_eq!(detour("bbr", ""), None);
+        // Nothing else to pass through.
+        assert_eq!(detour("bbr", "bbr"), None);
+    }
+
+    #[test]
+    fn names_are_read_up_to_their_padding() {
+        assert_eq!(name_of(b"bbr\0\0\0\0\0\0\0\0\0\0\0\0\0"), "bbr");
+        assert_eq!(name_of(b"cubic"), "cubic");
+        assert_eq!(name_of(b""), "");
+    }
+}
