@@ -1,4 +1,4 @@
-// CPU per 256 KiB SET: blocking recv (mode 0) vs ppoll over (eventfd, socket, idle socket) then recv (1) vs epoll_wait on the same three, registered once, then recv (2).
+// CPU per 256 KiB SET: blocking recv (mode 0) vs ppoll over (eventfd, socket, idle socket) then recv (1) vs epoll_wait on the same three, registered once, then recv (2). PRE_PING=US: a PING first, then a pause of US microseconds; REINIT=1: then switch the socket to reno and back (BBR starts afresh).
 #define _GNU_SOURCE
 #include <sys/eventfd.h>
 #include <poll.h>
@@ -21,6 +21,7 @@ int main(int argc,char**argv){int port=atoi(argv[1]); int mode=atoi(argv[2]); in
  char*val=malloc(sz); memset(val,'x',sz); int s=conn(port), idle=conn(port), ev=eventfd(0,0); char hdr[128]; char buf[4096];
  if(mode) fcntl(s,F_SETFL,O_NONBLOCK);
  int ep=epoll_create1(0); if(mode==2){ struct epoll_event e={.events=EPOLLIN}; e.data.u32=0; epoll_ctl(ep,EPOLL_CTL_ADD,ev,&e); e.data.u32=1; epoll_ctl(ep,EPOLL_CTL_ADD,s,&e); e.data.u32=2; epoll_ctl(ep,EPOLL_CTL_ADD,idle,&e);}
+ if(getenv("PRE_PING")){ send(s,"*1\r\n$4\r\nPING\r\n",14,0); usleep(2000); recv(s,buf,sizeof buf,MSG_DONTWAIT); usleep(atoi(getenv("PRE_PING"))); if(getenv("REINIT")){ char cur[16]={0}; socklen_t l=sizeof cur; getsockopt(s,IPPROTO_TCP,TCP_CONGESTION,cur,&l); int a=setsockopt(s,IPPROTO_TCP,TCP_CONGESTION,"reno",4); int b=setsockopt(s,IPPROTO_TCP,TCP_CONGESTION,cur,strlen(cur)); fprintf(stderr,"reinit %s: %d %d\n",cur,a,b);} }
  double c0=cpu(), t0=now();
  for(int i=0;i<n;i++){ int hl=sprintf(hdr,"*3\r\n$3\r\nSET\r\n$6\r\nk%05d\r\n$%zu\r\n",i%64,sz); struct iovec iov[3]={{hdr,hl},{val,sz},{"\r\n",2}};
    size_t want=hl+sz+2, sent=0; while(sent<want){ struct msghdr m={0}; /* advance iov */ struct iovec v[3]; int k=0; size_t off=sent; for(int j=0;j<3;j++){ if(off>=iov[j].iov_len){off-=iov[j].iov_len;continue;} v[k].iov_base=(char*)iov[j].iov_base+off; v[k].iov_len=iov[j].iov_len-off; off=0; k++; } m.msg_iov=v; m.msg_iovlen=k;
