@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -154,6 +155,28 @@ def test_replicas_imply_a_cluster_and_read_from_is_passed_on() -> None:
     assert (options.cluster, options.replicas, options.read_from) == (3, 2, "prefer_replica")
     options = parse_options(["--cluster", "4", "--replicas", "1"])
     assert (options.cluster, options.replicas, options.read_from) == (4, 1, None)
+
+
+def test_waiting_for_replicas_waits_for_their_offsets(redis_cluster_replicas: RedisCluster) -> None:
+    """The bench's settle step before reading from replicas: it returns once every replica has
+    what its primary had (replication is asynchronous, and a GET right after the SET could miss),
+    and not while a replica cannot catch up."""
+    from lmcache_resp.bench import _servers
+
+    nodes = redis_cluster_replicas.nodes
+    ports = [node.port for node in nodes]
+    replica = next(node for node in nodes if _servers._role(node.port, None) == "slave")
+    primary_port = int(_servers._info(replica.port, "INFO", "replication", password=None)["master_port"])
+    os.kill(replica.pid, signal.SIGSTOP)
+    try:
+        _servers.command(primary_port, "FLUSHALL")  # a keyless write: the primary's offset moves
+        assert _servers.wait_for_replicas(ports, timeout=0.3) is False, "a stopped replica never caught up"
+    finally:
+        os.kill(replica.pid, signal.SIGCONT)
+    assert _servers.wait_for_replicas(ports, timeout=10.0) is True
+    written = int(_servers._info(primary_port, "INFO", "replication", password=None)["master_repl_offset"])
+    got = int(_servers._info(replica.port, "INFO", "replication", password=None)["slave_repl_offset"])
+    assert got >= written
 
 
 def test_a_cluster_with_replicas_read_from_them(capsys: pytest.CaptureFixture[str]) -> None:

@@ -641,6 +641,45 @@ def _info(
     return dict(line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("#"))
 
 
+def wait_for_replicas(ports: Sequence[int], timeout: float = 10.0) -> bool:
+    """Waits until every replica among the servers on ``ports`` has replicated what its primary
+    had written when called (``INFO replication`` offsets): reads from replicas then see what was
+    just written. False when ``timeout`` passed first (a server that does not answer counts as
+    not caught up)."""
+    deadline = time.monotonic() + timeout
+
+    def replication(port: int) -> dict[str, str] | None:
+        left = deadline - time.monotonic()
+        try:
+            return _info(port, "INFO", "replication", password=None, timeout=max(min(left, 1.0), 0.05))
+        except (OSError, ReplyError):
+            return None
+
+    roles = {port: replication(port) for port in ports}
+    if any(info is None for info in roles.values()):
+        return False
+    written = {f"{HOST}:{port}": int(info.get("master_repl_offset", "0"))
+               for port, info in roles.items() if info is not None and info.get("role") == "master"}
+    pending = [
+        (port, written[f"{info.get('master_host', HOST)}:{info.get('master_port', '')}"])
+        for port, info in roles.items()
+        if info is not None and info.get("role") == "slave"
+        and f"{info.get('master_host', HOST)}:{info.get('master_port', '')}" in written
+    ]
+    while pending:
+        still = []
+        for port, offset in pending:
+            info = replication(port)
+            if info is None or int(info.get("slave_repl_offset", "-1")) < offset:
+                still.append((port, offset))
+        pending = still
+        if pending:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.002)
+    return True
+
+
 def _answers_as(pid: int, port: int, password: str | None, tls: ssl.SSLContext | None = None) -> bool:
     """True once the server on ``port`` is process ``pid``: another test's server may hold the
     port and answer PING while ours is still starting (and about to fail to bind)."""

@@ -13,7 +13,15 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from lmcache_resp.bench._servers import HOST, RedisCluster, RedisServer, server_binary, server_malloc, server_version
+from lmcache_resp.bench._servers import (
+    HOST,
+    RedisCluster,
+    RedisServer,
+    server_binary,
+    server_malloc,
+    server_version,
+    wait_for_replicas,
+)
 
 __all__ = ["EmbeddedCluster", "EmbeddedRedis", "EmbeddedServers", "recommended_io_threads"]
 
@@ -195,6 +203,12 @@ class EmbeddedCluster:
     def version(self) -> str:
         assert self._cluster is not None, "the cluster is not running"
         return self._cluster.version()
+
+    def wait_for_replicas(self) -> None:
+        """Until every replica has what its primary had when called: reads from replicas then
+        see what was just written (replication is asynchronous)."""
+        if self._cluster is not None and self.replicas:
+            wait_for_replicas([int(e.rsplit(":", 1)[1]) for e in self._cluster.endpoints])
 
     def malloc(self) -> str:
         return server_malloc(server_binary(self.server))

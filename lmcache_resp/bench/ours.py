@@ -55,6 +55,7 @@ class OursDriver:
         cpu_affinity: str | None = None,
         get_piece_bytes: int | None = None,
     ) -> None:
+        self.settle = target.settle
         kwargs = target.connect_kwargs()
         if cpu_affinity is not None:
             # Passed only when asked for, so runs without it work with any build.
@@ -102,6 +103,8 @@ class OursDriver:
         w.fill(self.buffers, round_index)
         samples: dict[str, OpSample] = {}
         samples["set"], _ = timed("set", n, nbytes, lambda: self.store.put(keys, pages))
+        if self.settle is not None:
+            self.settle()  # untimed: replicas that reads go to catch up (asynchronous replication)
         if "get" in ops:
             w.poison(self.buffers)
             samples["get"], hits = timed("get", n, nbytes, lambda: self.store.get(keys, pages))
@@ -126,6 +129,8 @@ class OursDriver:
         for i, buffer in enumerate(buffers):
             pattern.fill(buffer, w.seed, pattern.LATENCY_ROUND, i)
         stats = {"set": LatencyStats.of("set", _each(n, lambda i: store.put([keys[i]], [pages[i]])))}
+        if self.settle is not None:
+            self.settle()
         if "get" in ops:
             w.poison(buffers)
             hits: list[bool] = []

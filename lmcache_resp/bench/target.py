@@ -45,6 +45,9 @@ class Target:
     # Starts a single throwaway server again, empty, on its port: for memory that its allocator
     # keeps and MEMORY PURGE cannot reach. None for clusters, shards and a server of the user's.
     restart: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    # Waits until what was just written can be read where reads go: a throwaway cluster's replicas
+    # caught up, when reads go to them. None where reads see writes at once.
+    settle: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def endpoint(self) -> str:
@@ -287,8 +290,12 @@ def _embedded_many(options: Options, console: Console) -> Iterator[Target]:
         reads = {"read_from": options.read_from} if options.cluster and options.read_from else {}
         settings = _resolve(url, username="", password="", timeout=options.timeout, cluster=bool(options.cluster),
                             **reads)
+        settle = None
+        if isinstance(servers, EmbeddedCluster) and servers.replicas and options.read_from == "prefer_replica":
+            settle = servers.wait_for_replicas
         yield Target(settings, embedded=True, server_version=version, io_threads=servers.io_threads,
-                     server_name=_server_name(options), malloc=servers.malloc(), regime=options.regime)
+                     server_name=_server_name(options), malloc=servers.malloc(), regime=options.regime,
+                     settle=settle)
     finally:
         servers.stop()
         console.say(f"stopped {what.replace('a throwaway', 'the throwaway')}")
