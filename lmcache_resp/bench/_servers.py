@@ -655,17 +655,17 @@ def wait_for_replicas(ports: Sequence[int], timeout: float = 10.0) -> bool:
         except (OSError, ReplyError):
             return None
 
-    roles = {port: replication(port) for port in ports}
-    if any(info is None for info in roles.values()):
-        return False
+    roles: dict[int, dict[str, str]] = {}
+    for port in ports:
+        info = replication(port)
+        if info is None:
+            return False
+        roles[port] = info
     written = {f"{HOST}:{port}": int(info.get("master_repl_offset", "0"))
-               for port, info in roles.items() if info is not None and info.get("role") == "master"}
-    pending = [
-        (port, written[f"{info.get('master_host', HOST)}:{info.get('master_port', '')}"])
-        for port, info in roles.items()
-        if info is not None and info.get("role") == "slave"
-        and f"{info.get('master_host', HOST)}:{info.get('master_port', '')}" in written
-    ]
+               for port, info in roles.items() if info.get("role") == "master"}
+    primary_of = {port: f"{info.get('master_host', HOST)}:{info.get('master_port', '')}"
+                  for port, info in roles.items() if info.get("role") == "slave"}
+    pending = [(port, written[primary]) for port, primary in primary_of.items() if primary in written]
     while pending:
         still = []
         for port, offset in pending:

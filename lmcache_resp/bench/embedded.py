@@ -208,7 +208,7 @@ class EmbeddedCluster:
         """Until every replica has what its primary had when called: reads from replicas then
         see what was just written (replication is asynchronous)."""
         if self._cluster is not None and self.replicas:
-            wait_for_replicas([int(e.rsplit(":", 1)[1]) for e in self._cluster.endpoints])
+            wait_for_replicas([node.port for node in self._cluster.nodes])
 
     def malloc(self) -> str:
         return server_malloc(server_binary(self.server))

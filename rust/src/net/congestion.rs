@@ -25,12 +25,12 @@ const RESTARTED: &str = "bbr";
 /// socket as it is: `current` is not BBR, or `current` may not be set again by an unprivileged
 /// process (then the way back could fail), or there is nothing else to pass through.
 pub(crate) fn detour<'a>(current: &str, allowed: &'a str) -> Option<&'a str> {
-    let mut allowed = allowed.split_whitespace();
+    let allowed = allowed.split_whitespace();
     if current != RESTARTED || !allowed.clone().any(|name| name == current) {
         return None;
     }
-    let others = allowed.clone().filter(|&name| name != current);
-    others.clone().find(|&name| name == "reno").or_else(|| allowed.find(|&name| name != current))
+    let mut others = allowed.filter(|&name| name != current);
+    others.clone().find(|&name| name == "reno").or_else(|| others.next())
 }
 
 /// A socket's congestion control name as `getsockopt(TCP_CONGESTION)` returns it (padded with
