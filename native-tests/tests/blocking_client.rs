@@ -135,6 +135,27 @@ fn tcp_nodelay_is_on() {
     assert_eq!(client.socket_nodelay(), Some(true));
 }
 
+/// BBR is started afresh right before a connection's first value, not when its handshake ends:
+/// the lookups (and the warm-up's PING) that follow a handshake would spoil its model again.
+#[test]
+fn the_congestion_control_starts_afresh_before_the_first_value_not_after_the_handshake() {
+    let server = RedisServer::start();
+    let mut client = connect(&server);
+    for i in 0..8 {
+        assert!(!client.exists(format!("absent-{i}").as_bytes()).unwrap());
+    }
+    let (name, restarted) = client.socket_congestion().expect("a connected socket");
+    assert!(!restarted, "the handshake or the lookups restarted {name}");
+    let mut value = pattern(256 << 10, 7);
+    client.set(b"first-value", raw(&mut value)).unwrap();
+    let (after, restarted) = client.socket_congestion().expect("a connected socket");
+    assert!(restarted, "the first value went out without a restart of {name}");
+    assert_eq!(after, name, "the same congestion control afterwards");
+    let mut dest = vec![0u8; 256 << 10];
+    assert_eq!(client.get(b"first-value", raw(&mut dest)).unwrap(), Some(256 << 10));
+    assert_eq!(dest, value);
+}
+
 #[test]
 fn ipv6_and_unix_sockets() {
     let server = RedisServer::start_with(ServerConfig { unix_socket: true, ..ServerConfig::default() });

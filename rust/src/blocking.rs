@@ -161,6 +161,13 @@ impl BlockingClient {
         self.conn.stream().and_then(|s| s.nodelay().ok())
     }
 
+    /// The socket's congestion control, and whether it was started afresh before a first large
+    /// send (see `net::congestion`); None without a socket (for tests of socket options).
+    pub fn socket_congestion(&self) -> Option<(String, bool)> {
+        let stream = self.conn.stream()?;
+        Some((stream.congestion_control().ok()?, stream.congestion_restarted()))
+    }
+
     /// `CLUSTER <subcommand>` (`SHARDS`, `SLOTS`): the reply, whole.
     pub fn cluster(&mut self, subcommand: &[u8]) -> Result<Reply> {
         let frame = Command::Cluster { subcommand }.header();

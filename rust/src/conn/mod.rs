@@ -210,7 +210,6 @@ impl Conn {
             if ready.readable || self.tls_input_waiting {
                 self.read(now, out);
             }
-            self.after_handshake();
             if ready.writable {
                 self.core.on_writable();
                 self.flush_tls(now, out);
@@ -227,17 +226,12 @@ impl Conn {
         }
     }
 
-    /// Once the handshake is done, before the first request goes out: restarts the socket's
-    /// congestion control (BBR only; see `net::congestion`). A failure leaves the connection
-    /// working on another congestion control, and says which.
-    fn after_handshake(&self) {
-        if self.core.state() != ConnState::Ready {
-            return;
-        }
-        if let Some(stream) = &self.socket.stream {
-            if let Err(err) = stream.restart_congestion_control_once() {
-                log::warn!(target: "lmcache_resp::conn", "{}: {err}", self.core.endpoint());
-            }
+    /// Right before the connection's first large send (a value, not its handshake, PINGs or
+    /// lookups): restarts the socket's congestion control (BBR only; see `net::congestion`). A
+    /// failure leaves the connection working on another congestion control, and says which.
+    fn before_send(&self, stream: &Stream, offered: usize) {
+        if let Err(err) = stream.before_send(offered) {
+            log::warn!(target: "lmcache_resp::conn", "{}: {err}", self.core.endpoint());
         }
     }
 
@@ -439,6 +433,7 @@ impl Conn {
                 return;
             }
             let offered = iov.total_len();
+            self.before_send(stream, offered);
             let sent = match &mut self.socket.tls {
                 Some(tls) => tls_io::send(tls, stream, &iov),
                 None => stream.send(iov.as_slice()),

@@ -1,5 +1,5 @@
-//! Restarting BBR once a connection's handshake is done, so that its first values start BBR
-//! as a connection's first bytes do.
+//! Restarting BBR right before a connection's first large send, so that its first values start
+//! BBR as a connection's first bytes do.
 //!
 //! Why: a TCP connection under BBR whose first exchange is small (our AUTH/HELLO/PING
 //! handshake and the warm-up's PING) leaves BBR's STARTUP within its first values and settles
@@ -8,9 +8,12 @@
 //! (LMCache's C++ connector has no handshake) stays in STARTUP, unpaced. Measured on a BBR host
 //! (bench/RESULTS.md, "Most of that gap is TCP pacing"): 5-7 of our 8 loaded connections
 //! paced, the C++ connector's none, and 18-27% more client CPU for our 256 KiB SETs (10% under
-//! cubic). Re-initialising BBR after the handshake (Linux re-initialises a congestion control
-//! only when it changes, so through another one and back) puts the connection where a
-//! connection that starts with data is.
+//! cubic). Re-initialising BBR (Linux re-initialises a congestion control only when it changes,
+//! so through another one and back) puts the connection where a connection that starts with
+//! data is. It happens right before the connection's first send of [`LARGE_SEND`] or more, not
+//! when the handshake ends: the warm-up's PING and any lookups sent after the handshake spoil
+//! the model the same way (one of 8 connections still left STARTUP in two of six runs when the
+//! restart came right after the handshake).
 //!
 //! Only BBR: other congestion controls are left alone (cubic after a handshake is in its
 //! initial slow start anyway, and some, such as DCTCP, must not be switched on an established
@@ -18,6 +21,16 @@
 
 /// The congestion control whose state a handshake spoils.
 const RESTARTED: &str = "bbr";
+
+/// A send at least this large is the connection's first real load (a value, not a handshake,
+/// PING or a batch of lookups, which the router keeps under 64 KiB per connection): BBR is
+/// restarted right before the first one.
+pub(crate) const LARGE_SEND: usize = 64 << 10;
+
+/// Whether a send of `bytes` is large enough that BBR should start afresh before it.
+pub(crate) fn is_large_send(bytes: usize) -> bool {
+    bytes >= LARGE_SEND
+}
 
 /// The congestion control to pass through so that setting `current` again re-initialises it:
 /// another one that an unprivileged process may set (`allowed`, the contents of
@@ -69,6 +82,16 @@ mod tests {
         assert_eq!(detour("bbr", ""), None);
         // Nothing else to pass through.
         assert_eq!(detour("bbr", "bbr"), None);
+    }
+
+    #[test]
+    fn only_a_send_of_64_kib_or_more_restarts_bbr() {
+        for small in [0, 7, 14 + 32 * 50, LARGE_SEND - 1] {
+            assert!(!is_large_send(small), "{small}");
+        }
+        for large in [LARGE_SEND, 256 << 10, 32 << 20] {
+            assert!(is_large_send(large), "{large}");
+        }
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //!   `resolve` (host names looked up off the I/O threads);
 //! - `socket` (a non-blocking TCP or Unix stream, and a deadline-bounded wait) and `sys` (the
 //!   raw `sendmsg`/`recv` of the data path: the only place the kernel touches caller memory);
-//!   `congestion` (restarting BBR after the handshake, so that it does not pace a LAN's values);
+//!   `congestion` (restarting BBR before a connection's first value, so that it does not pace a
+//!   LAN's values);
 //! - `handshake` (AUTH, SELECT, HELLO, PING on every new connection, and which failures are
 //!   permanent) and `server` (what the server says it is);
 //! - `eventfd` (how the engine and the bridge wake whoever waits);

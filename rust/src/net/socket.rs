@@ -18,7 +18,7 @@ pub struct Stream {
     /// The `SO_RCVLOWAT` last set (1, the kernel's default, on a new socket), or
     /// [`LOW_WATER_REFUSED`] once the socket refused one.
     low_water: std::cell::Cell<usize>,
-    /// Its congestion control was restarted after the handshake (or needed no restart).
+    /// Its congestion control was restarted before its first large send (or needed no restart).
     congestion_restarted: std::cell::Cell<bool>,
 }
 
@@ -115,8 +115,17 @@ impl Stream {
         }
     }
 
-    /// Once per socket, when its connection's handshake is done and before its first request:
-    /// restarts BBR, if the socket runs it (see `net::congestion` for why). Other congestion
+    /// Before a send of `bytes`: the socket's first large send (see
+    /// [`super::congestion::LARGE_SEND`]) restarts its congestion control first (see
+    /// [`Stream::restart_congestion_control_once`]).
+    pub fn before_send(&self, bytes: usize) -> io::Result<()> {
+        if self.congestion_restarted.get() || !super::congestion::is_large_send(bytes) {
+            return Ok(());
+        }
+        self.restart_congestion_control_once()
+    }
+
+    /// Once per socket: restarts BBR, if the socket runs it (see `net::congestion` for why). Other congestion
     /// controls, Unix sockets and later calls are left alone, and so is a socket whose
     /// congestion control or allowed list cannot be read, or that refuses the detour. An error
     /// means only this: the socket could not be switched back, and runs the congestion control
@@ -140,16 +149,22 @@ impl Stream {
             io::Error::new(
                 err.kind(),
                 format!(
-                    "the connection runs {detour}: switching it back to {current} after the handshake failed: {err}"
+                    "the connection runs {detour}: switching it back to {current} before its first large send failed: \
+                     {err}"
                 ),
             )
         })
     }
 
     /// The socket's congestion control, as the kernel names it.
-    #[cfg(test)]
     pub fn congestion_control(&self) -> io::Result<String> {
         Ok(super::congestion::name_of(&self.socket.tcp_congestion()?))
+    }
+
+    /// Whether [`Stream::restart_congestion_control_once`] was called (or a Unix socket, which
+    /// needs none).
+    pub fn congestion_restarted(&self) -> bool {
+        self.congestion_restarted.get()
     }
 
     /// Whether `TCP_NODELAY` is set on the socket.
@@ -402,7 +417,40 @@ mod tests {
     }
 
     #[test]
-    fn bbr_is_started_afresh_after_the_handshake_and_only_once() {
+    fn small_sends_leave_bbr_alone_and_the_first_large_one_starts_it_afresh() {
+        let (stream, mut peer) = pair();
+        let _ = stream.socket.set_tcp_congestion(b"bbr");
+        let chosen = stream.congestion_control().unwrap();
+        let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap();
+        let restarts = chosen == "bbr" && super::super::congestion::detour("bbr", &allowed).is_some();
+        exchange(&stream, &mut peer);
+        // A handshake, a PING, a batch of lookups: the model keeps what it learnt.
+        stream.before_send(64 * 1024 - 1).unwrap();
+        assert!(!stream.congestion_restarted(), "a small send restarted the congestion control");
+        if restarts {
+            let (bw, _) = sys::bbr_model(stream.as_fd()).unwrap().expect("BBR reports its model");
+            assert!(bw > 0, "the small send reset BBR's model");
+        }
+        // The first value: a fresh model right before it goes.
+        stream.before_send(256 * 1024).unwrap();
+        assert!(stream.congestion_restarted());
+        assert_eq!(stream.congestion_control().unwrap(), chosen, "the same congestion control afterwards");
+        if restarts {
+            let (bw, _) = sys::bbr_model(stream.as_fd()).unwrap().expect("still BBR");
+            assert_eq!(bw, 0, "a fresh model: no bandwidth sample yet");
+            exchange(&stream, &mut peer);
+            // Later large sends leave the model alone.
+            stream.before_send(256 * 1024).unwrap();
+            let (bw, _) = sys::bbr_model(stream.as_fd()).unwrap().expect("still BBR");
+            assert!(bw > 0, "a second large send restarted BBR again");
+        } else {
+            eprintln!("congestion control {chosen} (allowed: {}): only checked to be left alone", allowed.trim());
+        }
+        exchange(&stream, &mut peer);
+    }
+
+    #[test]
+    fn bbr_is_started_afresh_only_once() {
         let (stream, mut peer) = pair();
         // BBR if this kernel has it and lets us choose it (CI runs as root); the system's own
         // choice otherwise, which must then be left alone.
