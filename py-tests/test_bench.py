@@ -157,6 +157,37 @@ def test_replicas_imply_a_cluster_and_read_from_is_passed_on() -> None:
     assert (options.cluster, options.replicas, options.read_from) == (4, 1, None)
 
 
+@pytest.mark.parametrize("caught_up", [False, True])
+def test_a_miss_after_replicas_lagged_says_so(redis_server: RedisServer, caught_up: bool) -> None:
+    """When the settle step gives up on a replica, a miss that follows names replication lag
+    as what it may be; after replicas that caught up, a miss is reported plainly. The settle
+    hook stands in for the replicas here: it reports lag and deletes a key just written (what a
+    replica that had not caught up shows a GET); the server and the store are real."""
+    import dataclasses
+
+    from lmcache_resp.bench.ours import REPLICA_LAG, OursDriver
+    from lmcache_resp.bench.workload import VerificationError
+
+    keys = [f"bench-test:lag:{i}" for i in range(3)]
+
+    def settle() -> bool:
+        redis_server.redis_py().delete(keys[1])
+        return caught_up
+
+    target = dataclasses.replace(_target(redis_server), settle=settle)
+    driver = OursDriver(target, Workload(keys, 4096, 7), num_workers=1)
+    try:
+        with pytest.raises(VerificationError) as failed:
+            driver.run_round(0, ("set", "get"))
+    finally:
+        driver.close()
+    (mismatch,) = failed.value.mismatches
+    assert mismatch.key == keys[1]
+    assert mismatch.reason.startswith("GET reported a miss for a key just written")
+    assert (REPLICA_LAG in mismatch.reason) is (not caught_up), mismatch.reason
+    redis_server.redis_py().delete(*keys)
+
+
 def test_waiting_for_replicas_waits_for_their_offsets(redis_cluster_replicas: RedisCluster) -> None:
     """The bench's settle step before reading from replicas: it returns once every replica has
     what its primary had (replication is asynchronous, and a GET right after the SET could miss),

@@ -204,11 +204,13 @@ class EmbeddedCluster:
         assert self._cluster is not None, "the cluster is not running"
         return self._cluster.version()
 
-    def wait_for_replicas(self) -> None:
+    def wait_for_replicas(self) -> bool:
         """Until every replica has what its primary had when called: reads from replicas then
-        see what was just written (replication is asynchronous)."""
+        see what was just written (replication is asynchronous). False when one had not caught
+        up within 10 s."""
         if self._cluster is not None and self.replicas:
-            wait_for_replicas([node.port for node in self._cluster.nodes])
+            return wait_for_replicas([node.port for node in self._cluster.nodes])
+        return True
 
     def malloc(self) -> str:
         return server_malloc(server_binary(self.server))

@@ -22,6 +22,12 @@ from lmcache_resp.bench.workload import Mismatch, VerificationError, Workload, r
 __all__ = ["LatencyStats", "OursDriver", "store_accepts_cpu_affinity"]
 
 LATENCY_KEYS = 200
+# What a miss after the SET may mean when the replicas did not catch up in the settle step.
+REPLICA_LAG = (
+    "the replicas that reads go to had not caught up with their primaries when the GET started, "
+    "after waiting 10 s: replication lag or a stalled replica, not necessarily a lost value; "
+    "see each replica's INFO replication, or run with --read-from primary"
+)
 
 
 def store_accepts_cpu_affinity() -> bool:
@@ -97,18 +103,25 @@ class OursDriver:
             return next(iter(shapes), "unknown")
         return "; ".join(f"{shape} from {', '.join(names)}" for shape, names in shapes.items())
 
+    def _settle(self) -> str:
+        """Untimed, between a SET and its GET: waits until the replicas that reads go to caught up
+        (replication is asynchronous). What a miss may then mean besides a lost value: "" when
+        they caught up (or reads go to primaries)."""
+        if self.settle is None or self.settle():
+            return ""
+        return REPLICA_LAG
+
     def run_round(self, round_index: int, ops: Sequence[str]) -> dict[str, OpSample]:
         keys, pages, w = self.workload.keys, self.pages, self.workload
         n, nbytes = len(keys), w.batch_bytes
         w.fill(self.buffers, round_index)
         samples: dict[str, OpSample] = {}
         samples["set"], _ = timed("set", n, nbytes, lambda: self.store.put(keys, pages))
-        if self.settle is not None:
-            self.settle()  # untimed: replicas that reads go to catch up (asynchronous replication)
+        miss_note = self._settle()
         if "get" in ops:
             w.poison(self.buffers)
             samples["get"], hits = timed("get", n, nbytes, lambda: self.store.get(keys, pages))
-            w.check(self.name, round_index, self.buffers, hits)
+            w.check(self.name, round_index, self.buffers, hits, miss_note)
         if "exists" in ops:
             repeat = w.exists_repeat
             samples["exists"], answers = timed(
@@ -129,13 +142,12 @@ class OursDriver:
         for i, buffer in enumerate(buffers):
             pattern.fill(buffer, w.seed, pattern.LATENCY_ROUND, i)
         stats = {"set": LatencyStats.of("set", _each(n, lambda i: store.put([keys[i]], [pages[i]])))}
-        if self.settle is not None:
-            self.settle()
+        miss_note = self._settle()
         if "get" in ops:
             w.poison(buffers)
             hits: list[bool] = []
             stats["get"] = LatencyStats.of("get", _each(n, lambda i: hits.extend(store.get([keys[i]], [pages[i]]))))
-            w.check(self.name, pattern.LATENCY_ROUND, buffers, hits)
+            w.check(self.name, pattern.LATENCY_ROUND, buffers, hits, miss_note)
         if "exists" in ops:
             stats["exists"] = LatencyStats.of("exists", _each(n, lambda i: store.exists([keys[i]])))
         deletes = _each(n, lambda i: store.delete([keys[i]]))

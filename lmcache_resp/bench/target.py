@@ -46,8 +46,9 @@ class Target:
     # keeps and MEMORY PURGE cannot reach. None for clusters, shards and a server of the user's.
     restart: Callable[[], None] | None = field(default=None, compare=False, repr=False)
     # Waits until what was just written can be read where reads go: a throwaway cluster's replicas
-    # caught up, when reads go to them. None where reads see writes at once.
-    settle: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    # caught up, when reads go to them; False when they had not by the end of the wait. None where
+    # reads see writes at once.
+    settle: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
 
     @property
     def endpoint(self) -> str:

@@ -81,14 +81,18 @@ class Workload:
         for buffer in buffers:
             pattern.poison(buffer)
 
-    def verify(self, client: str, round_index: int, read: Sequence[pattern.Bytes | bytes | None]) -> list[Mismatch]:
-        """Every value read (None for a miss) against what key i holds in this round."""
+    def verify(
+        self, client: str, round_index: int, read: Sequence[pattern.Bytes | bytes | None], miss_note: str = ""
+    ) -> list[Mismatch]:
+        """Every value read (None for a miss) against what key i holds in this round. ``miss_note``
+        says what a miss may mean besides a lost value (a replica that had not caught up)."""
         label = round_label(round_index)
         mismatches = []
+        miss = "GET reported a miss for a key just written" + (f" ({miss_note})" if miss_note else "")
         for key_index, value in enumerate(read):
             key = self.keys[key_index]
             if value is None:
-                mismatches.append(Mismatch(client, label, key, "GET reported a miss for a key just written"))
+                mismatches.append(Mismatch(client, label, key, miss))
                 continue
             offset = pattern.first_difference(value, self.seed, round_index, key_index, self.chunk_bytes)
             if offset is not None:
@@ -97,10 +101,12 @@ class Workload:
                 mismatches.append(Mismatch(client, label, key, reason, offset))
         return mismatches
 
-    def check(self, client: str, round_index: int, buffers: Sequence[pattern.Bytes], hits: Sequence[bool]) -> None:
+    def check(
+        self, client: str, round_index: int, buffers: Sequence[pattern.Bytes], hits: Sequence[bool], miss_note: str = ""
+    ) -> None:
         """Verifies lmcache_resp's pages after a GET (the test hook applied first)."""
         _apply_test_corruption(buffers)
-        mismatches = self.verify(client, round_index, [b if h else None for b, h in zip(buffers, hits)])
+        mismatches = self.verify(client, round_index, [b if h else None for b, h in zip(buffers, hits)], miss_note)
         if mismatches:
             raise VerificationError(mismatches)
 
