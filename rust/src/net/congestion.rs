@@ -12,8 +12,9 @@
 //! so through another one and back) puts the connection where a connection that starts with
 //! data is. It happens right before the connection's first send of [`LARGE_SEND`] or more, not
 //! when the handshake ends: the warm-up's PING and any lookups sent after the handshake spoil
-//! the model the same way (one of 8 connections still left STARTUP in two of six runs when the
-//! restart came right after the handshake).
+//! the model the same way (one of 8 loaded connections still left STARTUP in two or three of six
+//! runs when the restart came right after the handshake; in one of six when it comes before the
+//! first value).
 //!
 //! Only BBR: other congestion controls are left alone (cubic after a handshake is in its
 //! initial slow start anyway, and some, such as DCTCP, must not be switched on an established

@@ -125,11 +125,11 @@ impl Stream {
         self.restart_congestion_control_once()
     }
 
-    /// Once per socket: restarts BBR, if the socket runs it (see `net::congestion` for why). Other congestion
-    /// controls, Unix sockets and later calls are left alone, and so is a socket whose
-    /// congestion control or allowed list cannot be read, or that refuses the detour. An error
-    /// means only this: the socket could not be switched back, and runs the congestion control
-    /// the error names.
+    /// Once per socket: restarts BBR, if the socket runs it (see `net::congestion` for why).
+    /// Other congestion controls, Unix sockets and later calls are left alone, and so is a
+    /// socket whose congestion control or allowed list cannot be read, or that refuses the
+    /// detour. An error means only this: the socket could not be switched back, and runs the
+    /// congestion control the error names.
     pub fn restart_congestion_control_once(&self) -> io::Result<()> {
         if self.congestion_restarted.replace(true) {
             return Ok(());
