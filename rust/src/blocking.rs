@@ -163,6 +163,7 @@ impl BlockingClient {
 
     /// The socket's congestion control, and whether it was started afresh before a first large
     /// send (see `net::congestion`); None without a socket (for tests of socket options).
+    #[cfg(feature = "internals")]
     pub fn socket_congestion(&self) -> Option<(String, bool)> {
         let stream = self.conn.stream()?;
         Some((stream.congestion_control().ok()?, stream.congestion_restarted()))

@@ -156,13 +156,15 @@ impl Stream {
         })
     }
 
-    /// The socket's congestion control, as the kernel names it.
+    /// The socket's congestion control, as the kernel names it (for tests).
+    #[cfg(any(test, feature = "internals"))]
     pub fn congestion_control(&self) -> io::Result<String> {
         Ok(super::congestion::name_of(&self.socket.tcp_congestion()?))
     }
 
     /// Whether [`Stream::restart_congestion_control_once`] was called (or a Unix socket, which
-    /// needs none).
+    /// needs none; for tests).
+    #[cfg(any(test, feature = "internals"))]
     pub fn congestion_restarted(&self) -> bool {
         self.congestion_restarted.get()
     }
