@@ -418,13 +418,21 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
     }
 
-    #[test]
-    fn small_sends_leave_bbr_alone_and_the_first_large_one_starts_it_afresh() {
-        let (stream, mut peer) = pair();
+    /// Puts the stream on BBR if this kernel has it and lets us choose it (CI runs as root);
+    /// the system's own choice otherwise, which must then be left alone. The congestion control
+    /// it runs, the allowed list, and whether a restart applies to it.
+    fn bbr_if_allowed(stream: &Stream) -> (String, String, bool) {
         let _ = stream.socket.set_tcp_congestion(b"bbr");
         let chosen = stream.congestion_control().unwrap();
         let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap();
         let restarts = chosen == "bbr" && super::super::congestion::detour("bbr", &allowed).is_some();
+        (chosen, allowed, restarts)
+    }
+
+    #[test]
+    fn small_sends_leave_bbr_alone_and_the_first_large_one_starts_it_afresh() {
+        let (stream, mut peer) = pair();
+        let (chosen, allowed, restarts) = bbr_if_allowed(&stream);
         exchange(&stream, &mut peer);
         // A handshake, a PING, a batch of lookups: the model keeps what it learnt.
         stream.before_send(64 * 1024 - 1).unwrap();
@@ -454,16 +462,12 @@ mod tests {
     #[test]
     fn bbr_is_started_afresh_only_once() {
         let (stream, mut peer) = pair();
-        // BBR if this kernel has it and lets us choose it (CI runs as root); the system's own
-        // choice otherwise, which must then be left alone.
-        let _ = stream.socket.set_tcp_congestion(b"bbr");
-        let chosen = stream.congestion_control().unwrap();
+        let (chosen, allowed, restarts) = bbr_if_allowed(&stream);
         exchange(&stream, &mut peer);
         let before = sys::bbr_model(stream.as_fd()).unwrap();
         stream.restart_congestion_control_once().unwrap();
         assert_eq!(stream.congestion_control().unwrap(), chosen, "the same congestion control afterwards");
-        let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap();
-        if chosen == "bbr" && super::super::congestion::detour("bbr", &allowed).is_some() {
+        if restarts {
             let (bw, _) = before.expect("BBR reports its model");
             assert!(bw > 0, "the exchange gave BBR a bandwidth sample");
             let (bw, _) = sys::bbr_model(stream.as_fd()).unwrap().expect("still BBR");
