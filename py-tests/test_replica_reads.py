@@ -15,6 +15,7 @@ import pytest
 from conftest import RedisCluster
 
 from lmcache_resp import PagedRespStore, PartialReadError, RespSettings
+from lmcache_resp.bench import _servers
 from lmcache_resp.lmcache.non_mp import settings_from_lmcache_config
 
 PAGE = 64 << 10
@@ -44,20 +45,12 @@ def calls(cluster: RedisCluster, node: object, command: str) -> int:
 
 
 def wait_replicated(cluster: RedisCluster, timeout: float = 10.0) -> None:
-    """Until every live replica has applied all its primary sent (the offsets match)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        offsets = {node.port: int(info(cluster, node, "replication")["master_repl_offset"])
-                   for node in cluster.primaries()}
-        lagging = []
-        for replica in cluster.replicas():
-            replication = info(cluster, replica, "replication")
-            if int(replication.get("slave_repl_offset", -1)) < offsets.get(int(replication["master_port"]), 0):
-                lagging.append(replica.port)
-        if not lagging:
-            return
-        assert time.monotonic() < deadline, f"replicas {lagging} did not catch up within {timeout} s"
-        time.sleep(0.02)
+    """Until every live replica has applied all its primary had sent (the offsets match): the
+    bench's own wait, over the live nodes."""
+    replicas = [node.port for node in cluster.replicas()]
+    ports = [node.port for node in cluster.primaries()] + replicas
+    caught_up = _servers.wait_for_replicas(ports, timeout, password=cluster.password, tls=cluster.client_context())
+    assert caught_up, f"replicas {replicas} did not all catch up within {timeout} s"
 
 
 def store_for(cluster: RedisCluster, read_from: str, **options: object) -> PagedRespStore:

@@ -641,7 +641,17 @@ def _info(
     return dict(line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("#"))
 
 
-def wait_for_replicas(ports: Sequence[int], timeout: float = 10.0) -> bool:
+# How long the bench waits for replicas to catch up before reading from them.
+REPLICA_WAIT_S = 10.0
+
+
+def wait_for_replicas(
+    ports: Sequence[int],
+    timeout: float = REPLICA_WAIT_S,
+    *,
+    password: str | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> bool:
     """Waits until every replica among the servers on ``ports`` has replicated what its primary
     had written when called (``INFO replication`` offsets): reads from replicas then see what was
     just written. False when ``timeout`` passed first (a server that does not answer counts as
@@ -651,7 +661,7 @@ def wait_for_replicas(ports: Sequence[int], timeout: float = 10.0) -> bool:
     def replication(port: int) -> dict[str, str] | None:
         left = deadline - time.monotonic()
         try:
-            return _info(port, "INFO", "replication", password=None, timeout=max(min(left, 1.0), 0.05))
+            return _info(port, "INFO", "replication", password=password, timeout=max(min(left, 1.0), 0.05), tls=tls)
         except (OSError, ReplyError):
             return None
 

@@ -13,6 +13,7 @@ import numpy as np
 from lmcache_resp import PagedRespStore, __version__
 from lmcache_resp.errors import InvalidInputError, RespConnectionError
 from lmcache_resp.bench import pattern
+from lmcache_resp.bench._servers import REPLICA_WAIT_S
 from lmcache_resp.bench.errors import BenchError
 from lmcache_resp.bench.options import ALL_OPS
 from lmcache_resp.bench.measure import OpSample, timed
@@ -25,7 +26,7 @@ LATENCY_KEYS = 200
 # What a miss after the SET may mean when the replicas did not catch up in the settle step.
 REPLICA_LAG = (
     "the replicas that reads go to had not caught up with their primaries when the GET started, "
-    "after waiting 10 s: replication lag or a stalled replica, not necessarily a lost value; "
+    f"after waiting {REPLICA_WAIT_S:g} s: replication lag or a stalled replica, not necessarily a lost value; "
     "see each replica's INFO replication, or run with --read-from primary"
 )
 
