@@ -26,14 +26,16 @@ from conftest import REPO, RedisCluster, RedisServer
 from lmcache_resp import RespSettings, _native
 from lmcache_resp.bench import main, pattern
 from lmcache_resp.bench.cli import parse_options
-from lmcache_resp.bench.errors import PeerFailed
+from lmcache_resp.bench import memtier
+from lmcache_resp.bench.errors import BenchError, PeerFailed
 from lmcache_resp.bench.lmcache_native import LMCachePeer
 from lmcache_resp.bench.measure import ClientResult, OpSample
+from lmcache_resp.bench.memtier_peer import MemtierPeer
 from lmcache_resp.bench.options import DEFAULT_SWEEP_CHUNKS, DEFAULT_SWEEP_WORKERS
 from lmcache_resp.bench.ours import store_accepts_cpu_affinity
 from lmcache_resp.bench.peers import parse_rps
 from lmcache_resp.bench.sweep import SweepPoint, knee
-from lmcache_resp.bench.target import Target
+from lmcache_resp.bench.target import KeyLedger, Target
 from lmcache_resp.bench.workload import CORRUPT_ENV, Workload
 
 TINY = ["--chunk-mb", "0.0625", "--num-keys", "8", "--rounds", "1"]
@@ -606,6 +608,177 @@ def test_parse_redis_benchmark_csv() -> None:
 
 def _target(server: RedisServer, timeout: float = 10.0) -> Target:
     return Target(RespSettings.resolve(host="127.0.0.1", port=server.port, username="", password="", timeout=timeout), embedded=False)
+
+
+# -- memtier_benchmark as a peer (--compare memtier) ------------------------------------------
+
+# The binary scripts/setup-memtier.sh builds by default, or $MEMTIER_BENCHMARK, or one on PATH.
+MEMTIER = os.environ.get("MEMTIER_BENCHMARK") or next(
+    (p for p in (str(REPO / "target/memtier/bin/memtier_benchmark"), shutil.which("memtier_benchmark"))
+     if p and os.access(p, os.X_OK)), "")
+needs_memtier = pytest.mark.skipif(
+    not MEMTIER, reason="no memtier_benchmark (outside CI: build one with scripts/setup-memtier.sh SOURCE_DIR, "
+                        "or name it in $MEMTIER_BENCHMARK)")
+
+
+def _flag(argv: list[str], name: str) -> str:
+    values = [arg.split("=", 1)[1] for arg in argv if arg.startswith(f"--{name}=")]
+    assert len(values) == 1, (name, argv)
+    return values[0]
+
+
+def test_memtier_runs_the_seeds_flags_once_over_the_same_keys() -> None:
+    tcp = memtier.Endpoint(host="127.0.0.1", port=7000)
+
+    def command(endpoint: memtier.Endpoint, op: str, num_keys: int = 80) -> list[str]:
+        return memtier.memtier_command("/bin/memtier", endpoint, op, key_prefix="p:memtier:", num_keys=num_keys,
+                                       chunk_bytes=4 << 20, get_threads=2, json_path="/t/x.json")
+
+    set_argv, get_argv = command(tcp, "set"), command(tcp, "get")
+    assert set_argv[:5] == ["/bin/memtier", "--server", "127.0.0.1", "--port", "7000"]
+    assert {"--ratio=1:0", "--data-size=4194304", "--pipeline=64", "--clients=10", "--threads=1"} <= set(set_argv)
+    assert {"--ratio=0:1", "--clients=20", "--threads=2"} <= set(get_argv)
+    for argv, connections in ((set_argv, 10), (get_argv, 40)):
+        # Each connection walks its own share of keys 1..80 once: 80 requests, 80 distinct keys.
+        assert (_flag(argv, "key-minimum"), _flag(argv, "key-maximum"), _flag(argv, "key-pattern")) == ("1", "80", "P:P")
+        assert int(_flag(argv, "requests")) * connections == 80
+        assert _flag(argv, "key-prefix") == "p:memtier:" and _flag(argv, "json-out-file") == "/t/x.json"
+    unix = command(memtier.Endpoint(unix_path="/s.sock", db=3), "get")
+    assert unix[1:3] == ["--unix-socket", "/s.sock"] and "--server" not in unix and unix[unix.index("--select-db") + 1] == "3"
+    with pytest.raises(ValueError, match="do not split evenly over memtier's 40 GET connections"):
+        command(tcp, "get", num_keys=100)
+
+
+def test_memtier_key_counts_are_multiples_of_both_runs_connections() -> None:
+    assert [memtier.key_multiple(t) for t in (1, 2, 3, 16)] == [20, 40, 60, 320]
+    assert memtier.keys_near(500, 2) == (480, 520) and memtier.keys_near(480, 2) == (480, 480)
+    assert memtier.keys_near(7, 1) == (20, 20)
+
+
+def test_compare_memtier_options(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memtier, "usable_cpus", lambda: 2)
+    # The default key count becomes the next one that memtier's 10 SET and 40 GET connections split.
+    assert parse_options(["--compare", "memtier"]).num_keys == 520
+    assert parse_options(["--compare", "memtier", "--num-keys", "480", "--memtier", "/bin/sh"]).memtier == "/bin/sh"
+    assert parse_options(["--num-keys", "500"]).num_keys == 500  # without memtier, untouched
+    for argv, expected in (
+        (["--compare", "memtier", "--num-keys", "500"], "multiple of 40 on this host"),
+        (["--compare", "memtier", "--num-keys", "500"], "try --num-keys 480 or 520"),
+        (["--memtier", "/bin/sh"], "--memtier is only used with --compare memtier"),
+        (["--compare", "memtier", "--memtier", "/nonexistent/memtier"], "not an executable file"),
+        (["--compare", "memtier", "--tls"], "memtier peer is not wired for TLS"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            parse_options(argv)
+        assert exit_info.value.code == 2
+        assert expected in capsys.readouterr().err, argv
+
+
+def _memtier_doc(section: str = "Sets", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The fields of a real memtier 2.3.0 JSON document (100 SETs of 4 MiB on this machine)."""
+    counts = {"Count": 100, "Ops/sec": 128.31, "Hits/sec": 0.0, "Misses/sec": 0.0, "Connection Errors": 0,
+              "KB/sec": 525546.93, "KB/sec RX": 0.63, "KB/sec TX": 525546.31}
+    if section == "Gets":
+        counts.update({"Hits/sec": 128.31, "KB/sec RX": 525546.31, "KB/sec TX": 3.68})
+    counts.update(overrides or {})
+    return {"ALL STATS": {"Runtime": {"Total duration": 780, "Interrupted": "false"}, section: counts}}
+
+
+def test_memtier_json_is_read_into_seconds_and_checked() -> None:
+    run = memtier.parse_run(_memtier_doc(), "set", num_keys=100, chunk_bytes=4 << 20)
+    assert run.requests == 100 and run.seconds == pytest.approx(100 / 128.31)
+    assert run.wire_bytes == pytest.approx(525546.31 * 1024 * 100 / 128.31)
+    assert memtier.parse_run(_memtier_doc("Gets"), "get", num_keys=100, chunk_bytes=4 << 20).misses == 0
+    interrupted = _memtier_doc()
+    interrupted["ALL STATS"]["Runtime"]["Interrupted"] = "true"
+    for op, doc, keys, expected in (
+        ("set", interrupted, 100, "interrupted"),
+        ("set", _memtier_doc("Sets", {"Connection Errors": 2}), 100, "2 connection error"),
+        ("set", _memtier_doc(), 120, "made 100 SET requests, not one per key (120)"),
+        ("set", _memtier_doc("Sets", {"KB/sec TX": 400000.0}), 100, "fewer than the 419,430,400 bytes of values"),
+        ("get", _memtier_doc("Gets", {"Misses/sec": 12.831, "Hits/sec": 115.479}), 100, "missed about 10 of 100"),
+        ("get", _memtier_doc("Gets", {"KB/sec RX": 3.68}), 100, "received 2,937 bytes in its GET run"),
+        ("get", _memtier_doc(), 100, "no usable GET figures"),
+        ("set", {"configuration": {}}, 100, "no usable SET figures"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            memtier.parse_run(doc, op, num_keys=keys, chunk_bytes=4 << 20)
+    assert memtier.parse_version("memtier_benchmark v=2.3.0 sha=00000000:0 bits=64") == "2.3.0"
+
+
+def test_memtier_is_not_given_a_password_on_its_command_line() -> None:
+    target = Target(RespSettings.resolve(host="127.0.0.1", port=1, username="", password="pw", timeout=1.0), embedded=False)
+    with pytest.raises(BenchError, match="only on its command line"):
+        MemtierPeer(target, KeyLedger(), binary=sys.executable, num_keys=20, chunk_bytes=4096)
+
+
+@needs_memtier
+def test_memtier_side_by_side_on_the_same_server(capsys: pytest.CaptureFixture[str]) -> None:
+    keys = str(memtier.key_multiple(memtier.usable_cpus()))
+    status, out, err = run_main(capsys, "--chunk-mb", "0.0625", "--num-keys", keys, "--rounds", "2",
+                                "--compare", "memtier", "--memtier", MEMTIER, "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    ours, peer = doc["clients"]
+    assert peer["name"] == "memtier" and peer["failure"] is None, peer
+    assert "write new keys every round" in peer["description"]
+    for op in ("set", "get"):
+        rates, seconds = peer["ops"][op]["samples"], peer["ops"][op]["seconds"]
+        # GB/s of payload: every round moved all the keys' bytes, as ours did.
+        assert len(rates) == 2 and all(r * s * 1e9 == pytest.approx(int(keys) * 65536) for r, s in zip(rates, seconds))
+        assert ours["ops"][op]["median"] > 0
+
+
+# A wrapper around memtier that changes its key 3 after its SET run (which memtier's own figures
+# catch, when its GET run reads the key) or after its GET run (which only the read-back catches).
+MEMTIER_TAMPERING = [
+    ("1:0", "delete", "GET: memtier's GETs missed about 1 of"),
+    ("1:0", "short", "GET: memtier received"),
+    ("0:1", "flip", "differs from memtier's value ('x' bytes) at byte offset 5"),
+    ("0:1", "short", "holds 10 bytes, memtier was asked to write 4096"),
+    ("0:1", "long", "holds more than the 4096 bytes"),
+    ("0:1", "delete", "is missing after memtier's runs"),
+]
+TAMPERING_MEMTIER = '''#!{python}
+import subprocess, sys
+from lmcache_resp import RedisClient
+done = subprocess.run([{memtier!r}, *sys.argv[1:]])
+args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+if args.get("ratio") == {ratio!r}:
+    key = args["key-prefix"] + "3"
+    client = RedisClient(host="127.0.0.1", port={port})
+    how = {how!r}
+    if how == "flip":
+        client.set(key, b"x" * 5 + b"y" + b"x" * 4090)
+    elif how == "short":
+        client.set(key, b"x" * 10)
+    elif how == "long":
+        client.set(key, b"x" * 4097)
+    else:
+        client.delete(key)
+sys.exit(done.returncode)
+'''
+
+
+@needs_memtier
+@pytest.mark.parametrize(("after", "how", "expected"), MEMTIER_TAMPERING)
+def test_memtier_values_that_are_not_memtiers_fail_the_peer(
+    redis_server: RedisServer, tmp_path: Path, after: str, how: str, expected: str
+) -> None:
+    wrapper = tmp_path / "memtier"
+    wrapper.write_text(TAMPERING_MEMTIER.format(python=sys.executable, memtier=MEMTIER, port=redis_server.port,
+                                                ratio=after, how=how))
+    wrapper.chmod(0o755)
+    ledger = KeyLedger()
+    peer = MemtierPeer(_target(redis_server), ledger, binary=str(wrapper), num_keys=memtier.key_multiple(memtier.usable_cpus()),
+                       chunk_bytes=4096)
+    try:
+        with pytest.raises(PeerFailed, match=re.escape(expected)):
+            peer.run_round(0, ("set", "get"))
+    finally:
+        peer.close()
+        ledger.delete_all(_target(redis_server))
+    assert redis_server.redis_py().dbsize() == 0
 
 
 def test_lmcache_driver_protocol_with_a_stand_in_connector(redis_server: RedisServer) -> None:

@@ -22,6 +22,7 @@ from typing import TextIO, TypeVar
 
 from lmcache_resp import RespSettings, Secret
 from lmcache_resp.errors import InvalidInputError
+from lmcache_resp.bench import memtier
 from lmcache_resp.bench.console import GiB, KiB, MiB, mib_to_bytes
 from lmcache_resp.bench.errors import EXIT_INTERRUPTED
 from lmcache_resp.bench.host import meminfo_bytes
@@ -34,6 +35,7 @@ from lmcache_resp.bench.options import (
     DEFAULT_FLOOD_SECONDS,
     DEFAULT_L2_BENCH_ROUNDS,
     DEFAULT_L2_CELLS,
+    DEFAULT_NUM_KEYS,
     DEFAULT_OPS,
     DEFAULT_SWEEP_CHUNKS,
     DEFAULT_SWEEP_WORKERS,
@@ -53,8 +55,9 @@ __all__ = ["build_parser", "main", "parse_options"]
 # A run may plan on this share of MemAvailable: the page pool is pinned, one page per key, and
 # swapping would measure the disk.
 MEMORY_SHARE = 0.6
-# Peers that hold a second copy of the data: redis-py its GET results, the LMCache driver its pool.
-COPYING_PEERS = ("redis-py", "lmcache", "lmcache-redis", "lmcache-valkey")
+# Peers that hold a second copy of the data: redis-py its GET results, the LMCache driver its pool,
+# memtier the values its pipelined SETs have in flight (up to every key's: 64 per connection).
+COPYING_PEERS = ("redis-py", "lmcache", "lmcache-redis", "lmcache-valkey", "memtier")
 # --regime both: one whole run per regime, fresh first; with --json one document holding both.
 REGIMES_SCHEMA = "lmcache-resp-bench-regimes/1"
 MAX_CHUNK_MIB = 512.0  # Redis's proto-max-bulk-len default
@@ -236,7 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     workload = parser.add_argument_group("workload")
     workload.add_argument("--chunk-mb", type=_chunk_mib, default=4.0, help="value (page) size in MiB (default 4)")
     workload.add_argument("--num-workers", type=_int_in(1, 256), default=8, help="I/O worker threads (default 8)")
-    workload.add_argument("--num-keys", type=_int_in(1, 1_000_000), default=500, help="keys per batch (default 500)")
+    workload.add_argument("--num-keys", type=_int_in(1, 1_000_000), default=None,
+                          help=f"keys per batch (default {DEFAULT_NUM_KEYS}; with --compare memtier the multiple of its "
+                               "connections just above it)")
     workload.add_argument("--rounds", type=_int_in(1, 100), default=3, help="rounds; the median is reported (default 3)")
     workload.add_argument("--ops", type=_choices(ALL_OPS), default=DEFAULT_OPS,
                           help=f"comma list of {','.join(ALL_OPS)} (default {','.join(DEFAULT_OPS)})")
@@ -261,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     extra.add_argument("--lmcache-redis-python", metavar="PATH",
                        help="a Python with LMCache installed, for --compare lmcache-redis (LMCache's redis-py-based "
                             "RedisConnector, over TLS with --tls or a rediss:// URL); default: this one"),
+    extra.add_argument("--memtier", metavar="PATH",
+                       help="the memtier_benchmark binary for --compare memtier (default: memtier_benchmark on PATH; "
+                            "scripts/setup-memtier.sh builds one)")
     extra.add_argument("--ceiling", action="store_true", help="also measure the loopback socket ceiling (no Redis in the path)")
 
     l2 = parser.add_argument_group(
@@ -334,6 +342,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     if args.tls and "lmcache-valkey" in args.compare:
         parser.error("--tls: LMCache's valkey adapter cannot be given a CA to trust, so it cannot verify the run's test "
                      "certificates (over TLS, compare with --compare lmcache-redis)")
+    if args.tls and "memtier" in args.compare:
+        parser.error("--tls: the memtier peer is not wired for TLS (over TLS, compare with --compare redis-py)")
     if args.regime is not None and given_server:
         parser.error("--regime sets how the throwaway servers keep memory: it cannot be used with --host/--port/--url")
     l2_given = [name for name, value in (("--l2-cells", args.l2_cells), ("--l2-in-flight", args.l2_in_flight),
@@ -377,6 +387,12 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
             parser.error("--lmcache-redis-python is only used with --compare lmcache-redis")
         if not (os.path.isfile(args.lmcache_redis_python) and os.access(args.lmcache_redis_python, os.X_OK)):
             parser.error(f"--lmcache-redis-python: {args.lmcache_redis_python!r} is not an executable file")
+    if args.memtier is not None:
+        if "memtier" not in args.compare:
+            parser.error("--memtier is only used with --compare memtier")
+        if not (os.path.isfile(args.memtier) and os.access(args.memtier, os.X_OK)):
+            parser.error(f"--memtier: {args.memtier!r} is not an executable file")
+    num_keys = _num_keys(parser, args)
     if args.clients is not None and not args.bridge:
         parser.error("--clients needs --bridge")
     if args.bridge and (sweep or args.compare or args.ceiling):
@@ -419,7 +435,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         password=Secret(args.password) if args.password else None,
         chunk_bytes=mib_to_bytes(args.chunk_mb),
         num_workers=args.num_workers,
-        num_keys=args.num_keys,
+        num_keys=num_keys,
         rounds=args.rounds,
         ops=tuple(op for op in ALL_OPS if op in args.ops),
         json=args.json,
@@ -430,6 +446,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         compare=tuple(args.compare),
         lmcache_python=args.lmcache_python,
         lmcache_redis_python=args.lmcache_redis_python,
+        memtier=args.memtier,
         ceiling=args.ceiling,
         timeout=args.timeout if args.timeout is not None else (DEFAULT_DEAD_TIMEOUT_S if args.dead_server or args.sentinel_failover else DEFAULT_TIMEOUT_S),
         io_threads=args.io_threads,
@@ -462,6 +479,25 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     if problem is not None:
         parser.error(problem)
     return options
+
+
+def _num_keys(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """--num-keys or its default. With --compare memtier both clients move the same keys, and
+    memtier walks them exactly once only when each of its connections takes a whole share
+    (memtier.py): the default becomes the next such count, a count given must be one."""
+    if "memtier" not in args.compare:
+        return DEFAULT_NUM_KEYS if args.num_keys is None else int(args.num_keys)
+    threads = memtier.usable_cpus()
+    below, above = memtier.keys_near(DEFAULT_NUM_KEYS if args.num_keys is None else args.num_keys, threads)
+    if args.num_keys is None:
+        return above
+    multiple = memtier.key_multiple(threads)
+    if args.num_keys % multiple:
+        parser.error(f"--compare memtier: --num-keys must be a multiple of {multiple} on this host, so that each of "
+                     f"memtier's {memtier.connections('set', threads)} SET and {memtier.connections('get', threads)} "
+                     f"GET connections (--threads={threads}, one per usable CPU) takes an equal share of the keys: "
+                     f"try --num-keys {below} or {above}")
+    return int(args.num_keys)
 
 
 def _l2_estimate_bytes(options: Options) -> int:

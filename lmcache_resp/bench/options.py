@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_L2_BENCH_ROUNDS",
     "DEFAULT_L2_CELLS",
     "DEFAULT_L2_ADAPTERS",
+    "DEFAULT_NUM_KEYS",
     "L2_ADAPTERS",
     "DEFAULT_OPS",
     "DEFAULT_SWEEP_CHUNKS",
@@ -36,7 +37,8 @@ PASSWORD_ENV = "LMCACHE_RESP_PASSWORD"
 # Run in this order whatever order they are asked in: GET and EXISTS need the SET before them.
 ALL_OPS = ("set", "get", "exists", "delete")
 DEFAULT_OPS = ("set", "get", "exists")
-PEERS = ("redis-py", "lmcache", "redis-benchmark", "lmcache-redis", "lmcache-valkey", "lmcache-l2")
+DEFAULT_NUM_KEYS = 500
+PEERS = ("redis-py", "lmcache", "redis-benchmark", "lmcache-redis", "lmcache-valkey", "lmcache-l2", "memtier")
 # How a throwaway server treats memory it frees: as started (handing it back to the kernel, so new
 # values fault in fresh pages), or keeping it as a full production cache does (after a warm-up).
 REGIMES = ("fresh", "steady", "both")
@@ -76,7 +78,7 @@ class Options:
     password: Secret | None = None
     chunk_bytes: int = 4 * MiB
     num_workers: int = 8
-    num_keys: int = 500
+    num_keys: int = DEFAULT_NUM_KEYS
     rounds: int = 3
     ops: tuple[str, ...] = DEFAULT_OPS
     json: bool = False
@@ -88,6 +90,8 @@ class Options:
     lmcache_python: str | None = None
     # The Python for --compare lmcache-redis (LMCache's RedisConnector); None: this one.
     lmcache_redis_python: str | None = None
+    # The memtier_benchmark binary for --compare memtier; None: memtier_benchmark on PATH.
+    memtier: str | None = None
     ceiling: bool = False
     timeout: float = 60.0
     io_threads: int | None = None

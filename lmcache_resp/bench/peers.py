@@ -1,6 +1,7 @@
 """Peers measured side by side with lmcache_resp (``--compare``), each on its own keys under the
 run's prefix: redis-py and redis-benchmark here, LMCache's C++ connector in lmcache_native.py, its
-redis-py-based one in lmcache_redis.py, its glide-based Valkey client in lmcache_valkey.py.
+redis-py-based one in lmcache_redis.py, its glide-based Valkey client in lmcache_valkey.py,
+memtier_benchmark in memtier_peer.py.
 
 redis-py: num_workers threads over one ConnectionPool, each thread doing its tile of keys one
 command after another (SET from memoryviews of the same pages lmcache_resp uses; GET results
@@ -36,6 +37,7 @@ from lmcache_resp.bench.lmcache_native import LMCachePeer
 from lmcache_resp.bench.lmcache_redis import LMCacheRedisPeer
 from lmcache_resp.bench.lmcache_valkey import LMCacheValkeyPeer
 from lmcache_resp.bench.measure import Driver, OpSample, cpu_seconds, timed
+from lmcache_resp.bench.memtier_peer import MemtierPeer
 from lmcache_resp.bench.ours import OursDriver
 from lmcache_resp.bench.target import KeyLedger, Target, redis_py_tls_kwargs
 from lmcache_resp.bench.workload import Workload
@@ -65,6 +67,8 @@ def make_peer(name: str, options: Options, target: Target, ours: OursDriver, led
         return LMCacheValkeyPeer(target, workload(), num_workers=options.num_workers, python=options.lmcache_python)
     if name == "redis-benchmark":
         return RedisBenchmarkPeer(target, w, ledger.key("redis-benchmark"), num_workers=options.num_workers)
+    if name == "memtier":
+        return MemtierPeer(target, ledger, binary=options.memtier, num_keys=len(w.keys), chunk_bytes=w.chunk_bytes)
     raise ValueError(f"unknown peer {name!r}")
 
 
