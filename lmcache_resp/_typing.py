@@ -40,6 +40,7 @@ class SettingsKwargs(TypedDict, total=False):
     key_prefix: str | None
     ttl_seconds: int | None
     read_from: str | None
+    io_backend: str | None
     ssl: bool | None
     ssl_ca_certs: str | os.PathLike[str] | None
     ssl_ca_path: str | os.PathLike[str] | None

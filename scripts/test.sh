@@ -36,6 +36,7 @@ VALKEY_SUITES=(
     test_client.py test_store.py test_connector.py test_reliability.py test_fail_fast.py
     test_scale_out.py test_cluster_harness.py test_bridge.py test_bridge_connector.py
     test_ranged.py test_capacity.py test_interop.py test_servers.py test_tls.py test_sentinel.py
+    test_io_backend.py
 )
 # Sentinel failovers (half a minute of killed, stopped and failed-over primaries) run against
 # Redis 7.0 and Valkey 9.1, not 8.1 as well: the Sentinel is the same code in both Valkeys, and
@@ -45,20 +46,30 @@ for suite in "${VALKEY_SUITES[@]}"; do
     [ "$suite" = test_sentinel.py ] || VALKEY8_SUITES+=("$suite")
 done
 
+# Both I/O loops (io_backend, docs/usage.md "The I/O loop") run every suite, each server pass on
+# one of them, without a pass of its own: through LMCACHE_RESP_IO_BACKEND, which the Python
+# settings and the native tests' settings read.
+#   the workspace's cargo test (Redis 7.0) and the full pytest pass (Redis 7.0): poll
+#   the native tests again (Valkey 9.1), the pytest passes on Valkey 8.1 and 9.1: uring
+# (py-tests/test_io_backend.py runs both in every pass, and the fallback where io_uring is
+# forbidden.)
+POLL=(env LMCACHE_RESP_IO_BACKEND=poll)
+URING=(env LMCACHE_RESP_IO_BACKEND=uring)
+
 # With the python feature: the bindings' own unit tests (the benchmark's loopback ceiling probe)
 # run in the same build, and every cargo test below shares it (one compile, not two).
 RUST_TEST_FEATURES=(--features lmcache-resp/python)
-echo "==> cargo test (workspace: codec, rings, arena, engine, numa, bindings, real-server tests, fuzz corpus replay); server $REDIS"
-REDIS_TEST_SERVER=redis cargo test --workspace "${RUST_TEST_FEATURES[@]}" --quiet
+echo "==> cargo test (workspace: codec, rings, arena, engine, numa, bindings, real-server tests, fuzz corpus replay); server $REDIS; the poll loop"
+"${POLL[@]}" REDIS_TEST_SERVER=redis cargo test --workspace "${RUST_TEST_FEATURES[@]}" --quiet
 
 # The Rust real-server tests run again against Valkey 9.1 only: Valkey 8.1 reads and replies as
 # Redis 7.0 does (pieces, the reply copy), and its pytest pass below still covers every front on
 # it. Dropped to keep CI under 20 minutes once the Sentinel and replica suites came (#29).
 for server in valkey9; do
     name=$VALKEY9
-    echo "==> cargo test again: the real-server tests (native-tests); server $name"
+    echo "==> cargo test again: the real-server tests (native-tests); server $name; the io_uring loop"
     started=$SECONDS
-    REDIS_TEST_SERVER=$server cargo test -p lmcache-resp-native-tests "${RUST_TEST_FEATURES[@]}" --quiet
+    "${URING[@]}" REDIS_TEST_SERVER=$server cargo test -p lmcache-resp-native-tests "${RUST_TEST_FEATURES[@]}" --quiet
     echo "    (the $server pass of the Rust tests took $((SECONDS - started)) s)"
 done
 
@@ -73,16 +84,16 @@ echo "==> loom models: the SPSC rings, the batch counter's futex wake-up, the ev
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p lmcache-resp --release --lib --quiet loom_tests
 
 scripts/check-wheel.sh
-echo "==> pytest (includes mypy.stubtest of the native module and mypy --strict of the package, for 3.11 and 3.10); server $REDIS"
-REDIS_TEST_SERVER=redis .venv/bin/python -m pytest -q py-tests
+echo "==> pytest (includes mypy.stubtest of the native module and mypy --strict of the package, for 3.11 and 3.10); server $REDIS; the poll loop"
+"${POLL[@]}" REDIS_TEST_SERVER=redis .venv/bin/python -m pytest -q py-tests
 
 for server in valkey valkey9; do
     name=$VALKEY
     [ "$server" = valkey9 ] && name=$VALKEY9
-    echo "==> pytest again: the suites that talk to a server; server $name"
+    echo "==> pytest again: the suites that talk to a server; server $name; the io_uring loop"
     started=$SECONDS
     suites=("${VALKEY_SUITES[@]}")
     [ "$server" = valkey ] && suites=("${VALKEY8_SUITES[@]}")
-    REDIS_TEST_SERVER=$server .venv/bin/python -m pytest -q "${suites[@]/#/py-tests/}"
+    "${URING[@]}" REDIS_TEST_SERVER=$server .venv/bin/python -m pytest -q "${suites[@]/#/py-tests/}"
     echo "    (the $server pass of pytest took $((SECONDS - started)) s)"
 done

@@ -21,12 +21,22 @@ use lmcache_resp_core::Secret;
 use lmcache_resp_core::internals::net::ConnectOptions;
 use lmcache_resp_core::internals::resp::{Decoder, Reply};
 use lmcache_resp_core::settings::Endpoint;
-use lmcache_resp_core::settings::Settings;
+use lmcache_resp_core::settings::{IoBackend, Settings};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// `settings` with the I/O loop `LMCACHE_RESP_IO_BACKEND` names (`auto`, `uring`, `poll`), as a
+/// caller's environment sets it: each pass of scripts/test.sh runs the suites on one loop.
+pub fn with_io_backend_from_env(mut settings: Settings) -> Settings {
+    if let Ok(name) = std::env::var("LMCACHE_RESP_IO_BACKEND") {
+        settings.io_backend = IoBackend::parse(&name)
+            .unwrap_or_else(|| panic!("LMCACHE_RESP_IO_BACKEND={name:?}: expected auto, uring or poll"));
+    }
+    settings
+}
 
 /// Variants of the server's configuration.
 #[derive(Clone, Debug, Default)]
@@ -343,7 +353,7 @@ impl RedisServer {
     /// Settings for this server, with the credentials it was configured with (for a TLS server,
     /// set the TLS fields from [`RedisServer::certs`]).
     pub fn settings(&self) -> Settings {
-        let mut settings = Settings::new(self.endpoint());
+        let mut settings = with_io_backend_from_env(Settings::new(self.endpoint()));
         settings.password = self.config.password.as_deref().map(Secret::new);
         settings
     }

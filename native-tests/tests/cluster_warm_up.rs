@@ -19,6 +19,7 @@ use lmcache_resp_core::internals::cluster::{SLOT_COUNT, key_slot};
 use lmcache_resp_core::settings::Endpoint;
 use lmcache_resp_core::settings::Settings;
 use redis_harness::peer::{self, contains, peak_rss, status_field};
+use redis_harness::with_io_backend_from_env;
 use std::collections::HashSet;
 use std::io::Write;
 use std::net::TcpListener;
@@ -131,7 +132,7 @@ fn engine_threads() -> usize {
 }
 
 fn settings(port: u16) -> Settings {
-    let mut settings = Settings::new(Endpoint::Tcp { host: "127.0.0.1".into(), port });
+    let mut settings = with_io_backend_from_env(Settings::new(Endpoint::Tcp { host: "127.0.0.1".into(), port }));
     settings.cluster = true;
     settings.timeout = TIMEOUT;
     settings.num_workers = WORKERS;

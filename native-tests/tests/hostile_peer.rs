@@ -12,6 +12,7 @@ use lmcache_resp_core::internals::net::ConnectOptions;
 use lmcache_resp_core::settings::Endpoint;
 use lmcache_resp_core::settings::Settings;
 use redis_harness::peer::{self, contains, peak_rss};
+use redis_harness::with_io_backend_from_env;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -71,7 +72,7 @@ fn an_endless_reply_to_cluster_shards_fails_at_the_cap_quickly_and_in_bounded_me
     assert!(took < TIMEOUT / 2, "the cap stopped the reply only after {took:?}");
 
     // An engine whose only cluster seed is that peer: the start fails, naming the seed.
-    let mut settings = Settings::new(endpoint);
+    let mut settings = with_io_backend_from_env(Settings::new(endpoint));
     settings.cluster = true;
     settings.timeout = TIMEOUT;
     settings.connect_timeout = TIMEOUT;

@@ -11,6 +11,7 @@ use lmcache_resp_core::settings::Endpoint;
 use lmcache_resp_core::settings::GetPieces;
 use lmcache_resp_core::settings::Settings;
 use lmcache_resp_core::{ErrorKind, RawBuf};
+use redis_harness::with_io_backend_from_env;
 use redis_harness::{ClusterNode, RedisCluster, RedisServer, dead_port, pattern};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +21,7 @@ fn tcp(port: u16) -> Endpoint {
 }
 
 fn cluster_settings(cluster: &RedisCluster) -> Settings {
-    let mut settings = Settings::new(tcp(cluster.nodes()[0].port));
+    let mut settings = with_io_backend_from_env(Settings::new(tcp(cluster.nodes()[0].port)));
     settings.endpoints = cluster.nodes().iter().map(|n| tcp(n.port)).collect();
     settings.cluster = true;
     settings.num_workers = 3;
@@ -219,7 +220,7 @@ fn a_killed_primary_ends_in_success_or_a_clear_error_never_a_hang() {
 #[test]
 fn independent_servers_share_the_keys_by_rendezvous_hashing() {
     let mut servers = [RedisServer::start(), RedisServer::start(), RedisServer::start()];
-    let mut settings = Settings::new(servers[0].endpoint());
+    let mut settings = with_io_backend_from_env(Settings::new(servers[0].endpoint()));
     settings.endpoints = servers.iter().map(RedisServer::endpoint).collect();
     settings.num_workers = 2;
     settings.timeout = Duration::from_secs(3);
@@ -255,7 +256,7 @@ fn independent_servers_share_the_keys_by_rendezvous_hashing() {
 
 #[test]
 fn bad_cluster_input_gets_clear_errors() {
-    let mut dead = Settings::new(tcp(dead_port()));
+    let mut dead = with_io_backend_from_env(Settings::new(tcp(dead_port())));
     dead.cluster = true;
     let err = Engine::start(EngineConfig::new(dead)).err().unwrap();
     assert_eq!(err.kind(), ErrorKind::Connection);

@@ -21,6 +21,7 @@ use lmcache_resp_core::settings::KeyLimit;
 use lmcache_resp_core::settings::{Settings, Sources, Value};
 use lmcache_resp_core::{Error, ErrorKind, RawBuf};
 use redis_harness::proxy::CuttingProxy;
+use redis_harness::with_io_backend_from_env;
 use redis_harness::{
     AuthClients, ClusterNode, RedisCluster, RedisServer, ServerCert, ServerConfig, TestCerts, TlsServer, pattern,
     tls_or_skip,
@@ -76,6 +77,7 @@ fn resolve(url: &str, keywords: &[(&str, Value)]) -> Settings {
         keywords.iter().map(|(name, value)| (name.to_string(), value.clone())).collect();
     let mut settings = Settings::resolve(&Sources { explicit: &explicit, url: Some(url), env: &[] })
         .unwrap_or_else(|err| panic!("settings for {url}: {err}"));
+    settings = with_io_backend_from_env(settings);
     settings.num_workers = 2;
     settings.timeout = Duration::from_secs(10);
     settings

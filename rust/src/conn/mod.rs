@@ -14,6 +14,7 @@ pub mod hook;
 mod plaintext_check;
 pub mod reader;
 pub mod request;
+mod ring_io;
 #[cfg(test)]
 mod tests;
 mod tls_io;
@@ -42,6 +43,9 @@ const MAX_IOV: usize = 128;
 
 /// A connection over a real socket.
 pub struct Conn {
+    /// Its operations on the worker's io_uring, when it runs there (`io_backend = uring`).
+    /// First: dropped first, it waits for those operations before anything they use goes.
+    ring: Option<ring_io::RingIo>,
     core: ConnCore,
     addresses: Arc<[Address]>,
     /// The socket, and its TLS on a TLS endpoint.
@@ -69,6 +73,7 @@ impl Conn {
         limits: PipelineLimits,
     ) -> Conn {
         Conn {
+            ring: None,
             core: ConnCore::new(options, addresses.len(), policy, limits),
             addresses,
             socket: Socket { stream: None, tls: None },
@@ -83,6 +88,7 @@ impl Conn {
     /// elsewhere: requests queue until [`Conn::set_addresses`] (see [`ConnCore::new`]).
     pub fn awaiting_addresses(options: Arc<ConnectOptions>, policy: ReconnectPolicy, limits: PipelineLimits) -> Conn {
         Conn {
+            ring: None,
             core: ConnCore::new(options, 0, policy, limits),
             addresses: Arc::new([]),
             socket: Socket { stream: None, tls: None },
@@ -279,6 +285,10 @@ impl Conn {
     /// Drops the socket once the core no longer has one.
     fn sync_socket(&mut self) {
         if !self.core.state().has_socket() {
+            // Nothing the ring's operations use goes before they are reaped.
+            if let Some(io) = &mut self.ring {
+                io.quiesce();
+            }
             self.socket.close_tls();
             self.socket.stream = None;
             self.socket.tls = None;

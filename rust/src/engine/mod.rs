@@ -280,6 +280,7 @@ impl Engine {
             }
         };
         let workers = settings.num_workers;
+        let backend = io_backend(settings.io_backend)?;
         let endpoint = match settings.endpoints.as_slice() {
             _ if settings.sentinel.is_some() => {
                 format!(
@@ -336,8 +337,16 @@ impl Engine {
             };
             let nodes = Nodes::new(factory, &servers)?;
             let ranged = crate::ranged::RangedReads::new();
-            let worker =
-                worker::Worker::new(shared.clone(), pair.take, pair.post, doorbell, route.clone(), nodes, ranged);
+            let worker = worker::Worker::new(
+                shared.clone(),
+                pair.take,
+                pair.post,
+                doorbell,
+                route.clone(),
+                nodes,
+                ranged,
+                backend,
+            );
             let cpu = placement.worker_cpus.get(index).copied().flatten();
             let tids = worker_tids.clone();
             let spawned = std::thread::Builder::new().name(format!("lmcache-resp-io-{index}")).spawn(move || {
@@ -621,5 +630,29 @@ fn arena_error(err: ArenaError) -> Error {
             Error::os(format!("cannot set up the shared-memory arena: {op} failed"), source)
         }
         other => Error::invalid(other.to_string()),
+    }
+}
+
+/// The loop the workers run for the `io_backend` setting: `auto` takes io_uring where this
+/// process may use it and otherwise says once, at INFO, why the workers poll; `uring` where it
+/// may not is an error that says why.
+fn io_backend(wanted: crate::settings::IoBackend) -> Result<worker::Backend> {
+    use crate::settings::IoBackend;
+    match wanted {
+        IoBackend::Poll => Ok(worker::Backend::Poll),
+        IoBackend::Uring => match crate::net::uring::probe() {
+            Ok(()) => Ok(worker::Backend::Uring),
+            Err(why) => Err(Error::new(
+                ErrorKind::Os,
+                format!("io_backend=\"uring\" cannot run here: {why}; set io_backend=\"poll\" or \"auto\""),
+            )),
+        },
+        IoBackend::Auto => match crate::net::uring::probe() {
+            Ok(()) => Ok(worker::Backend::Uring),
+            Err(why) => {
+                log::info!(target: "lmcache_resp::engine", "io_backend=auto: {why}; the I/O workers run the poll loop");
+                Ok(worker::Backend::Poll)
+            }
+        },
     }
 }

@@ -22,6 +22,7 @@ pub mod server;
 pub mod socket;
 mod sys;
 pub mod tls;
+pub mod uring;
 
 pub use endpoint::{Address, Endpoint};
 pub use eventfd::EventFd;

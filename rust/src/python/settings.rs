@@ -335,6 +335,13 @@ impl PySettings {
         self.0.read_from.name()
     }
 
+    /// Which loop the I/O workers run: `"auto"` (io_uring where allowed, else poll), `"uring"`
+    /// or `"poll"`.
+    #[getter]
+    fn io_backend(&self) -> &'static str {
+        self.0.io_backend.name()
+    }
+
     /// TLS is on (`rediss://` or `ssl=True`).
     #[getter]
     fn ssl(&self) -> bool {
@@ -416,6 +423,7 @@ impl PySettings {
         out.set_item("key_prefix", self.key_prefix())?;
         out.set_item("ttl_seconds", self.ttl_seconds())?;
         out.set_item("read_from", self.read_from())?;
+        out.set_item("io_backend", self.io_backend())?;
         out.set_item("ssl", self.ssl())?;
         out.set_item("ssl_ca_certs", self.ssl_ca_certs())?;
         out.set_item("ssl_ca_path", self.ssl_ca_path())?;

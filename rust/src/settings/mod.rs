@@ -3,12 +3,13 @@
 //!
 //! Settings come from four sources, resolved field by field: explicit values (keyword
 //! arguments, LMCache's adapter params), then the URL (its authority, path and query), then
-//! the `LMCACHE_RESP_*` environment variables (host, port, username and password, and the TLS
-//! files where TLS is on), then the defaults below. Callers gather the sources;
+//! the `LMCACHE_RESP_*` environment variables (host, port, username and password, the TLS
+//! files where TLS is on, and the I/O loop), then the defaults below. Callers gather the sources;
 //! [`Settings::resolve`] decides. TLS (`rediss://`, `ssl=True`, the `ssl_*` fields) is
 //! `tls`'s.
 
 mod capacity;
+mod io_backend;
 mod names;
 mod namespace;
 mod pieces;
@@ -21,6 +22,7 @@ mod valkey;
 mod value;
 
 pub use capacity::{CapacityConfig, EvictionPolicy};
+pub use io_backend::IoBackend;
 pub use names::{ENV_VARS, EVICTION_FIELDS, FIELDS, QUERY_FIELDS, TLS_FIELDS};
 pub use namespace::{KEY_SEPARATOR, expiry_ms, wire_prefix};
 pub use pieces::GetPieces;
@@ -189,6 +191,8 @@ pub struct Settings {
     pub get_piece_bytes: GetPieces,
     /// Redis Cluster: where GET and EXISTS go (the primary, or spread over it and its replicas).
     pub read_from: ReadFrom,
+    /// Which loop the I/O workers run (`auto`, `uring`, `poll`).
+    pub io_backend: IoBackend,
     /// Fault the arena's pages in at creation.
     pub prefault: bool,
     /// TLS to every server (and every cluster node); `None` is plaintext. Built (its files
@@ -225,6 +229,7 @@ impl Settings {
             prefault: defaults::PREFAULT,
             get_piece_bytes: defaults::GET_PIECES,
             read_from: ReadFrom::Primary,
+            io_backend: IoBackend::default(),
             tls: None,
             key_prefix: None,
             ttl: None,
@@ -529,6 +534,9 @@ impl<'a> Resolver<'a> {
         namespace::check_single_evictor(settings.ttl, settings.capacity_bytes())?;
         if let Some(given) = self.tuning("read_from") {
             settings.read_from = read_from::read_from(&given)?;
+        }
+        if let Some(given) = self.tuning("io_backend").or_else(|| self.env_value("io_backend")) {
+            settings.io_backend = io_backend::io_backend(&given)?;
         }
         // Last: it reads files, once everything else is known to be valid.
         self.tls(&mut settings)?;

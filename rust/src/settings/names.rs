@@ -25,6 +25,7 @@ pub const FIELDS: &[&str] = &[
     "key_prefix",
     "ttl_seconds",
     "read_from",
+    "io_backend",
     "ssl",
     "ssl_ca_certs",
     "ssl_ca_path",
@@ -71,6 +72,7 @@ pub const QUERY_FIELDS: &[&str] = &[
     "key_prefix",
     "ttl_seconds",
     "read_from",
+    "io_backend",
     "eviction_policy",
     "trigger_watermark",
     "eviction_ratio",
@@ -100,6 +102,9 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("ssl_ca_certs", "LMCACHE_RESP_SSL_CA_CERTS"),
     ("ssl_certfile", "LMCACHE_RESP_SSL_CERTFILE"),
     ("ssl_keyfile", "LMCACHE_RESP_SSL_KEYFILE"),
+    // Which I/O loop: a deployment's (a container that forbids io_uring) and the test suites'
+    // (each pass of scripts/test.sh runs one loop).
+    ("io_backend", "LMCACHE_RESP_IO_BACKEND"),
 ];
 
 /// An error naming each unknown key (never its value: it could be a password), with the

@@ -7,6 +7,7 @@
 //! of a request a cluster node hands back is decided in `reroute.rs`. `tests.rs` drives the
 //! steps in memory, with real rings and connections that are never driven: no server.
 
+mod io_loop;
 mod reroute;
 #[cfg(test)]
 mod tests;
@@ -26,6 +27,8 @@ use crate::net::socket::{poll_flags, timeout_until};
 use crate::op::Op;
 use crate::ranged::{self, RangedReads};
 use crate::ring::{Consumer, Producer, PushError};
+pub use io_loop::Backend;
+use io_loop::IoLoop;
 use reroute::{Parked, RETRY_MAX, Reroute, Unparked};
 use rustix::event::{PollFd, PollFlags, poll};
 use std::os::fd::AsFd;
@@ -46,8 +49,8 @@ pub struct Worker {
     doorbell: Arc<EventFd>,
     route: Arc<Route>,
     nodes: Nodes,
-    /// Per connection (as `nodes.conns`): what poll last said.
-    readiness: Vec<Readiness>,
+    /// Which loop this worker runs; made on its own thread when it starts.
+    backend: Backend,
     /// Cluster: requests waiting to be sent again (their node failed, or the cluster is
     /// re-forming).
     parked: Parked,
@@ -67,7 +70,10 @@ pub struct Worker {
 /// the engine, so that callers get an error at once instead of waiting for their deadlines.
 pub fn run_guarded(index: usize, worker: Worker) {
     let shared = worker.shared.clone();
-    let outcome = catch_unwind(AssertUnwindSafe(move || worker.run()));
+    let outcome = catch_unwind(AssertUnwindSafe(move || {
+        let io = IoLoop::on_this_thread(worker.backend, index);
+        worker.run(io)
+    }));
     let failure = match outcome {
         Ok(Ok(())) => return,
         Ok(Err(err)) => err,
@@ -93,8 +99,8 @@ impl Worker {
         route: Arc<Route>,
         nodes: Nodes,
         ranged: RangedReads,
+        backend: Backend,
     ) -> Worker {
-        let readiness = vec![Readiness::OPTIMISTIC; nodes.conns.len()];
         Worker {
             shared: shared.clone(),
             submissions,
@@ -102,7 +108,7 @@ impl Worker {
             doorbell,
             route,
             nodes,
-            readiness,
+            backend,
             parked: Parked::default(),
             rerouted: false,
             finished: Vec::new(),
@@ -112,7 +118,7 @@ impl Worker {
         }
     }
 
-    fn run(mut self) -> Result<(), Error> {
+    fn run(mut self, mut io: IoLoop) -> Result<(), Error> {
         loop {
             if let Some(err) = self.shared.failure().cloned() {
                 self.abort(&err);
@@ -134,10 +140,9 @@ impl Worker {
             self.settle_ranged(now, 0);
             let mut c = 0;
             while c < self.nodes.conns.len() {
-                let ready = self.readiness[c];
                 let settled = self.finished.len();
                 let conn = &mut self.nodes.conns[c];
-                conn.drive(now, ready, &mut self.finished);
+                io.drive(c, conn, now, &mut self.finished);
                 conn.expire(now, &mut self.finished);
                 self.metrics.after_drive(c, conn.endpoint());
                 let handoffs = conn.take_handoffs();
@@ -156,7 +161,14 @@ impl Worker {
             if sealed && self.is_idle() {
                 return Ok(());
             }
-            self.wait();
+            let wake = self.wake_at();
+            match &mut io {
+                IoLoop::Poll { readiness } => self.wait(wake, readiness),
+                IoLoop::Ring(ring) => {
+                    let wake = self.nodes.conns.iter().fold(wake, |wake, conn| earliest(wake, conn.interest().2));
+                    ring.wait(&self.doorbell, wake.map(|at| at.saturating_duration_since(Instant::now())));
+                }
+            }
         }
     }
 
@@ -202,9 +214,6 @@ impl Worker {
             self.nodes.conn_for(node, request.pipeline_cost())
         };
         self.metrics.on_send(node, self.nodes.conns[conn].endpoint(), &mut request);
-        if self.readiness.len() < self.nodes.conns.len() {
-            self.readiness.resize(self.nodes.conns.len(), Readiness::OPTIMISTIC);
-        }
         let conn = &mut self.nodes.conns[conn];
         if asking { conn.push_asking(request, &mut self.finished) } else { conn.push(request, &mut self.finished) }
     }
@@ -226,7 +235,6 @@ impl Worker {
             fresh.extend(failed);
         }
         self.finished.append(&mut fresh);
-        self.readiness.resize(self.nodes.conns.len(), Readiness::OPTIMISTIC);
     }
 
     /// A GET of a large value (of `key`, on server `node`) becomes a ranged read.
@@ -428,7 +436,9 @@ impl Worker {
         self.nodes.conns.iter().any(|c| has_room(c, self.shared.pipeline))
     }
 
-    fn wait(&mut self) {
+    /// When the worker must look again whatever its connections wait for: a parked request's
+    /// turn, a full completion ring's retry, or descriptors it can take now.
+    fn wake_at(&mut self) -> Option<Instant> {
         let mut wake: Option<Instant> = self.parked.next_wake();
         if !self.finished.is_empty() {
             wake = Some(Instant::now() + FULL_RING_RETRY);
@@ -436,17 +446,19 @@ impl Worker {
             // Descriptors are waiting and can be taken now: only collect readiness.
             wake = Some(Instant::now());
         }
-        let readiness = &mut self.readiness;
+        wake
+    }
+
+    /// The poll loop's wait: one `ppoll` over the doorbell and every socket, until one is ready
+    /// or `wake` or a connection's own deadline passes.
+    fn wait(&mut self, mut wake: Option<Instant>, readiness: &mut Vec<Readiness>) {
         readiness.resize(self.nodes.conns.len(), Readiness::OPTIMISTIC);
         let mut fds = Vec::with_capacity(self.nodes.conns.len() + 1);
         fds.push(PollFd::from_borrowed_fd(self.doorbell.as_fd(), PollFlags::IN));
         let mut slots = Vec::with_capacity(self.nodes.conns.len());
         for conn in &self.nodes.conns {
             let (fd, interest, conn_wake) = conn.interest();
-            wake = match (wake, conn_wake) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            wake = earliest(wake, conn_wake);
             match fd {
                 Some(fd) if interest.read || interest.write => {
                     slots.push(Some(fds.len()));
@@ -540,6 +552,13 @@ fn resolve(shared: &Shared, descriptor: &Descriptor<'_>) -> Result<Option<RawBuf
             let tag = descriptor.tag;
             shared.buffers.get(tag.slot, tag.index, access, descriptor.len).map(Some).map_err(Error::invalid)
         }
+    }
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

@@ -72,7 +72,8 @@ fn harness(requests: usize, completion_ring: usize, pages: usize) -> Harness {
         health: Arc::new(HealthBoard::new(Default::default())),
     };
     let nodes = Nodes::new(factory, &servers).unwrap();
-    let worker = Worker::new(shared, pair.take, pair.post, doorbell, Arc::new(route), nodes, RangedReads::new());
+    let worker =
+        Worker::new(shared, pair.take, pair.post, doorbell, Arc::new(route), nodes, RangedReads::new(), Backend::Poll);
     Harness { worker, submit: pair.submit, collect: pair.collect }
 }
 
