@@ -504,3 +504,121 @@ impl Drop for Ring {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    fn raw(buf: &mut [u8]) -> RawBuf {
+        // SAFETY: the test keeps `buf` alive and untouched until the operation is reaped.
+        unsafe { RawBuf::new(buf.as_mut_ptr(), buf.len()) }
+    }
+
+    fn wait_for(ring: &Ring, id: OpId) -> i32 {
+        for _ in 0..1000 {
+            if let Some(result) = ring.take(id) {
+                return result;
+            }
+            ring.wait(Some(Duration::from_millis(10))).unwrap();
+        }
+        panic!("operation {id:?} did not complete");
+    }
+
+    #[test]
+    fn the_probe_passes_here_and_says_why_where_it_would_not() {
+        probe().unwrap();
+        let err = io::Error::from_raw_os_error(libc::EPERM);
+        assert!(explain(&err).starts_with("io_uring is unavailable (forbidden here: kernel.io_uring_disabled"));
+    }
+
+    #[test]
+    fn a_gather_list_larger_than_the_socket_goes_out_whole_in_order() {
+        let ring = Ring::new().unwrap();
+        let (ours, mut peer) = UnixStream::pair().unwrap();
+        let parts: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; (1 << 20) + 7 * i as usize]).collect();
+        let iov: Vec<libc::iovec> =
+            parts.iter().map(|p| libc::iovec { iov_base: p.as_ptr() as *mut _, iov_len: p.len() }).collect();
+        let total: usize = parts.iter().map(Vec::len).sum();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            peer.read_to_end(&mut got).unwrap();
+            got
+        });
+        // SAFETY: `parts` outlives the send, which is reaped below.
+        let id = unsafe { ring.send(ours.as_raw_fd(), &iov) }.unwrap();
+        assert_eq!(wait_for(&ring, id), total as i32);
+        drop(ours);
+        assert_eq!(reader.join().unwrap(), parts.concat());
+    }
+
+    #[test]
+    fn a_receive_of_all_waits_for_every_byte_and_a_cancelled_one_writes_nothing() {
+        let ring = Ring::new().unwrap();
+        let (ours, mut peer) = UnixStream::pair().unwrap();
+        let mut page = vec![0u8; 100];
+        let id = unsafe { ring.recv(ours.as_raw_fd(), raw(&mut page), 10, 80, true) }.unwrap();
+        peer.write_all(&[1; 50]).unwrap();
+        ring.wait(Some(Duration::from_millis(20))).unwrap();
+        assert_eq!(ring.take(id), None, "half of it is not all of it");
+        peer.write_all(&[2; 40]).unwrap();
+        assert_eq!(wait_for(&ring, id), 80);
+        assert_eq!(page[..10], [0; 10]);
+        assert_eq!(page[10..60], [1; 50]);
+        assert_eq!(page[60..90], [2; 30]);
+        assert_eq!(page[90..], [0; 10]);
+
+        let mut left = [0u8; 10];
+        (&ours).read_exact(&mut left).unwrap();
+        assert_eq!(left, [2; 10]);
+        let mut scratch = vec![0u8; 16];
+        let id = unsafe { ring.recv(ours.as_raw_fd(), raw(&mut scratch), 0, 16, false) }.unwrap();
+        ring.wait(Some(Duration::ZERO)).unwrap();
+        assert_eq!(ring.cancel_and_reap(&[id]), vec![-libc::ECANCELED]);
+        assert_eq!(ring.in_flight(), 0);
+        peer.write_all(&[3; 16]).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        ring.wait(Some(Duration::ZERO)).unwrap();
+        assert_eq!(scratch, [0; 16], "a reaped receive never writes");
+        // The last write is still in the socket, for the next receive.
+        let id = unsafe { ring.recv(ours.as_raw_fd(), raw(&mut scratch), 0, 16, false) }.unwrap();
+        assert_eq!(wait_for(&ring, id), 16);
+        assert_eq!(scratch, [3; 16]);
+    }
+
+    #[test]
+    fn dropping_the_ring_reaps_what_is_in_flight_first() {
+        let (ours, mut peer) = UnixStream::pair().unwrap();
+        let mut buf = vec![0u8; 64];
+        {
+            let ring = Ring::new().unwrap();
+            let id = unsafe { ring.recv(ours.as_raw_fd(), raw(&mut buf), 0, 64, true) }.unwrap();
+            ring.wait(Some(Duration::ZERO)).unwrap();
+            let poll = ring.poll(ours.as_raw_fd(), libc::POLLIN as u32, true).unwrap();
+            assert_ne!(id, poll);
+            assert_eq!(ring.in_flight(), 2);
+        }
+        peer.write_all(&[9; 64]).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(buf, [0; 64], "the receive was cancelled and reaped before the ring closed");
+        let mut got = [0u8; 64];
+        (&ours).read_exact(&mut got).unwrap();
+        assert_eq!(got, [9; 64]);
+    }
+
+    #[test]
+    fn a_slot_reused_by_a_later_operation_is_not_mistaken_for_the_earlier() {
+        let ring = Ring::new().unwrap();
+        let (ours, _peer) = UnixStream::pair().unwrap();
+        let first = ring.poll(ours.as_raw_fd(), libc::POLLOUT as u32, false).unwrap();
+        assert!(wait_for(&ring, first) & libc::POLLOUT as i32 != 0);
+        let second = ring.poll(ours.as_raw_fd(), libc::POLLIN as u32, false).unwrap();
+        assert_eq!((first.slot, second.slot), (second.slot, first.slot), "the slot is reused");
+        assert_eq!(ring.take(first), None, "the earlier operation's result was taken");
+        ring.detach_poll(second);
+        ring.wait(Some(Duration::from_millis(10))).unwrap();
+        assert_eq!(ring.in_flight(), 0, "a detached poll frees itself when its cancel completes");
+    }
+}
