@@ -42,7 +42,7 @@ def test_the_setting_in_every_form() -> None:
     assert RespSettings.resolve("redis://h:1", env=env).io_backend == "uring"
     assert RespSettings.resolve("redis://h:1?io_backend=poll", env=env).io_backend == "poll", "the URL wins"
     assert RespSettings.resolve("redis://h:1", io_backend="auto", env=env).io_backend == "auto", "a keyword wins"
-    with pytest.raises(InvalidInputError, match='io_backend must be "auto".*got "epoll"'):
+    with pytest.raises(InvalidInputError, match="io_backend must be \"auto\".*got 'epoll'"):
         RespSettings.resolve("redis://h:1", io_backend="epoll", env={})
     with pytest.raises(InvalidInputError, match='LMCACHE_RESP_IO_BACKEND must be "auto"'):
         RespSettings.resolve("redis://h:1", env={"LMCACHE_RESP_IO_BACKEND": "fast"})
@@ -153,6 +153,7 @@ def test_auto_falls_back_to_poll_with_one_info_line_where_io_uring_is_forbidden(
 def test_uring_where_io_uring_is_forbidden_is_refused_at_start_saying_why(redis_server: RedisServer) -> None:
     result = run_forbidden(redis_server, "uring")
     error = str(result.get("error"))
+    assert error.startswith("RespOSError: "), result
     assert 'io_backend="uring" cannot run here: io_uring is unavailable (forbidden here' in error, result
     assert 'set io_backend="poll" or "auto"' in error, error
 
