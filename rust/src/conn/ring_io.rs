@@ -201,10 +201,15 @@ impl Conn {
     }
 
     fn start_ring_recv(&mut self, now: Instant, out: &mut Vec<super::Completion>) {
-        let (Some(io), Some(stream)) = (&self.ring, &self.socket.stream) else { return };
-        if io.recv.is_some() {
+        if self.ring.as_ref().is_none_or(|io| io.recv.is_some()) {
             return;
         }
+        // The kernel's receive retries wake on the same readiness poll does: with the mark at
+        // the rest of a large value, a MSG_WAITALL receive is woken (and the worker with it)
+        // once, not at every burst the server writes (measured: 41 switches a 32 x 256 KiB GET
+        // batch with the mark, 55 without).
+        self.set_low_water(now, out);
+        let (Some(io), Some(stream)) = (&self.ring, &self.socket.stream) else { return };
         let (ring, fd) = (&io.ring, stream.as_fd().as_raw_fd());
         let queued = match self.core.recv_target(now, out) {
             None => None,

@@ -337,16 +337,9 @@ impl Engine {
             };
             let nodes = Nodes::new(factory, &servers)?;
             let ranged = crate::ranged::RangedReads::new();
-            let worker = worker::Worker::new(
-                shared.clone(),
-                pair.take,
-                pair.post,
-                doorbell,
-                route.clone(),
-                nodes,
-                ranged,
-                backend,
-            );
+            let worker =
+                worker::Worker::new(shared.clone(), pair.take, pair.post, doorbell, route.clone(), nodes, ranged)
+                    .with_backend(backend);
             let cpu = placement.worker_cpus.get(index).copied().flatten();
             let tids = worker_tids.clone();
             let spawned = std::thread::Builder::new().name(format!("lmcache-resp-io-{index}")).spawn(move || {

@@ -99,7 +99,6 @@ impl Worker {
         route: Arc<Route>,
         nodes: Nodes,
         ranged: RangedReads,
-        backend: Backend,
     ) -> Worker {
         Worker {
             shared: shared.clone(),
@@ -108,7 +107,7 @@ impl Worker {
             doorbell,
             route,
             nodes,
-            backend,
+            backend: Backend::Poll,
             parked: Parked::default(),
             rerouted: false,
             finished: Vec::new(),
@@ -116,6 +115,12 @@ impl Worker {
             ranged,
             record: Vec::new(),
         }
+    }
+
+    /// Runs the loop `backend` names (the poll loop by default).
+    pub fn with_backend(mut self, backend: Backend) -> Worker {
+        self.backend = backend;
+        self
     }
 
     fn run(mut self, mut io: IoLoop) -> Result<(), Error> {

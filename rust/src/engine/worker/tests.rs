@@ -72,8 +72,7 @@ fn harness(requests: usize, completion_ring: usize, pages: usize) -> Harness {
         health: Arc::new(HealthBoard::new(Default::default())),
     };
     let nodes = Nodes::new(factory, &servers).unwrap();
-    let worker =
-        Worker::new(shared, pair.take, pair.post, doorbell, Arc::new(route), nodes, RangedReads::new(), Backend::Poll);
+    let worker = Worker::new(shared, pair.take, pair.post, doorbell, Arc::new(route), nodes, RangedReads::new());
     Harness { worker, submit: pair.submit, collect: pair.collect }
 }
 
