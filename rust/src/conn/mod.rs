@@ -232,6 +232,86 @@ impl Conn {
         }
     }
 
+    /// Drives this connection over its worker's `ring` from now on (instead of
+    /// [`Conn::drive`]; see `ring_io`).
+    pub fn attach_ring(&mut self, ring: &Arc<crate::net::uring::Ring>) {
+        if self.ring.is_none() {
+            self.ring = Some(ring_io::RingIo::new(ring));
+        }
+    }
+
+    /// One round over the ring: takes what completed, then starts what may start. Call once
+    /// per round of the worker, after its wait.
+    pub fn drive_ring(&mut self, now: Instant, out: &mut Vec<Completion>) {
+        let Some(io) = &mut self.ring else { return };
+        let ready = io.take_poll().unwrap_or_default();
+        if let Some(Err(err)) = io.take_send() {
+            self.core.on_io_error(now, err, out);
+            self.sync_socket();
+        }
+        match self.ring.as_mut().and_then(ring_io::RingIo::take_recv) {
+            Some(Ok(0)) => self.core.on_peer_closed(now, out),
+            Some(Ok(n)) => self.core.on_received(now, n, out),
+            Some(Err(err)) => self.core.on_io_error(now, err, out),
+            None => {}
+        }
+        self.sync_socket();
+        if !self.on_completions() {
+            if self.ring.as_ref().is_some_and(ring_io::RingIo::moving_data) {
+                // Cannot be: data moves only while on completions, and leaving them drops
+                // the socket, which reaps it. Wait for it rather than touch the socket.
+                return;
+            }
+            self.drive(now, ready, out);
+        }
+        if self.on_completions() {
+            self.start_ring_ops(now, out);
+        } else {
+            let (fd, interest, _) = self.interest();
+            let fd = fd.map(|fd| std::os::fd::AsRawFd::as_raw_fd(&fd));
+            if let Some(io) = &mut self.ring {
+                io.arm_poll(fd, interest);
+            }
+        }
+    }
+
+    /// Whether the connection runs on completions now (on a ring): plaintext, with its
+    /// handshake or its requests flowing.
+    fn on_completions(&self) -> bool {
+        self.socket.tls.is_none()
+            && self.socket.stream.is_some()
+            && self.plaintext_check.is_none()
+            && matches!(self.core.state(), ConnState::Handshaking | ConnState::Ready)
+    }
+
+    /// Starts the send and the receive the core wants, where none is in flight.
+    fn start_ring_ops(&mut self, now: Instant, out: &mut Vec<Completion>) {
+        let (Some(io), Some(stream)) = (&mut self.ring, &self.socket.stream) else { return };
+        io.drop_poll();
+        let endpoint = self.core.endpoint().clone();
+        let before = |offered| {
+            if let Err(err) = stream.before_send(offered) {
+                log::warn!(target: "lmcache_resp::conn", "{endpoint}: {err}");
+            }
+        };
+        if let Err(err) = io.start_send(&mut self.core, stream, before) {
+            self.core.on_io_error(now, err, out);
+            self.sync_socket();
+            return;
+        }
+        // The mark goes to the rest of a value about to be received in place (see ring_io).
+        self.set_low_water(now, out);
+        let (Some(io), Some(stream)) = (&mut self.ring, &self.socket.stream) else { return };
+        match io.start_recv(&mut self.core, stream, stream.recv_low_water(), now, out) {
+            ring_io::Started::Yes => {}
+            ring_io::Started::Nothing => self.sync_socket(),
+            ring_io::Started::Failed(err) => {
+                self.core.on_io_error(now, err, out);
+                self.sync_socket();
+            }
+        }
+    }
+
     /// Right before the connection's first large send (a value, not its handshake, PINGs or
     /// lookups): restarts the socket's congestion control (BBR only; see `net::congestion`). A
     /// failure leaves the connection working on another congestion control, and says which.

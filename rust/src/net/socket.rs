@@ -97,6 +97,16 @@ impl Stream {
         self.set_low_water_with(bytes, |fd| sys::set_recv_low_water(fd, bytes))
     }
 
+    /// The receive low-water mark in force: what [`Stream::set_recv_low_water`] last set, or 1
+    /// (none, a refused one, not TCP).
+    pub fn recv_low_water(&self) -> usize {
+        match self.low_water.get() {
+            LOW_WATER_REFUSED => 1,
+            _ if !self.tcp => 1,
+            bytes => bytes,
+        }
+    }
+
     /// [`Stream::set_recv_low_water`] past the kernel gate, with the system call given.
     fn set_low_water_with(&self, bytes: usize, set: impl FnOnce(BorrowedFd<'_>) -> io::Result<()>) -> io::Result<()> {
         let current = self.low_water.get();

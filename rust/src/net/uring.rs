@@ -43,6 +43,23 @@ const ENTRIES: u32 = 256;
 /// The `user_data` of cancel requests, whose own completions say nothing the caller needs.
 const CANCEL_TAG: u64 = u64::MAX;
 
+/// `IORING_RECVSEND_POLL_FIRST`: wait for readiness before the first try.
+const RECVSEND_POLL_FIRST: u16 = 1;
+
+/// When a receive completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecvWait {
+    /// With what is there, once anything is.
+    Any,
+    /// Once all of it came (`MSG_WAITALL`: the kernel gathers it, one completion). Only where the
+    /// socket's receive low-water mark is 1: the kernel's retries wait on readiness, which a mark
+    /// above the bytes still to come would never give.
+    All,
+    /// Once the socket's receive low-water mark is queued (`IORING_RECVSEND_POLL_FIRST`: no try
+    /// before), with what is there then; the caller keeps the mark at most what is to come.
+    Marked,
+}
+
 /// Names one operation of a [`Ring`] (its slot and the slot's generation, so that a slot reused
 /// by a later operation is never mistaken for it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,24 +211,27 @@ impl Ring {
         inner.queue(id, entry)
     }
 
-    /// Receives into `buf[offset..offset + len]` from `fd`; with `all`, waits for all `len`
-    /// bytes (`MSG_WAITALL`: the kernel gathers them, one completion), else completes with what
-    /// is there once anything is.
+    /// Receives into `buf[offset..offset + len]` from `fd`, as `wait` says.
     ///
     /// # Safety
     ///
     /// The range stays valid for writes, and untouched by anything else, until the operation's
     /// result is taken; `fd` stays open as long.
-    pub unsafe fn recv(&self, fd: RawFd, buf: RawBuf, offset: usize, len: usize, all: bool) -> io::Result<OpId> {
+    pub unsafe fn recv(&self, fd: RawFd, buf: RawBuf, offset: usize, len: usize, wait: RecvWait) -> io::Result<OpId> {
         let end = offset.checked_add(len).expect("offset overflow");
         assert!(end <= buf.len(), "receive of {end} bytes past a {}-byte buffer", buf.len());
         let len = len.min(u32::MAX as usize) as u32;
-        let flags = if all { libc::MSG_WAITALL } else { 0 };
+        let (flags, ioprio) = match wait {
+            RecvWait::Any => (0, 0),
+            RecvWait::All => (libc::MSG_WAITALL, 0),
+            RecvWait::Marked => (0, RECVSEND_POLL_FIRST),
+        };
         // wrapping_add: computing the address is not a dereference; the range is in bounds.
         let target = buf.as_ptr().wrapping_add(offset);
         let mut inner = self.lock();
         let id = inner.open_slot();
-        let entry = opcode::Recv::new(types::Fd(fd), target, len).flags(flags).build().user_data(id.user_data());
+        let entry =
+            opcode::Recv::new(types::Fd(fd), target, len).flags(flags).ioprio(ioprio).build().user_data(id.user_data());
         inner.queue(id, entry)
     }
 
@@ -559,7 +579,8 @@ mod tests {
         let ring = Ring::new().unwrap();
         let (ours, mut peer) = UnixStream::pair().unwrap();
         let mut page = vec![0u8; 100];
-        let id = unsafe { ring.recv(ours.as_raw_fd(), raw(&mut page), 10, 80, true) }.unwrap();
+        // SAFETY: the buffer outlives the receive, which is reaped before the test ends.
+        let id = unsafe { ring.recv(ours.as_raw_fd(), raw(&mut page), 10, 80, RecvWait::All) }.unwrap();
         peer.write_all(&[1; 50]).unwrap();
         ring.wait(Some(Duration::from_millis(20))).unwrap();
         assert_eq!(ring.take(id), None, "half of it is not all of it");
@@ -574,7 +595,8 @@ mod tests {
         (&ours).read_exact(&mut left).unwrap();
         assert_eq!(left, [2; 10]);
         let mut scratch = vec![0u8; 16];
-        let id = unsafe { ring.recv(ours.as_raw_fd(), raw(&mut scratch), 0, 16, false) }.unwrap();
+        // SAFETY: the buffer outlives the receive, which is reaped before the test ends.
+        let id = unsafe { ring.recv(ours.as_raw_fd(), raw(&mut scratch), 0, 16, RecvWait::Any) }.unwrap();
         ring.wait(Some(Duration::ZERO)).unwrap();
         assert_eq!(ring.cancel_and_reap(&[id]), vec![-libc::ECANCELED]);
         assert_eq!(ring.in_flight(), 0);
@@ -583,7 +605,8 @@ mod tests {
         ring.wait(Some(Duration::ZERO)).unwrap();
         assert_eq!(scratch, [0; 16], "a reaped receive never writes");
         // The last write is still in the socket, for the next receive.
-        let id = unsafe { ring.recv(ours.as_raw_fd(), raw(&mut scratch), 0, 16, false) }.unwrap();
+        // SAFETY: the buffer outlives the receive, which is reaped before the test ends.
+        let id = unsafe { ring.recv(ours.as_raw_fd(), raw(&mut scratch), 0, 16, RecvWait::Any) }.unwrap();
         assert_eq!(wait_for(&ring, id), 16);
         assert_eq!(scratch, [3; 16]);
     }
@@ -594,7 +617,8 @@ mod tests {
         let mut buf = vec![0u8; 64];
         {
             let ring = Ring::new().unwrap();
-            let id = unsafe { ring.recv(ours.as_raw_fd(), raw(&mut buf), 0, 64, true) }.unwrap();
+            // SAFETY: the buffer outlives the receive, which is reaped before the test ends.
+            let id = unsafe { ring.recv(ours.as_raw_fd(), raw(&mut buf), 0, 64, RecvWait::All) }.unwrap();
             ring.wait(Some(Duration::ZERO)).unwrap();
             let poll = ring.poll(ours.as_raw_fd(), libc::POLLIN as u32, true).unwrap();
             assert_ne!(id, poll);
