@@ -65,6 +65,8 @@ pub enum MemoryKind {
     },
     /// Caller buffers, whole.
     Buffers,
+    /// Ranges of a region the caller registered with the engine.
+    Ranges,
 }
 
 impl MemoryKind {
@@ -72,6 +74,7 @@ impl MemoryKind {
         match self {
             MemoryKind::Pages { .. } => "pages",
             MemoryKind::Buffers => "buffers",
+            MemoryKind::Ranges => "ranges",
         }
     }
 }

@@ -154,6 +154,16 @@ impl TrackedEngine {
         self.engine.pages()
     }
 
+    /// See [`Engine::register_region`].
+    pub fn register_region(&self, memory: crate::memory::RawBuf) -> Result<u32> {
+        self.engine.register_region(memory)
+    }
+
+    /// See [`Engine::unregister_region`].
+    pub fn unregister_region(&self, region: u32) -> Result<()> {
+        self.engine.unregister_region(region)
+    }
+
     /// I/O worker threads.
     pub fn num_workers(&self) -> usize {
         self.engine.num_workers()

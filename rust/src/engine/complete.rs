@@ -103,6 +103,7 @@ impl Engine {
             Ok(Recorded::Pending) => true,
             Ok(Recorded::Completed) => {
                 self.shared.buffers.release(slot);
+                self.shared.regions.release(slot);
                 self.shared.metrics.on_batch_done(slot);
                 true
             }
@@ -132,6 +133,7 @@ impl Engine {
         }
         for slot in completed {
             self.shared.buffers.release(slot);
+            self.shared.regions.release(slot);
             super::futex::futex_wake_all(self.shared.counter(slot));
         }
         if front.batches.has_ready() {

@@ -9,8 +9,9 @@
 //!
 //! Trust: the rings and counters live in the engine's private memory (`control`); the
 //! shared-memory arena holds only pages, and descriptors name memory by arena offset (checked
-//! to lie inside one page) or by a key of the process-local buffer table (`buffers`), never
-//! by address. A worker that dies, for any reason, fails the engine: every call then fails at
+//! to lie inside one page), by offset into a region the caller registered (`regions`, checked
+//! to lie inside it), or by a key of the process-local buffer table (`buffers`), never by
+//! address. A worker that dies, for any reason, fails the engine: every call then fails at
 //! once with [`ErrorKind::EngineFailed`], and every batch in flight completes with it. An
 //! engine inherited through fork() refuses every call with [`ErrorKind::Forked`] and leaves
 //! the parent's threads and memory alone.
@@ -19,7 +20,8 @@
 //!
 //! Files: the front-end's two halves, `submit.rs` (check, slot, tiles by bytes, records into
 //! the rings) and `complete.rs` (file completions, wait, drain); `control.rs` (the rings and
-//! counters), `records.rs` (the ring records), `tiling.rs`, `buffers.rs`, `batches.rs`
+//! counters), `records.rs` (the ring records), `tiling.rs`, `buffers.rs`, `regions.rs`
+//! (caller memory registered once and named by offset), `batches.rs`
 //! ([`BatchResult`]), `counter.rs` and `futex.rs` (waking one batch's waiter), `shared.rs`
 //! (what the workers and the front-end share), `route.rs` (which server and connection),
 //! `cluster.rs` (the engine's view of a cluster), `failures.rs` (the per-batch summary of
@@ -37,6 +39,7 @@ mod futex;
 #[cfg(all(test, loom))]
 mod loom_tests;
 pub(crate) mod records;
+mod regions;
 mod route;
 mod sentinel;
 mod shared;
@@ -46,6 +49,7 @@ mod worker;
 
 pub use batches::BatchResult;
 pub(crate) use failures::FailureLog;
+pub use regions::MAX_REGIONS;
 pub use route::WARM_UP_NODES;
 // What the engine's API names from the layers below.
 pub use crate::conn::{Outcome, ReconnectPolicy};
@@ -70,6 +74,7 @@ use buffers::BufferTable;
 use cluster::ClusterView;
 use control::ControlBlock;
 use lmcache_resp_numa::{self as numa, Placement};
+use regions::RegionTable;
 use route::{ConnFactory, Nodes, Route};
 use shared::Shared;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -141,6 +146,16 @@ pub enum Memory {
     /// A caller buffer: sent from (SET) or received into (GET). The caller keeps it valid and
     /// untouched until the batch's result is handed back.
     Buffer(RawBuf),
+    /// `len` bytes at `offset` of a region registered with [`Engine::register_region`]. Every
+    /// such item of a batch names the same region.
+    Registered {
+        /// The region's id.
+        region: u32,
+        /// Bytes from the region's start.
+        offset: u64,
+        /// SET: bytes sent. GET: room for the value.
+        len: u64,
+    },
 }
 
 /// One key of a batch.
@@ -163,7 +178,7 @@ impl<'a> Item<'a> {
     pub fn len(&self) -> u64 {
         match self.memory {
             Memory::None => 0,
-            Memory::Arena { len, .. } => len,
+            Memory::Arena { len, .. } | Memory::Registered { len, .. } => len,
             Memory::Buffer(buf) => buf.len() as u64,
         }
     }
@@ -314,6 +329,7 @@ impl Engine {
             completion_event: EventFd::new().map_err(eventfd_error)?,
             doorbells: doorbells.clone(),
             buffers: BufferTable::new(config.batch_slots),
+            regions: RegionTable::new(config.batch_slots),
             sealed: AtomicBool::new(false),
             failure: OnceLock::new(),
             metrics,
@@ -448,6 +464,21 @@ impl Engine {
     /// The shared-memory page arena, if the engine was started with pages.
     pub fn pages(&self) -> Option<&Arc<Arena>> {
         self.shared.pages.as_ref()
+    }
+
+    /// Registers `memory` (a host KV pool, say) so that batches can name ranges of it by
+    /// offset ([`Memory::Registered`]); returns its id. The caller keeps the memory valid until
+    /// [`Engine::unregister_region`] succeeds, as [`RawBuf::new`] promised, and writes it
+    /// only outside the ranges of batches in flight.
+    pub fn register_region(&self, memory: RawBuf) -> Result<u32> {
+        self.check_usable()?;
+        self.shared.regions.register(memory)
+    }
+
+    /// Forgets region `id`; refused while a batch in flight names it. Once it returns, no
+    /// worker touches the region's memory again.
+    pub fn unregister_region(&self, id: u32) -> Result<()> {
+        self.shared.regions.unregister(id)
     }
 
     /// I/O worker threads (one ring pair each).

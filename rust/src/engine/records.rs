@@ -1,7 +1,7 @@
 //! What travels through the rings: fixed little-endian layouts, offsets only, no pointers.
 //!
-//! Submission record: `(op, key, region + offset, length)` plus the batch tag and deadline,
-//! followed by the key bytes. Completion record: the tag, the outcome and, for failures, the
+//! Submission record: `(op, key, region + offset, length)` plus the batch tag, deadline and,
+//! for a registered region, its id, followed by the key bytes. Completion record: the tag, the outcome and, for failures, the
 //! error's kind and message.
 
 use crate::conn::Outcome;
@@ -20,11 +20,14 @@ pub enum Region {
     /// under the descriptor's tag. No address ever crosses the ring: another process that
     /// maps the arena can name only buffers of batches in flight, by their tag.
     Buffer = 2,
+    /// `offset` from the start of a region the caller registered with the engine (a host KV
+    /// pool), named by the descriptor's `region` id; the worker checks the range against it.
+    Registered = 3,
 }
 
 impl Region {
     fn from_code(code: u8) -> Option<Region> {
-        [Region::None, Region::Arena, Region::Buffer].into_iter().find(|r| *r as u8 == code)
+        [Region::None, Region::Arena, Region::Buffer, Region::Registered].into_iter().find(|r| *r as u8 == code)
     }
 }
 
@@ -64,8 +67,10 @@ pub struct Descriptor<'a> {
     pub region: Region,
     /// [`FLAG_EXACT_LENGTH`] or 0.
     pub flags: u8,
-    /// Arena offset (`Region::Arena`); 0 otherwise.
+    /// Offset into the arena (`Region::Arena`) or the registered region; 0 otherwise.
     pub offset: u64,
+    /// The registered region's id (`Region::Registered`); 0 otherwise.
+    pub region_id: u32,
     /// SET: value length. GET: destination capacity. EXISTS/DEL: 0.
     pub len: u64,
     /// Nanoseconds on [`crate::clock`]'s monotonic clock.
@@ -75,7 +80,7 @@ pub struct Descriptor<'a> {
 }
 
 /// Bytes of a submission record before its key.
-pub const SUBMISSION_HEADER_LEN: usize = 40;
+pub const SUBMISSION_HEADER_LEN: usize = 48;
 /// Bytes of a completion record before its error message (if any).
 pub const COMPLETION_HEADER_LEN: usize = 24;
 
@@ -99,6 +104,7 @@ impl<'a> Descriptor<'a> {
         out[16..24].copy_from_slice(&self.offset.to_le_bytes());
         out[24..32].copy_from_slice(&self.len.to_le_bytes());
         out[32..40].copy_from_slice(&self.deadline_ns.to_le_bytes());
+        out[40..44].copy_from_slice(&self.region_id.to_le_bytes());
         out
     }
 
@@ -125,6 +131,7 @@ impl<'a> Descriptor<'a> {
             offset: u64_at(record, 16),
             len: u64_at(record, 24),
             deadline_ns: u64_at(record, 32),
+            region_id: u32_at(record, 40),
             key,
         })
     }
@@ -196,9 +203,10 @@ mod tests {
         let descriptor = Descriptor {
             op: Op::Get,
             tag: Tag { slot: 7, index: 123_456 },
-            region: Region::Arena,
+            region: Region::Registered,
             flags: FLAG_EXACT_LENGTH,
             offset: 0x1234_5000,
+            region_id: 77,
             len: 4 << 20,
             deadline_ns: 987_654_321,
             key,

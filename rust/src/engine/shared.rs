@@ -1,9 +1,10 @@
 //! What the workers share with the front-end: the control block, the arena, the doorbells,
-//! the buffer table, the counters, and whether (and why) the engine failed. Its own module,
+//! the buffer and region tables, the counters, and whether (and why) the engine failed. Its own module,
 //! below both `Engine` (mod.rs) and the workers, which each use it.
 
 use super::buffers::BufferTable;
 use super::control::ControlBlock;
+use super::regions::RegionTable;
 use super::{counter, futex};
 use crate::arena::Arena;
 use crate::error::{Error, ErrorKind};
@@ -23,6 +24,8 @@ pub(crate) struct Shared {
     pub completion_event: EventFd,
     pub doorbells: Vec<Arc<EventFd>>,
     pub buffers: BufferTable,
+    /// Caller memory registered once and named by offset.
+    pub regions: RegionTable,
     /// No more records will be pushed: workers fail what is left and exit.
     pub sealed: AtomicBool,
     /// Set once, by whoever finds the engine broken first ([`Shared::fail`]).

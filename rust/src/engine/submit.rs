@@ -77,6 +77,15 @@ impl Engine {
         // Discarded batches need no wake-up; the futex flag keeps them off the eventfd.
         let armed = counter::armed(items.len() as u32, delivery != Delivery::Drain);
         self.shared.counter(slot).store(armed, Ordering::Release);
+        if let Some(region) = registered_region(items) {
+            // Checked in `validate`; only an unregister racing this submit fails here: the batch
+            // completes failed, and nobody waits for it.
+            if let Err(err) = self.shared.regions.claim(slot, region) {
+                self.lock_front().batches.abandon(slot);
+                self.fail_locally(slot, 0..items.len(), err.clone());
+                return Err(err);
+            }
+        }
 
         let tiles = if batch.op == Op::Ping {
             // PING batches open and check every connection: they must reach every worker.
@@ -101,10 +110,11 @@ impl Engine {
                     break;
                 }
                 let item = &items[index];
-                let (region, offset) = match item.memory {
-                    Memory::None => (Region::None, 0),
-                    Memory::Arena { offset, .. } => (Region::Arena, offset),
-                    Memory::Buffer(_) => (Region::Buffer, 0),
+                let (region, offset, region_id) = match item.memory {
+                    Memory::None => (Region::None, 0, 0),
+                    Memory::Arena { offset, .. } => (Region::Arena, offset, 0),
+                    Memory::Buffer(_) => (Region::Buffer, 0, 0),
+                    Memory::Registered { region, offset, .. } => (Region::Registered, offset, region),
                 };
                 let descriptor = Descriptor {
                     op: batch.op,
@@ -112,6 +122,7 @@ impl Engine {
                     region,
                     flags,
                     offset,
+                    region_id,
                     len: item.len(),
                     deadline_ns,
                     key: item.key,
@@ -164,9 +175,14 @@ impl Engine {
             return Err(Error::invalid("a batch holds at most 2^31 - 1 keys"));
         }
         let keys: Vec<&[u8]> = batch.items.iter().map(|item| item.key).collect();
-        let memory = match batch.items.iter().any(|item| matches!(item.memory, Memory::Arena { .. })) {
-            true => MemoryKind::Pages { page_size: self.shared.pages.as_ref().map_or(0, |a| a.page_size() as u64) },
-            false => MemoryKind::Buffers,
+        let arena = batch.items.iter().any(|item| matches!(item.memory, Memory::Arena { .. }));
+        let region = registered_region(batch.items);
+        let memory = match (arena, region) {
+            (true, _) => {
+                MemoryKind::Pages { page_size: self.shared.pages.as_ref().map_or(0, |a| a.page_size() as u64) }
+            }
+            (false, Some(_)) => MemoryKind::Ranges,
+            (false, None) => MemoryKind::Buffers,
         };
         let memories = batch.items.iter().filter(|item| item.memory != Memory::None).count();
         BatchShape { op: batch.op, keys: &keys, memory, memories, lengths: None, exact_length: batch.exact_length }
@@ -176,7 +192,32 @@ impl Engine {
                 self.check_page_range(offset, len).map_err(|e| e.context(format!("key {i}")))?;
             }
         }
+        if let Some(region) = region {
+            self.check_one_region(batch.items, region)?;
+        }
         Ok(())
+    }
+
+    /// A batch names at most one registered region (its claim is one per batch), every range
+    /// inside it, and no other kind of memory beside it.
+    fn check_one_region(&self, items: &[super::Item<'_>], region: u32) -> Result<()> {
+        let mut ranges = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            match item.memory {
+                Memory::Registered { region: other, offset, len } if other == region => ranges.push((offset, len)),
+                Memory::Registered { region: other, .. } => {
+                    return Err(Error::invalid(format!(
+                        "key {i} names region {other} but key 0 names region {region}: a batch uses one region"
+                    )));
+                }
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "key {i}: a batch over a registered region names ranges of it for every key"
+                    )));
+                }
+            }
+        }
+        self.shared.regions.check(region, ranges.into_iter())
     }
 
     /// `offset..offset+len` must lie inside one page of the arena.
@@ -258,4 +299,13 @@ impl Engine {
             self.shared.completion_event.signal();
         }
     }
+}
+
+/// The registered region the batch names, if any (its first item's: `validate` checks the
+/// rest agree).
+fn registered_region(items: &[super::Item<'_>]) -> Option<u32> {
+    items.iter().find_map(|item| match item.memory {
+        Memory::Registered { region, .. } => Some(region),
+        _ => None,
+    })
 }

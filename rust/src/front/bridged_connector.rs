@@ -3,10 +3,10 @@
 //! how. This adapter only answers the fronts' traits.
 
 use super::bridged_store::bridge_facts;
-use super::{BufferConnector, EngineFacts, EngineFront};
+use super::{BufferConnector, EngineFacts, EngineFront, RangeBatch};
 use crate::bridge::client::Staging;
 use crate::engine::BatchResult;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::memory::RawBuf;
 use crate::op::Op;
 use std::os::fd::BorrowedFd;
@@ -29,6 +29,30 @@ impl BufferConnector for BridgedConnector {
     fn submit(&self, op: Op, keys: &[&[u8]], buffers: &[RawBuf]) -> Result<u64> {
         self.staging.submit(op, keys, buffers)
     }
+
+    fn register_region(&self, _memory: RawBuf) -> Result<u32> {
+        Err(no_regions())
+    }
+
+    fn unregister_region(&self, _region: u32) -> Result<()> {
+        Err(no_regions())
+    }
+
+    fn run_ranges(&self, _batch: &RangeBatch<'_>) -> Result<BatchResult> {
+        Err(no_regions())
+    }
+
+    fn submit_ranges(&self, _batch: &RangeBatch<'_>) -> Result<u64> {
+        Err(no_regions())
+    }
+}
+
+/// The bridge's engine cannot reach this process's memory: values cross in its pages.
+fn no_regions() -> Error {
+    Error::invalid(
+        "registered regions need the I/O engine in this process: a connector attached to a bridge stages \
+         values through the bridge's pages (use submit with buffers, or a connector of its own)",
+    )
 }
 
 impl EngineFront for BridgedConnector {
@@ -66,6 +90,6 @@ impl EngineFront for BridgedConnector {
 
     #[cfg(feature = "test-hooks")]
     fn corrupt_ring_for_test(&self, _worker: usize) -> Result<()> {
-        Err(crate::error::Error::invalid("the engine runs in the bridge process"))
+        Err(Error::invalid("the engine runs in the bridge process"))
     }
 }

@@ -4,7 +4,7 @@
 //! | | engine in this process | engine in a bridge |
 //! |---|---|---|
 //! | pages of a pool ([`PageStore`]) | [`LocalPageStore`] | [`BridgedPageStore`] |
-//! | caller buffers ([`BufferConnector`]) | [`TrackedEngine`] itself | [`BridgedConnector`] |
+//! | caller buffers and registered regions ([`BufferConnector`]) | [`TrackedEngine`] itself | [`BridgedConnector`] (no regions) |
 //!
 //! Every front checks a batch against `crate::op::BatchShape` and counts the pages it uses
 //! in a [`crate::arena::PageLedger`] before anything is sent.
@@ -118,14 +118,59 @@ pub trait PageStore: EngineFront {
     fn submit(&self, op: Op, keys: &[&[u8]], pages: &[PageHandle], lengths: Option<&[u64]>) -> Result<u64>;
 }
 
-/// Batches over the caller's own memory (LMCache's pinned pool).
+/// Batches over the caller's own memory (LMCache's pinned pool, SGLang's host KV pool).
 ///
-/// GET reads a value only when its length is exactly its buffer's (LMCache's chunks have fixed
-/// sizes): any other length is a miss. SET stores each buffer whole. EXISTS and DELETE take
-/// keys only. Every buffer stays valid until its batch is drained, as [`RawBuf::new`] promised.
+/// GET reads a value only when its length is exactly its buffer's or range's (the engines'
+/// chunks and pages have fixed sizes): any other length is a miss. SET stores each buffer or
+/// range whole. EXISTS and DELETE take keys only. Every buffer stays valid until its batch is
+/// drained, as [`RawBuf::new`] promised; a registered region until it is unregistered.
 pub trait BufferConnector: EngineFront {
     /// Submits a batch for [`EngineFront::drain`].
     fn submit(&self, op: Op, keys: &[&[u8]], buffers: &[RawBuf]) -> Result<u64>;
+    /// Registers memory the caller moves many values through (a host KV pool) once; batches
+    /// then name ranges of it by offset ([`RangeBatch`]). Returns the region's id.
+    fn register_region(&self, memory: RawBuf) -> Result<u32>;
+    /// Forgets a region; refused while a batch in flight names it.
+    fn unregister_region(&self, region: u32) -> Result<()>;
+    /// Runs a batch over ranges of a registered region and waits for it.
+    fn run_ranges(&self, batch: &RangeBatch<'_>) -> Result<BatchResult>;
+    /// Submits a batch over ranges of a registered region for [`EngineFront::drain`].
+    fn submit_ranges(&self, batch: &RangeBatch<'_>) -> Result<u64>;
+}
+
+/// A batch over ranges of a registered region, as SGLang's pages sit in its host pool: each
+/// of `keys` names a page of `suffixes.len()` segments (one when `suffixes` is empty), and
+/// segment `j` of page `p` is the key `prefix ++ keys[p] ++ suffixes[j]`, whose value is the
+/// range `spans[p * segments + j]` (`(offset, len)`) of the region. The result has one outcome
+/// per segment, in that order. (Joining the keys here spares the caller a loop over pages.)
+#[derive(Clone, Copy, Debug)]
+pub struct RangeBatch<'a> {
+    /// GET, SET, EXISTS or DEL.
+    pub op: Op,
+    /// The registered region.
+    pub region: u32,
+    /// What every key starts with (a namespace), or empty.
+    pub prefix: &'a [u8],
+    /// One key per page.
+    pub keys: &'a [&'a [u8]],
+    /// What each segment's key ends with; empty: one segment per page, the page's key.
+    pub suffixes: &'a [&'a [u8]],
+    /// `(offset, len)` per segment; empty for EXISTS and DEL.
+    pub spans: &'a [(u64, u64)],
+}
+
+impl RangeBatch<'_> {
+    /// Segments per page.
+    pub fn segments(&self) -> usize {
+        self.suffixes.len().max(1)
+    }
+
+    /// Every segment's key, page by page.
+    pub fn segment_keys(&self) -> Vec<Vec<u8>> {
+        let suffixes: &[&[u8]] = if self.suffixes.is_empty() { &[b""] } else { self.suffixes };
+        let prefix = self.prefix;
+        self.keys.iter().flat_map(|key| suffixes.iter().map(move |suffix| [prefix, *key, *suffix].concat())).collect()
+    }
 }
 
 impl EngineFront for TrackedEngine {

@@ -72,6 +72,47 @@ pub fn key_bytes<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
     }
 }
 
+/// `(offset, length)` pairs from a buffer of unsigned 64-bit integers (a numpy uint64 array of
+/// shape `(n, 2)` or `(2n,)`), read without a Python object per pair. None: no spans.
+pub fn spans_of(spans: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(u64, u64)>> {
+    let Some(spans) = spans.filter(|s| !s.is_none()) else { return Ok(Vec::new()) };
+    let buffer = PyUntypedBuffer::get(spans).map_err(|_| {
+        let type_name = spans.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "spans must be a buffer of uint64 (offset, length) pairs (a numpy uint64 array), not {type_name}"
+        ))
+    })?;
+    let format = buffer.format().to_string_lossy();
+    let unsigned_64 = buffer.item_size() == 8 && matches!(format.trim_start_matches(['@', '=', '<']), "Q" | "L");
+    if !unsigned_64 || !buffer.is_c_contiguous() {
+        return Err(invalid_input(format!(
+            "spans must be a C-contiguous array of uint64 (offset, length) pairs, got format {format:?} of {} bytes per \
+             item: use numpy.ascontiguousarray(spans, dtype=numpy.uint64)",
+            buffer.item_size()
+        )));
+    }
+    if buffer.len_bytes() % 16 != 0 {
+        return Err(invalid_input(format!(
+            "spans hold {} integers: they come in (offset, length) pairs",
+            buffer.len_bytes() / 8
+        )));
+    }
+    // SAFETY: the exporter keeps `buf_ptr..+len_bytes` valid while `buffer` is held (through
+    // this function), and with the GIL held no Python code writes it while it is read, once,
+    // as bytes, into owned pairs.
+    let bytes = unsafe { std::slice::from_raw_parts(buffer.buf_ptr().cast::<u8>(), buffer.len_bytes()) };
+    Ok(bytes
+        .chunks_exact(16)
+        .map(|pair| {
+            let (offset, len) = pair.split_at(8);
+            (
+                u64::from_ne_bytes(offset.try_into().expect("8 bytes")),
+                u64::from_ne_bytes(len.try_into().expect("8 bytes")),
+            )
+        })
+        .collect())
+}
+
 /// What the buffer will be used for.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Access {

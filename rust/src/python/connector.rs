@@ -1,17 +1,19 @@
-//! `_native.Connector`: batches over the caller's own memory (LMCache's pinned pool), through
-//! the engine in this process or through a bridge. Buffers are taken during submit; their
-//! exporters are held until the batch is drained, so the memory cannot go away under a worker
-//! even if the caller drops its views.
+//! `_native.Connector`: batches over the caller's own memory (LMCache's pinned pool, SGLang's
+//! host pool), through the engine in this process or through a bridge. Buffers are taken
+//! during submit; their exporters are held until the batch is drained, so the memory cannot go
+//! away under a worker even if the caller drops its views. A registered region's exporter is
+//! held until the region is unregistered (refused while a batch names it) or the connector
+//! closes.
 
 use super::bridge::attach_timeout;
-use super::buffers::{Access, HeldBuffer, batch_list, key_bytes, key_list};
+use super::buffers::{Access, HeldBuffer, batch_list, key_bytes, key_list, spans_of};
 use super::errors::to_py_err;
 use super::facts::{capacity_dict, facts_placement};
 use super::results::{PyBatchResult, op_from_name};
 use super::settings::settings_of;
 use crate::capacity::TrackedEngine;
 use crate::engine::EngineConfig;
-use crate::front::{BridgedConnector, BufferConnector};
+use crate::front::{BridgedConnector, BufferConnector, RangeBatch};
 use crate::memory::RawBuf;
 use crate::op::Op;
 use pyo3::prelude::*;
@@ -26,10 +28,13 @@ pub struct Connector {
     connector: Box<dyn BufferConnector>,
     /// Buffers of submitted batches, by batch id, released when the batch is drained.
     held: Mutex<HashMap<u64, Vec<HeldBuffer>>>,
+    /// Registered regions' buffers, by region id, released when the region is unregistered.
+    regions: Mutex<HashMap<u32, HeldBuffer>>,
 }
 
-// Lock order: `held` is only ever taken with the GIL released (inside `detach`), so a thread
-// holding the GIL never waits for it while its holder waits for the GIL.
+// Lock order: `held` and `regions` are only ever taken with the GIL released (inside
+// `detach`), so a thread holding the GIL never waits for them while their holder waits for the
+// GIL.
 
 #[pymethods]
 impl Connector {
@@ -64,7 +69,7 @@ impl Connector {
     ) -> PyResult<u64> {
         let op = op_from_name(op)?;
         let keys = key_list(keys)?;
-        let key_slices = keys.iter().map(key_bytes).collect::<PyResult<Vec<&[u8]>>>()?;
+        let key_slices = key_slices(&keys)?;
         // A GET receives into its buffers, so they must be writable; whether the batch may have
         // buffers at all, and how many, the core decides.
         let access = if op == Op::Get { Access::Write } else { Access::Read };
@@ -100,6 +105,83 @@ impl Connector {
             drop(held);
             to_py_err(&err)
         })
+    }
+
+    /// Registers `buffer` (writable, C-contiguous: a host KV pool) with the engine once; batches
+    /// then name `(offset, length)` ranges of it. Returns the region's id.
+    fn register_region(&self, py: Python<'_>, buffer: &Bound<'_, PyAny>) -> PyResult<u32> {
+        let held = HeldBuffer::get(buffer, Access::Write)?;
+        let memory = held.raw();
+        let outcome = py.detach(|| {
+            let mut regions = self.regions.lock().unwrap_or_else(|p| p.into_inner());
+            match self.connector.register_region(memory) {
+                Ok(id) => {
+                    regions.insert(id, held);
+                    Ok(id)
+                }
+                Err(err) => Err((err, held)),
+            }
+        });
+        outcome.map_err(|(err, held)| {
+            drop(held);
+            to_py_err(&err)
+        })
+    }
+
+    /// Forgets a region; refused while a batch in flight names it. Its buffer is released.
+    fn unregister_region(&self, py: Python<'_>, region: u32) -> PyResult<()> {
+        let released = py
+            .detach(|| {
+                let mut regions = self.regions.lock().unwrap_or_else(|p| p.into_inner());
+                self.connector.unregister_region(region)?;
+                Ok(regions.remove(&region))
+            })
+            .map_err(|e: crate::Error| to_py_err(&e))?;
+        drop(released);
+        Ok(())
+    }
+
+    /// Runs a batch over ranges of a registered region and waits for it: `keys` name pages,
+    /// `suffixes` their segments (page `p`'s segment `j` is `prefix + keys[p] + suffixes[j]`), and
+    /// `spans` (uint64 `(offset, length)` pairs, page by page) the segments' ranges. One
+    /// outcome per segment.
+    #[pyo3(signature = (op, region, keys, spans=None, suffixes=None, prefix=None))]
+    fn run_ranges(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        region: u32,
+        keys: &Bound<'_, PyAny>,
+        spans: Option<&Bound<'_, PyAny>>,
+        suffixes: Option<&Bound<'_, PyAny>>,
+        prefix: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyBatchResult> {
+        let op = op_from_name(op)?;
+        let (keys, suffixes, spans) = (key_list(keys)?, suffix_list(suffixes)?, spans_of(spans)?);
+        let (keys, suffixes) = (key_slices(&keys)?, key_slices(&suffixes)?);
+        let prefix = prefix.map(key_bytes).transpose()?.unwrap_or_default();
+        let batch = RangeBatch { op, region, prefix, keys: &keys, suffixes: &suffixes, spans: &spans };
+        py.detach(|| self.connector.run_ranges(&batch)).map(PyBatchResult).map_err(|e| to_py_err(&e))
+    }
+
+    /// Submits a batch over ranges of a registered region (as `run_ranges`) for `drain`.
+    #[pyo3(signature = (op, region, keys, spans=None, suffixes=None, prefix=None))]
+    fn submit_ranges(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        region: u32,
+        keys: &Bound<'_, PyAny>,
+        spans: Option<&Bound<'_, PyAny>>,
+        suffixes: Option<&Bound<'_, PyAny>>,
+        prefix: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<u64> {
+        let op = op_from_name(op)?;
+        let (keys, suffixes, spans) = (key_list(keys)?, suffix_list(suffixes)?, spans_of(spans)?);
+        let (keys, suffixes) = (key_slices(&keys)?, key_slices(&suffixes)?);
+        let prefix = prefix.map(key_bytes).transpose()?.unwrap_or_default();
+        let batch = RangeBatch { op, region, prefix, keys: &keys, suffixes: &suffixes, spans: &spans };
+        py.detach(|| self.connector.submit_ranges(&batch)).map_err(|e| to_py_err(&e))
     }
 
     /// Finished batches; clears the eventfd's readiness.
@@ -171,8 +253,16 @@ impl Connector {
 
 impl Connector {
     fn over(connector: Box<dyn BufferConnector>) -> Connector {
-        Connector { connector, held: Mutex::new(HashMap::new()) }
+        Connector { connector, held: Mutex::new(HashMap::new()), regions: Mutex::new(HashMap::new()) }
     }
+}
+
+fn suffix_list<'py>(suffixes: Option<&Bound<'py, PyAny>>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    suffixes.map_or(Ok(Vec::new()), |s| batch_list(s, "suffixes"))
+}
+
+fn key_slices<'a>(keys: &'a [Bound<'_, PyAny>]) -> PyResult<Vec<&'a [u8]>> {
+    keys.iter().map(key_bytes).collect()
 }
 
 impl Drop for Connector {

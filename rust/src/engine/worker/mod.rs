@@ -527,8 +527,9 @@ fn has_room(conn: &Conn, limits: PipelineLimits) -> bool {
         && conn.outstanding_requests() < 2 * limits.max_inflight_requests
 }
 
-/// The memory a descriptor names: a range inside one page of the arena, or a buffer the
-/// submitter registered for this key with the access the operation needs.
+/// The memory a descriptor names: a range inside one page of the arena, a range inside a
+/// registered region, or a buffer the submitter registered for this key with the access the
+/// operation needs.
 fn resolve(shared: &Shared, descriptor: &Descriptor<'_>) -> Result<Option<RawBuf>, Error> {
     let access = match descriptor.op {
         Op::Get => Access::Write,
@@ -557,6 +558,13 @@ fn resolve(shared: &Shared, descriptor: &Descriptor<'_>) -> Result<Option<RawBuf
             let tag = descriptor.tag;
             shared.buffers.get(tag.slot, tag.index, access, descriptor.len).map(Some).map_err(Error::invalid)
         }
+        // The batch claimed the region at submit, so it stays registered (and its memory
+        // valid) until this key and the rest of its batch complete.
+        Region::Registered => shared
+            .regions
+            .resolve(descriptor.region_id, descriptor.offset, descriptor.len)
+            .map(Some)
+            .map_err(Error::invalid),
     }
 }
 

@@ -10,6 +10,7 @@ use crate::engine::buffers::BufferTable;
 use crate::engine::control::ControlBlock;
 use crate::engine::counter;
 use crate::engine::records::decode_completion;
+use crate::engine::regions::RegionTable;
 use crate::engine::route::ConnFactory;
 use crate::health::HealthBoard;
 use crate::net::{Endpoint, Resolver};
@@ -57,6 +58,7 @@ fn harness(requests: usize, completion_ring: usize, pages: usize) -> Harness {
         completion_event: EventFd::new().unwrap(),
         doorbells: vec![doorbell.clone()],
         buffers: BufferTable::new(SLOTS),
+        regions: RegionTable::new(SLOTS),
         sealed: AtomicBool::new(false),
         failure: OnceLock::new(),
         metrics: crate::metrics::EngineMetrics::new("127.0.0.1:9", &servers, SLOTS),
@@ -93,6 +95,7 @@ impl Harness {
                 region: Region::None,
                 flags: 0,
                 offset: 0,
+                region_id: 0,
                 len: 0,
                 deadline_ns: clock::now_ns() + timeout.as_nanos() as u64,
                 key: &key,
@@ -225,17 +228,20 @@ fn completions_are_posted_then_counted_off_their_batches_once_each() {
 fn a_submission_that_cannot_be_routed_or_names_no_memory_fails_alone() {
     let mut h = harness(2, 1 << 12, 0);
     let deadline_ns = clock::now_ns() + 30_000_000_000;
-    // A GET naming no memory, and a SET naming an arena this engine does not have.
-    for (index, op, region) in [(0, Op::Get, Region::None), (1, Op::Set, Region::Arena)] {
+    // A GET naming no memory, a SET naming an arena this engine does not have, and a GET naming
+    // a region nobody registered.
+    let kinds = [(0, Op::Get, Region::None), (1, Op::Set, Region::Arena), (2, Op::Get, Region::Registered)];
+    for (index, op, region) in kinds {
         let tag = Tag { slot: 2, index };
-        h.submit(Descriptor { op, tag, region, flags: 0, offset: 0, len: 8, deadline_ns, key: b"k" });
+        h.submit(Descriptor { op, tag, region, flags: 0, offset: 0, region_id: 3, len: 8, deadline_ns, key: b"k" });
     }
     h.submit_exists(2, 1, Duration::from_secs(30));
     h.worker.take_submissions(Instant::now(), false).unwrap();
     assert_eq!(h.queued(), 1, "the EXISTS went out");
     let failed: Vec<(u32, Option<ErrorKind>)> =
         h.worker.finished.iter().map(|c| (Tag::unpack(c.tag).index, kind(&c.outcome))).collect();
-    assert_eq!(failed, [(0, Some(ErrorKind::InvalidInput)), (1, Some(ErrorKind::InvalidInput))]);
+    let invalid = Some(ErrorKind::InvalidInput);
+    assert_eq!(failed, [(0, invalid), (1, invalid), (2, invalid)]);
 }
 
 #[test]
@@ -252,6 +258,7 @@ fn a_ranged_read_settles_its_own_completions_and_ends_once_for_its_key() {
         region: Region::Arena,
         flags: 0,
         offset,
+        region_id: 0,
         len: 4 << 20,
         deadline_ns,
         key: b"big",
