@@ -29,6 +29,9 @@ live) with the ways in that need Python:
   the ``native_plugin`` document, the ``"type": "resp"`` or ``"type": "valkey"`` flat form, or
   bare adapter params. As in LMCache, an empty ``host``/``username``/``password`` (or ``port``
   0) means "not set", so the environment applies.
+- :meth:`RespSettings.from_sglang`: SGLang's ``--hicache-storage-backend-extra-config`` JSON
+  (as a dict or a string), our settings beside SGLang's own keys, read like LMCache's adapter
+  params (empty means "not set", unknown keys are errors).
 - A namespace and an expiry, as LMCache's ``valkey`` adapter has them: ``key_prefix`` (every
   key goes on the wire as ``<key_prefix>@<key>``; no ``@`` in it) and ``ttl_seconds`` (every
   SET is ``SET key value PX ms``; not with ``max_capacity_gb`` > 0). That adapter's other
@@ -88,6 +91,13 @@ _FLAT_TYPES = ("resp", "valkey")
 # documented before the adapters moved there ("lmcache_resp", whose RespConnector is the same class).
 _PLUGIN_MODULES = ("lmcache_resp.lmcache.mp", "lmcache_resp")
 _PLUGIN_CLASS = "RespConnector"
+# SGLang's keys in --hicache-storage-backend-extra-config: its dynamic loader's (which backend
+# to build, and the zero-copy interface), and those its cache controller reads (and, in the
+# releases seen, takes out before the backend sees the dict).
+_SGLANG_KEYS = frozenset({
+    "backend_name", "module_path", "class_name", "interface_v1", "prefetch_threshold", "prefetch_timeout_base",
+    "prefetch_timeout_per_ki_token", "hicache_storage_pass_prefix_keys", "tp_lcm_size",
+})
 
 
 class RespSettings(_native.Settings):
@@ -130,6 +140,19 @@ class RespSettings(_native.Settings):
         return cls.from_adapter_params(_adapter_params(config), env=env)
 
     @classmethod
+    def from_sglang(cls, config: Mapping[str, Any] | str, *, env: Mapping[str, str] | None = None) -> RespSettings:
+        """SGLang's ``--hicache-storage-backend-extra-config`` (a dict or its JSON): SGLang's own
+        keys (``backend_name``, ``module_path``, ``class_name``, ``interface_v1``, the prefetch
+        tuning) are SGLang's; the rest are ours, read as :meth:`from_adapter_params` reads
+        LMCache's, except that capacity and eviction (``max_capacity_gb``, ``eviction``) are
+        ours here: SGLang does not account for what its L3 storage holds."""
+        document = _parse_json(config, "SGLang extra config") if isinstance(config, str) else config
+        if not isinstance(document, Mapping):
+            raise InvalidInputError(f"SGLang's extra config must be a JSON object, not {type(document).__name__}")
+        params = {k: v for k, v in document.items() if k not in _SGLANG_KEYS}
+        return cls.from_adapter_params(params, env=env, lmcache_evicts=False)
+
+    @classmethod
     def from_adapter_params(
         cls, params: Mapping[str, Any], *, env: Mapping[str, str] | None = None, lmcache_evicts: bool = True
     ) -> RespSettings:
@@ -161,7 +184,7 @@ class RespSettings(_native.Settings):
 
 def _adapter_params(config: Mapping[str, Any] | str) -> Mapping[str, Any]:
     """The adapter params inside any of LMCache's three shapes."""
-    document = _parse_json(config) if isinstance(config, str) else config
+    document = _parse_json(config, "L2 adapter") if isinstance(config, str) else config
     if not isinstance(document, Mapping):
         raise InvalidInputError(f"LMCache L2 adapter config must be a JSON object, not {type(document).__name__}")
     kind = document.get("type")
@@ -208,9 +231,9 @@ def _check_plugin_target(document: Mapping[str, Any]) -> None:
         )
 
 
-def _parse_json(text: str) -> Any:
+def _parse_json(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         # exc.msg and the position only: the text itself may hold a password.
-        raise InvalidInputError(f"invalid L2 adapter JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise InvalidInputError(f"invalid {what} JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
