@@ -127,3 +127,12 @@ def test_lmcache_non_mp_client_over_a_bridge(bridge: BridgeProcess) -> None:
             client.close()
 
     asyncio.run(scenario())
+
+
+def test_registered_regions_need_the_engine_in_this_process(bridge: BridgeProcess) -> None:
+    """The bridge's engine cannot reach this process's memory: regions are refused, clearly."""
+    import numpy as np
+
+    with RespConnector(bridge=str(bridge.socket)) as connector:
+        with pytest.raises(InvalidInputError, match="registered regions need the I/O engine in this process"):
+            connector._native.register_region(np.zeros(4096, dtype=np.uint8))

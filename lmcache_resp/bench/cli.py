@@ -62,6 +62,8 @@ COPYING_PEERS = ("redis-py", "lmcache", "lmcache-redis", "lmcache-valkey", "memt
 REGIMES_SCHEMA = "lmcache-resp-bench-regimes/1"
 MAX_CHUNK_MIB = 512.0  # Redis's proto-max-bulk-len default
 MIN_CHUNK_BYTES = 64
+# --sglang: one page of a Llama-3.1-8B-like model (64 tokens x 32 layers x 8 KV heads x 128 x K,V x bf16).
+SGLANG_PAGE_BYTES = 64 * 32 * 8 * 128 * 2 * 2
 
 DESCRIPTION = """\
 Batch SET/GET/EXISTS throughput of lmcache_resp.PagedRespStore against Redis, verified byte for byte.
@@ -84,6 +86,10 @@ pages. The header names the server: name, version, malloc, regime.
 native_plugin adapter, LMCache's resp and its valkey adapter, alternated ABBA (--rounds times) on
 the same throwaway server or cluster, flushed before every run, over --l2-cells and
 --l2-in-flight, verified (--no-skip-verify): medians of LMCache's p50 round times and ratios.
+--sglang moves SGLang-shaped pages (64 tokens, 32 layers, 8 KV heads x 128, bf16: 8 MiB) through
+SGLang's storage path: our RespHiCacheStorage (SGLang's loader and controller), SGLang's own file
+backend on tmpfs, and our PagedRespStore with the same values, ABBA, every byte verified; it needs
+SGLang and torch in this Python (scripts/test-sglang.sh's venv).
 Exit status: 0 all verified, 1 data read back differs (or a run failed), 2 bad configuration,
 130 interrupted.
 """
@@ -310,6 +316,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "side by side with --compare lmcache")
     extra.add_argument("--dead-batches", type=_int_in(1, 100_000), default=None, metavar="N",
                        help=f"batches per op for --dead-server (default {DEFAULT_DEAD_BATCHES})")
+    extra.add_argument("--sglang", action="store_true",
+                       help="SGLang-shaped pages (64 tokens, 32 layers, 8 KV heads x 128, bf16) through SGLang's storage "
+                            "path: our RespHiCacheStorage, SGLang's file backend on tmpfs and our PagedRespStore, ABBA, "
+                            "verified (needs SGLang in this Python: scripts/test-sglang.sh's venv)")
+    extra.add_argument("--sglang-pages", type=_int_in(2, 4096), default=None, metavar="N",
+                       help="--sglang: pages per batch (default 32: 256 MiB)")
+    extra.add_argument("--sglang-layout", choices=("page_first", "page_first_direct", "layer_first"), default=None,
+                       help="--sglang: SGLang's --hicache-mem-layout of the host pool (default page_first)")
     extra.add_argument("--sentinel-failover", action="store_true",
                        help="instead of the rounds: start a primary, 2 replicas and 3 Sentinels, SET batches "
                             "through lmcache_resp (redis+sentinel://) and redis-py's Sentinel client while the "
@@ -412,6 +426,15 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         parser.error("--sentinel-failover starts its own servers and compares with redis-py by itself: no "
                      "--host/--port/--url, --cluster, --shards, --unix, --tls, --sweep, --bridge, --ceiling, "
                      "--dead-server or --compare")
+    if (args.sglang_pages is not None or args.sglang_layout is not None) and not args.sglang:
+        parser.error("--sglang-pages and --sglang-layout need --sglang")
+    if args.sglang and (given_server or args.cluster or args.shards or args.unix or args.tls or sweep or args.bridge
+                        or args.ceiling or args.dead_server or args.compare or args.sentinel_failover):
+        parser.error("--sglang runs its own contenders on one throwaway server over TCP: no --host/--port/--url, "
+                     "--cluster, --shards, --unix, --tls, --sweep, --bridge, --ceiling, --dead-server, --compare or "
+                     "--sentinel-failover")
+    if args.sglang and args.json:
+        parser.error("--sglang prints a table only (no --json)")
     if args.dead_batches is not None and not args.dead_server:
         parser.error("--dead-batches needs --dead-server")
     if args.dead_server:
@@ -474,6 +497,9 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         l2_bench_rounds=DEFAULT_L2_BENCH_ROUNDS if args.l2_bench_rounds is None else args.l2_bench_rounds,
         l2_adapters=(tuple(name for name in L2_ADAPTERS if name in args.l2_adapters) if args.l2_adapters
                      else DEFAULT_L2_ADAPTERS),
+        sglang=args.sglang,
+        sglang_pages=args.sglang_pages or 32,
+        sglang_layout=args.sglang_layout or "page_first",
     )
     problem = _memory_problem(options)
     if problem is not None:
@@ -519,6 +545,10 @@ def _estimate_bytes(options: Options) -> int:
     and the copies peers keep."""
     if options.lmcache_l2:
         return _l2_estimate_bytes(options)
+    if options.sglang:
+        # The host pool (2 pages per page moved) and its device pool, the server's and the file
+        # backend's copies, PagedRespStore's two arenas (4 and 2 pages of half and whole size).
+        return 9 * options.sglang_pages * SGLANG_PAGE_BYTES
     if options.sweep:
         batch = max(sweep_keys(options.num_keys, c) * c for c in (*options.sweep_chunks, options.chunk_bytes))
     else:
@@ -579,6 +609,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(options: Options, stdout: io.StringIO | TextIO) -> int:
+    if options.sglang:
+        from lmcache_resp.bench.sglang_hicache import run_sglang  # needs SGLang and torch
+
+        return run_sglang(options, stdout=stdout, stderr=sys.stderr)
     if options.sentinel_failover:
         from lmcache_resp.bench.sentinel_failover import run_sentinel_failover
 

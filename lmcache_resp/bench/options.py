@@ -140,6 +140,11 @@ class Options:
     l2_in_flight: tuple[int, ...] = (1,)
     l2_bench_rounds: int = DEFAULT_L2_BENCH_ROUNDS
     l2_adapters: tuple[str, ...] = DEFAULT_L2_ADAPTERS
+    # --sglang (sglang_hicache.py): SGLang-shaped pages through SGLang's storage path, ours beside
+    # SGLang's file backend and our PagedRespStore; pages per batch and the host pool's layout.
+    sglang: bool = False
+    sglang_pages: int = 32
+    sglang_layout: str = "page_first"
 
     @property
     def embedded(self) -> bool:
