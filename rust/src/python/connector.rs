@@ -146,6 +146,7 @@ impl Connector {
     /// `spans` (uint64 `(offset, length)` pairs, page by page) the segments' ranges. One
     /// outcome per segment.
     #[pyo3(signature = (op, region, keys, spans=None, suffixes=None, prefix=None))]
+    #[allow(clippy::too_many_arguments)] // the Python signature, and the GIL token
     fn run_ranges(
         &self,
         py: Python<'_>,
@@ -156,16 +157,15 @@ impl Connector {
         suffixes: Option<&Bound<'_, PyAny>>,
         prefix: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyBatchResult> {
-        let op = op_from_name(op)?;
-        let (keys, suffixes, spans) = (key_list(keys)?, suffix_list(suffixes)?, spans_of(spans)?);
-        let (keys, suffixes) = (key_slices(&keys)?, key_slices(&suffixes)?);
-        let prefix = prefix.map(key_bytes).transpose()?.unwrap_or_default();
-        let batch = RangeBatch { op, region, prefix, keys: &keys, suffixes: &suffixes, spans: &spans };
-        py.detach(|| self.connector.run_ranges(&batch)).map(PyBatchResult).map_err(|e| to_py_err(&e))
+        let ran = with_ranges(op, region, keys, spans, suffixes, prefix, |batch| {
+            py.detach(|| self.connector.run_ranges(batch))
+        })?;
+        ran.map(PyBatchResult).map_err(|e| to_py_err(&e))
     }
 
     /// Submits a batch over ranges of a registered region (as `run_ranges`) for `drain`.
     #[pyo3(signature = (op, region, keys, spans=None, suffixes=None, prefix=None))]
+    #[allow(clippy::too_many_arguments)] // the Python signature, and the GIL token
     fn submit_ranges(
         &self,
         py: Python<'_>,
@@ -176,12 +176,10 @@ impl Connector {
         suffixes: Option<&Bound<'_, PyAny>>,
         prefix: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
-        let op = op_from_name(op)?;
-        let (keys, suffixes, spans) = (key_list(keys)?, suffix_list(suffixes)?, spans_of(spans)?);
-        let (keys, suffixes) = (key_slices(&keys)?, key_slices(&suffixes)?);
-        let prefix = prefix.map(key_bytes).transpose()?.unwrap_or_default();
-        let batch = RangeBatch { op, region, prefix, keys: &keys, suffixes: &suffixes, spans: &spans };
-        py.detach(|| self.connector.submit_ranges(&batch)).map_err(|e| to_py_err(&e))
+        let submitted = with_ranges(op, region, keys, spans, suffixes, prefix, |batch| {
+            py.detach(|| self.connector.submit_ranges(batch))
+        })?;
+        submitted.map_err(|e| to_py_err(&e))
     }
 
     /// Finished batches; clears the eventfd's readiness.
@@ -255,6 +253,23 @@ impl Connector {
     fn over(connector: Box<dyn BufferConnector>) -> Connector {
         Connector { connector, held: Mutex::new(HashMap::new()), regions: Mutex::new(HashMap::new()) }
     }
+}
+
+/// `run_ranges`'s and `submit_ranges`'s arguments as the core's batch, handed to `then`.
+fn with_ranges<R>(
+    op: &str,
+    region: u32,
+    keys: &Bound<'_, PyAny>,
+    spans: Option<&Bound<'_, PyAny>>,
+    suffixes: Option<&Bound<'_, PyAny>>,
+    prefix: Option<&Bound<'_, PyAny>>,
+    then: impl FnOnce(&RangeBatch<'_>) -> R,
+) -> PyResult<R> {
+    let op = op_from_name(op)?;
+    let (keys, suffixes, spans) = (key_list(keys)?, suffix_list(suffixes)?, spans_of(spans)?);
+    let (keys, suffixes) = (key_slices(&keys)?, key_slices(&suffixes)?);
+    let prefix = prefix.map(key_bytes).transpose()?.unwrap_or_default();
+    Ok(then(&RangeBatch { op, region, prefix, keys: &keys, suffixes: &suffixes, spans: &spans }))
 }
 
 fn suffix_list<'py>(suffixes: Option<&Bound<'py, PyAny>>) -> PyResult<Vec<Bound<'py, PyAny>>> {
