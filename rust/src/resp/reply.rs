@@ -55,6 +55,44 @@ impl Reply {
         self.encode(&mut out);
         out
     }
+
+    /// The reply's `Debug` form for a message, cut after `max` bytes (see [`brief`]).
+    pub fn brief(&self, max: usize) -> String {
+        brief(self, max)
+    }
+}
+
+/// `value`'s `Debug` form for a message, cut after `max` bytes (`...` marks the cut).
+/// Formatting stops there: an array of a million elements costs `max`, not megabytes.
+pub fn brief(value: &dyn fmt::Debug, max: usize) -> String {
+    let mut out = Bounded { text: String::new(), room: max };
+    if fmt::write(&mut out, format_args!("{value:?}")).is_err() {
+        out.text.push_str("...");
+    }
+    out.text
+}
+
+/// A `fmt::Write` that takes `room` bytes, then fails (which ends the formatting).
+struct Bounded {
+    text: String,
+    room: usize,
+}
+
+impl fmt::Write for Bounded {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if s.len() <= self.room {
+            self.text.push_str(s);
+            self.room -= s.len();
+            return Ok(());
+        }
+        let mut cut = self.room;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        self.text.push_str(&s[..cut]);
+        self.room = 0;
+        Err(fmt::Error)
+    }
 }
 
 impl fmt::Debug for Reply {
@@ -72,5 +110,21 @@ impl fmt::Debug for Reply {
             Reply::Array(items) => f.debug_list().entries(items).finish(),
             Reply::NilArray => f.write_str("NilArray"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_brief_reply_is_cut_without_formatting_the_rest() {
+        let small = Reply::Array(vec![Reply::Bulk(b"10.0.0.5".to_vec()), Reply::Integer(6379)]);
+        assert_eq!(small.brief(100), r#"[Bulk("10.0.0.5"), Integer(6379)]"#);
+        let huge = Reply::Array(vec![Reply::Bulk("é".repeat(8).into_bytes()); 1_000_000]);
+        let brief = huge.brief(64);
+        assert!(brief.len() <= 64 + 3 && brief.ends_with("..."), "{brief}");
+        assert!(brief.starts_with(r#"[Bulk("éééé"#), "{brief}");
+        assert_eq!(Reply::Nil.brief(0), "...");
     }
 }
