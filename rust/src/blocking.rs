@@ -44,10 +44,22 @@ impl BlockingClient {
     /// As [`BlockingClient::connect`], to the endpoint's `addresses` as already looked up (by a
     /// [`crate::net::Resolver`]).
     pub fn connect_to(options: ConnectOptions, addresses: Arc<[Address]>, timeout: Duration) -> Result<BlockingClient> {
+        BlockingClient::connect_capped(options, addresses, timeout, crate::resp::parser::DEFAULT_MAX_REPLY_BYTES)
+    }
+
+    /// As [`BlockingClient::connect_to`], refusing a reply of more than `max_reply_bytes`
+    /// (`Conn::cap_replies`): for servers asked only for small replies, such as Sentinels.
+    pub fn connect_capped(
+        options: ConnectOptions,
+        addresses: Arc<[Address]>,
+        timeout: Duration,
+        max_reply_bytes: u64,
+    ) -> Result<BlockingClient> {
         let endpoint = options.endpoint.clone();
         // One attempt per call: a blocking caller wants the error, not a wait in backoff.
         let policy = ReconnectPolicy { fail_after_attempts: 1, ..ReconnectPolicy::default() };
-        let conn = Conn::new(Arc::new(options), addresses, policy, PipelineLimits::default());
+        let mut conn = Conn::new(Arc::new(options), addresses, policy, PipelineLimits::default());
+        conn.cap_replies(max_reply_bytes);
         let mut client = BlockingClient {
             conn,
             endpoint,
@@ -156,6 +168,12 @@ impl BlockingClient {
         }
     }
 
+    /// Subscription messages received and not handed out yet (for tests of the bound).
+    #[cfg(feature = "internals")]
+    pub fn buffered_messages(&self) -> usize {
+        self.messages.len()
+    }
+
     /// True while the connection has a socket (for tests of socket options).
     pub fn socket_nodelay(&self) -> Option<bool> {
         self.conn.stream().and_then(|s| s.nodelay().ok())
@@ -197,8 +215,13 @@ impl BlockingClient {
     }
 
     /// The next message of a subscription, or None if none came by `deadline`; an error when
-    /// the connection broke (a subscription is never silently re-made).
+    /// the connection broke (a subscription is never silently re-made). Messages already
+    /// received are handed out before the connection is read again: a publisher faster than
+    /// the caller is held back by TCP, not buffered here.
     pub fn next_message(&mut self, deadline: Instant) -> Result<Option<Reply>> {
+        if let Some(message) = self.messages.pop_front() {
+            return Ok(Some(message));
+        }
         let mut ready = Readiness::OPTIMISTIC;
         loop {
             let now = Instant::now();

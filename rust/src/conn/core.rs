@@ -72,6 +72,11 @@ pub struct ReconnectPolicy {
 /// connection per half-minute per connection slot, and a fixed one is back within that.
 pub const RECHECK_PERMANENT_AFTER: Duration = Duration::from_secs(30);
 
+/// A subscriber's connection reads no more while this many messages wait to be taken
+/// ([`ConnCore::take_pushes`]): a publisher that floods it meets TCP's flow control, not a
+/// buffer that grows (one receive's worth may come on top).
+pub const MAX_PENDING_PUSHES: usize = 1024;
+
 impl Default for ReconnectPolicy {
     fn default() -> Self {
         ReconnectPolicy {
@@ -283,6 +288,14 @@ impl ConnCore {
     /// The messages received since the last call, in order.
     pub fn take_pushes(&mut self) -> Vec<Reply> {
         std::mem::take(&mut self.pushes)
+    }
+
+    /// Refuses a reply of more than `max_reply_bytes` (the connection breaks, the request
+    /// fails naming the cap) instead of the parser's default: for connections to servers asked
+    /// only for small replies, such as Sentinels. Set before the connection is used.
+    pub fn cap_replies(&mut self, max_reply_bytes: u64) {
+        debug_assert!(self.reader.is_idle(), "the cap is set before any reply");
+        self.reader = Reader::capped(max_reply_bytes);
     }
 
     /// The endpoint's addresses are known now: `count` of them (at least one), tried in order.
@@ -501,7 +514,7 @@ impl ConnCore {
     /// Where the next bytes read from the socket go. `None`: nothing is to be read now, or the
     /// connection cannot take more bytes and was dropped (see [`ConnCore::state`]).
     pub fn recv_target(&mut self, now: Instant, out: &mut Vec<Completion>) -> Option<RecvTarget<'_>> {
-        if !matches!(self.state, ConnState::Handshaking | ConnState::Ready) {
+        if !matches!(self.state, ConnState::Handshaking | ConnState::Ready) || self.pushes.len() >= MAX_PENDING_PUSHES {
             return None;
         }
         let dest_len = self.expected_destination().0.map(|d| d.len());
@@ -770,7 +783,7 @@ impl ConnCore {
         if in_flight > 0 && self.queue[0].deadline <= now {
             let waiting_for = match self.queue[0].kind {
                 Kind::User(op) => format!("the reply to {}", op.name()),
-                Kind::Command => "the reply to a command".into(),
+                Kind::Command => format!("the reply to {}", self.queue[0].describe()),
                 Kind::Asking => "the reply to ASKING".into(),
                 Kind::Handshake(step) => format!("the reply to the handshake's {step:?}"),
             };

@@ -135,6 +135,11 @@ impl Conn {
         self
     }
 
+    /// See [`ConnCore::cap_replies`].
+    pub fn cap_replies(&mut self, max_reply_bytes: u64) {
+        self.core.cap_replies(max_reply_bytes);
+    }
+
     /// A subscriber's connection: see [`ConnCore::keep_pushes`].
     pub fn keep_pushes(&mut self) {
         self.core.keep_pushes();

@@ -81,10 +81,18 @@ impl Default for Reader {
 }
 
 impl Reader {
+    /// A reader that refuses a reply of more than `max_reply_bytes` (see
+    /// [`Limits::max_reply_bytes`]).
+    pub fn capped(max_reply_bytes: u64) -> Reader {
+        let limits = Limits { max_reply_bytes, ..*Reader::default().parser.limits() };
+        Reader { parser: ReplyParser::new(limits), ..Reader::default() }
+    }
+
     /// Forgets everything: the connection this reader served is gone.
     pub fn reset(&mut self) {
         let scratch = std::mem::take(&mut self.scratch);
-        *self = Reader { scratch, ..Reader::default() };
+        let limits = *self.parser.limits();
+        *self = Reader { scratch, parser: ReplyParser::new(limits), ..Reader::default() };
     }
 
     /// Nothing buffered and no reply half-parsed.

@@ -2,7 +2,9 @@
 //! every byte it receives is handed to it in pieces of chosen sizes, and time moves only when a
 //! test moves it. Each test names the [`ConnState`] transitions it walks through.
 
-use super::core::{ConnCore, ConnState, Handoff, PipelineLimits, RECHECK_PERMANENT_AFTER, ReconnectPolicy};
+use super::core::{
+    ConnCore, ConnState, Handoff, MAX_PENDING_PUSHES, PipelineLimits, RECHECK_PERMANENT_AFTER, ReconnectPolicy,
+};
 use super::reader::RecvTarget;
 use super::request::{Completion, Outcome, Request, Scope};
 use crate::cluster::RedirectKind;
@@ -1527,6 +1529,57 @@ fn a_subscribers_connection_keeps_messages_nobody_asked_for_where_another_breaks
     rig.outcome(tag);
     rig.deliver(message, usize::MAX);
     assert_ne!(rig.state(), ConnState::Ready);
+}
+
+#[test]
+fn a_flooded_subscriber_reads_no_more_until_its_messages_are_taken() {
+    let message = b"*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$9\r\nm a 1 b 2\r\n";
+    let mut rig = Rig::new();
+    rig.core.keep_pushes();
+    let tag = rig.tag();
+    rig.push(Request::command(b"*2\r\n$9\r\nSUBSCRIBE\r\n$14\r\n+switch-master\r\n".to_vec(), tag, rig.now + TIMEOUT));
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    rig.deliver(b"*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n", usize::MAX);
+    rig.outcome(tag);
+    // Whole receives of messages until the core takes no more.
+    let flood = message.repeat(64);
+    let mut receives = 0;
+    while rig.core.recv_target(rig.now, &mut rig.out).is_some() {
+        rig.deliver(&flood, usize::MAX);
+        receives += 1;
+        assert!(receives < 1000, "the core never stopped reading");
+    }
+    let held = rig.core.take_pushes().len();
+    assert!((MAX_PENDING_PUSHES..MAX_PENDING_PUSHES + 64).contains(&held), "{held} messages held");
+    // Taken: it reads again.
+    assert!(rig.core.recv_target(rig.now, &mut rig.out).is_some());
+    assert_eq!(rig.state(), ConnState::Ready);
+}
+
+#[test]
+fn a_capped_connection_refuses_a_reply_past_its_cap() {
+    let mut rig = Rig::new();
+    rig.core.cap_replies(1024);
+    let tag = rig.tag();
+    let frame = crate::resp::encode::encode_args(&[b"SENTINEL", b"get-master-addr-by-name", b"mymaster"]);
+    rig.push(Request::command(frame, tag, rig.now + TIMEOUT));
+    rig.ready();
+    rig.take_sent(usize::MAX);
+    let element = b"$9\r\n127.0.0.1\r\n";
+    let mut reply = b"*1000\r\n".to_vec();
+    reply.extend(element.repeat(1000));
+    let mut fed = 0;
+    while rig.out.is_empty() && fed < reply.len() {
+        let end = (fed + 64).min(reply.len());
+        rig.deliver(&reply[fed..end], usize::MAX);
+        fed = end;
+    }
+    assert!(fed <= 1024 + 64, "{fed} bytes taken");
+    let err = rig.failure(tag);
+    assert_eq!(err.kind(), ErrorKind::Protocol);
+    assert!(err.message().starts_with("the reply to SENTINEL from"), "{err}");
+    assert!(err.message().contains("exceeds 1 KiB, the cap on the size of one reply"), "{err}");
 }
 
 #[test]
