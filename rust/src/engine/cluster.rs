@@ -58,7 +58,7 @@ impl ClusterView {
     pub fn discover(settings: &Settings, resolver: Arc<Resolver>) -> Result<ClusterView> {
         if let Some(sentinel) = &settings.sentinel {
             let watch = SentinelWatch::new(sentinel);
-            let map = watch.discover_map(settings, &resolver, &|| false)?;
+            let map = watch.discover_map(settings, &resolver, None, &|| false)?;
             let mut view = ClusterView::over(map, settings, resolver);
             view.sentinel = Some(watch);
             return Ok(view);
@@ -216,7 +216,9 @@ impl ClusterView {
     /// [`ClusterView::stop`] is heard between two nodes.
     fn refresh_once(&self) -> Result<()> {
         if let Some(watch) = &self.sentinel {
-            let fresh = watch.discover_map(&self.settings, &self.resolver, &|| self.lock_refresh().stop)?;
+            let known = self.map().primary(0).cloned();
+            let fresh =
+                watch.discover_map(&self.settings, &self.resolver, known.as_ref(), &|| self.lock_refresh().stop)?;
             let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
             if map.shard(0) != fresh.shard(0) {
                 if let Some(primary) = fresh.primary(0).filter(|primary| map.primary(0) != Some(*primary)) {

@@ -1,6 +1,8 @@
 //! Discovery driven in memory: replies in, what to ask out.
 
 use super::*;
+use crate::error::{Error, ErrorKind};
+use crate::net::Endpoint;
 
 fn sentinels() -> Vec<Endpoint> {
     (1..=3).map(|i| Endpoint::Tcp { host: format!("s{i}"), port: 26379 }).collect()
@@ -50,7 +52,7 @@ fn failed(next: Next) -> Error {
 #[test]
 fn the_first_sentinel_names_the_primary_and_role_confirms_it() {
     let mut d = Discovery::new("mymaster", sentinels());
-    assert_eq!(asked(d.begin()), "s1:26379");
+    assert_eq!(asked(d.begin(None)), "s1:26379");
     let node = confirm(d.on_master_addr(addr("10.0.0.5", "6380")));
     assert_eq!(node, NodeAddr::new("10.0.0.5", 6380));
     match d.on_role(&node, role("master")) {
@@ -62,7 +64,7 @@ fn the_first_sentinel_names_the_primary_and_role_confirms_it() {
 #[test]
 fn a_sentinel_that_is_down_or_names_a_replica_is_passed_over_and_the_one_that_led_goes_first() {
     let mut d = Discovery::new("mymaster", sentinels());
-    d.begin();
+    d.begin(None);
     assert_eq!(asked(d.on_master_addr(down("s1:26379"))), "s2:26379");
     let old = confirm(d.on_master_addr(addr("10.0.0.5", "6379")));
     // A Sentinel that has not heard of the failover yet names the demoted primary.
@@ -71,13 +73,13 @@ fn a_sentinel_that_is_down_or_names_a_replica_is_passed_over_and_the_one_that_le
     assert!(matches!(d.on_role(&new, role("master")), Next::Found(n) if n == new));
     let order: Vec<String> = d.sentinels().iter().map(ToString::to_string).collect();
     assert_eq!(order, ["s3:26379", "s1:26379", "s2:26379"]);
-    assert_eq!(asked(d.begin()), "s3:26379");
+    assert_eq!(asked(d.begin(None)), "s3:26379");
 }
 
 #[test]
 fn no_primary_known_is_a_transient_error_naming_service_and_sentinels() {
     let mut d = Discovery::new("mymaster", sentinels());
-    d.begin();
+    d.begin(None);
     d.on_master_addr(down("s1"));
     let node = confirm(d.on_master_addr(addr("10.0.0.5", "6379")));
     d.on_role(&node, Err(Error::new(ErrorKind::Timeout, "ROLE timed out")));
@@ -92,7 +94,7 @@ fn no_primary_known_is_a_transient_error_naming_service_and_sentinels() {
 #[test]
 fn wrong_sentinel_credentials_everywhere_are_a_permanent_authentication_error() {
     let mut d = Discovery::new("mymaster", sentinels());
-    d.begin();
+    d.begin(None);
     d.on_master_addr(refused());
     d.on_master_addr(Ok(Reply::Error(b"NOAUTH Authentication required.".to_vec())));
     let err = failed(d.on_master_addr(refused()));
@@ -104,14 +106,14 @@ fn wrong_sentinel_credentials_everywhere_are_a_permanent_authentication_error() 
 #[test]
 fn an_unknown_service_is_a_permanent_invalid_input_error() {
     let mut d = Discovery::new("nosuch", sentinels());
-    d.begin();
+    d.begin(None);
     d.on_master_addr(Ok(Reply::Nil));
     d.on_master_addr(Ok(Reply::NilArray));
     let err = failed(d.on_master_addr(Ok(Reply::Nil)));
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
     assert!(err.message().contains("check sentinel_service_name") && err.message().contains("\"nosuch\""), "{err}");
     // One Sentinel down and the others not knowing it: still not a transient failure.
-    d.begin();
+    d.begin(None);
     d.on_master_addr(down("s1"));
     d.on_master_addr(Ok(Reply::Nil));
     assert_eq!(failed(d.on_master_addr(Ok(Reply::Nil))).kind(), ErrorKind::Connection);
@@ -120,12 +122,12 @@ fn an_unknown_service_is_a_permanent_invalid_input_error() {
 #[test]
 fn malformed_answers_are_passed_over() {
     let mut d = Discovery::new("m", vec![Endpoint::Tcp { host: "s1".into(), port: 1 }]);
-    d.begin();
+    d.begin(None);
     let err = failed(d.on_master_addr(addr("h", "notaport")));
     assert!(err.message().contains("no usable address"), "{err}");
-    d.begin();
+    d.begin(None);
     assert!(matches!(d.on_master_addr(Ok(Reply::Integer(3))), Next::Failed(_)));
-    d.begin();
+    d.begin(None);
     let node = confirm(d.on_master_addr(addr("h", "1")));
     assert!(failed(d.on_role(&node, Ok(Reply::Simple(b"OK".to_vec())))).message().contains("ROLE answer"));
 }
@@ -194,4 +196,132 @@ fn resubscribing_backs_off_within_its_bound() {
     assert_eq!(resubscribe_delay(0), RESUBSCRIBE_DELAY);
     assert!(resubscribe_delay(1) > resubscribe_delay(0));
     assert_eq!(resubscribe_delay(40), MAX_RESUBSCRIBE_DELAY);
+}
+
+fn tls_refused(node: &str) -> Result<Reply, Error> {
+    Err(Error::tls(&node, "the server's certificate is not valid for 10.0.0.5 (it lists wrong.example)"))
+}
+
+fn kept(next: Next) -> (NodeAddr, Error) {
+    match next {
+        Next::Kept(node, why) => (node, why),
+        other => panic!("expected the primary in use to be kept, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_node_named_by_several_sentinels_is_asked_once_in_a_round() {
+    let mut d = Discovery::new("mymaster", sentinels());
+    d.begin(None);
+    let gone = confirm(d.on_master_addr(addr("10.0.0.5", "6379")));
+    assert_eq!(asked(d.on_role(&gone, down("10.0.0.5:6379"))), "s2:26379");
+    // The same node again: passed over with what it led to, without a second ROLE.
+    assert_eq!(asked(d.on_master_addr(addr("10.0.0.5", "6379"))), "s3:26379");
+    let err = failed(d.on_master_addr(addr("10.0.0.5", "6379")));
+    assert_eq!(err.message().matches("named 10.0.0.5:6379, which did not confirm").count(), 3, "{err}");
+    // A new round asks it again.
+    d.begin(None);
+    confirm(d.on_master_addr(addr("10.0.0.5", "6379")));
+}
+
+#[test]
+fn with_no_sentinel_naming_another_node_the_primary_in_use_is_kept_while_role_says_so() {
+    let in_use = NodeAddr::new("10.0.0.5", 6379);
+    let mut d = Discovery::new("mymaster", sentinels());
+    // Down, silent, or talking nonsense: nobody says the primary moved.
+    d.begin(Some(&in_use));
+    d.on_master_addr(down("s1"));
+    d.on_master_addr(Err(Error::new(ErrorKind::Timeout, "timed out waiting for the reply to SENTINEL")));
+    assert_eq!(confirm(d.on_master_addr(Ok(Reply::Integer(7)))), in_use);
+    let (node, why) = kept(d.on_role(&in_use, role("master")));
+    assert_eq!(node, in_use);
+    assert!(why.message().starts_with("no primary is known") && why.message().contains("s3:26379"), "{why}");
+    // The order is left alone: no Sentinel led anywhere.
+    assert_eq!(asked(d.begin(Some(&in_use))), "s1:26379");
+    // It does not say it is the primary any more: the round fails, saying so too.
+    d.on_master_addr(down("s1"));
+    d.on_master_addr(down("s2"));
+    d.on_master_addr(down("s3"));
+    let err = failed(d.on_role(&in_use, role("slave")));
+    assert_eq!(err.kind(), ErrorKind::Connection);
+    assert!(err.message().contains("the primary in use, 10.0.0.5:6379, did not confirm it still is"), "{err}");
+    // A Sentinel named another node (here a replica): the Sentinels say the primary moved.
+    d.begin(Some(&in_use));
+    let other = confirm(d.on_master_addr(addr("10.0.0.6", "6379")));
+    d.on_role(&other, role("slave"));
+    d.on_master_addr(down("s2"));
+    let err = failed(d.on_master_addr(down("s3")));
+    assert!(err.message().contains("named 10.0.0.6:6379, which is a slave"), "{err}");
+    // A Sentinel that names the primary in use, which does not confirm: no second question.
+    d.begin(Some(&in_use));
+    let named = confirm(d.on_master_addr(addr("10.0.0.5", "6379")));
+    d.on_role(&named, down("10.0.0.5"));
+    d.on_master_addr(down("s2"));
+    assert!(matches!(d.on_master_addr(down("s3")), Next::Failed(_)));
+}
+
+#[test]
+fn tls_or_data_credentials_refused_everywhere_are_errors_of_their_kind() {
+    let mut d = Discovery::new("mymaster", sentinels());
+    d.begin(None);
+    let node = confirm(d.on_master_addr(addr("10.0.0.5", "6379")));
+    d.on_role(&node, tls_refused("10.0.0.5:6379"));
+    d.on_master_addr(addr("10.0.0.5", "6379"));
+    // TLS with a Sentinel counts the same.
+    let err = failed(d.on_master_addr(tls_refused("s3:26379")));
+    assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
+    assert!(is_permanent(&err));
+    for part in ["ssl_server_name", "s1:26379: named 10.0.0.5:6379", "wrong.example", "s3:26379: TLS with s3:26379"] {
+        assert!(err.message().contains(part), "{part} missing: {err}");
+    }
+    // The data server's password, refused by the primary every Sentinel named.
+    d.begin(None);
+    let node = confirm(d.on_master_addr(addr("10.0.0.5", "6379")));
+    d.on_role(&node, Err(Error::new(ErrorKind::Authentication, "authentication failed at 10.0.0.5:6379: WRONGPASS")));
+    d.on_master_addr(addr("10.0.0.5", "6379"));
+    let err = failed(d.on_master_addr(addr("10.0.0.5", "6379")));
+    assert_eq!(err.kind(), ErrorKind::Authentication);
+    assert!(err.message().starts_with("the primary the Sentinels named refused the data server's credentials"));
+    // One of them down: a connection error, which says all of it.
+    d.begin(None);
+    let node = confirm(d.on_master_addr(addr("10.0.0.5", "6379")));
+    d.on_role(&node, tls_refused("10.0.0.5:6379"));
+    d.on_master_addr(down("s2"));
+    assert_eq!(failed(d.on_master_addr(down("s3"))).kind(), ErrorKind::Connection);
+    // A Sentinel's refusal, as an error reply after its address (NOPERM: an ACL without SENTINEL).
+    d.begin(None);
+    for _ in 0..2 {
+        d.on_master_addr(Err(Error::new(ErrorKind::Server, "s1:26379: NOPERM this user has no permissions")));
+    }
+    let err = failed(d.on_master_addr(refused()));
+    assert_eq!(err.kind(), ErrorKind::Authentication);
+}
+
+#[test]
+fn what_a_sentinel_sends_shows_bounded_and_unusable_addresses_are_passed_over() {
+    let long = "h".repeat(60_000);
+    let huge = Reply::Array(vec![bulk("127.0.0.1"); 100_000]);
+    let answers: Vec<(Result<Reply, Error>, &str)> = vec![
+        (Ok(huge), "not [host, port]"),
+        (addr(&long, "6379"), "named no usable address"),
+        (addr("10.0.0.5\r\nX", "6379"), "named no usable address"),
+        (addr("10.0.0.5 6379", "6379"), "named no usable address"),
+        (addr("", "6379"), "named no usable address"),
+        (addr("10.0.0.5", "0"), "named no usable address"),
+        (Ok(Reply::Error(format!("ERR {long}").into_bytes())), "ERR hhh"),
+        (Err(Error::new(ErrorKind::Protocol, long.clone())), "hhh"),
+    ];
+    for (answer, says) in answers {
+        let mut d = Discovery::new("m", vec![Endpoint::Tcp { host: "s1".into(), port: 1 }]);
+        d.begin(None);
+        let err = failed(d.on_master_addr(answer));
+        assert!(err.message().contains(says), "{says}: {err}");
+        assert!(err.message().len() < 1024, "{} bytes: {}", err.message().len(), &err.message()[..200]);
+    }
+    // What a DNS name or an IP literal may be passes.
+    for host in ["redis-1.example.internal", "10.0.0.5", "::1", "[::1]", &"a".repeat(253)] {
+        let mut d = Discovery::new("m", vec![Endpoint::Tcp { host: "s1".into(), port: 1 }]);
+        d.begin(None);
+        confirm(d.on_master_addr(addr(host, "6379")));
+    }
 }
