@@ -166,6 +166,7 @@ def test_a_sentinel_naming_a_replica_a_dead_port_or_a_non_redis_listener_is_refu
             # Beside the real Sentinels, and asked before them, they are passed over.
             with open_store([fake.address for fake in lies] + real_sentinels(group)) as store:
                 written = put(store, "liars")
+                assert_no_secret(repr(store) + repr(store.settings) + str(store.settings.to_dict()))
             assert_stored_on(primary, written)
             assert b"SET" not in not_redis.received
             # What docs/reliability.md says: the data server's password goes where a Sentinel

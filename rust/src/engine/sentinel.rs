@@ -103,8 +103,8 @@ impl SentinelWatch {
         found
     }
 
-    /// A round worth a warning (about `name`): logged if the window has room (see
-    /// [`LOG_WINDOW`]), else counted.
+    /// A warning about a round (about `name`: a Sentinel, a node): logged if the window has
+    /// room (see [`LOG_WINDOW`]), else counted.
     fn log_round(&self, name: &str, line: impl FnOnce() -> String) {
         let (ended, shown) = lock(&self.round_log).admit(Instant::now(), name);
         self.log_held(&self.round_log, ended);
@@ -129,8 +129,8 @@ impl SentinelWatch {
         } else {
             log::warn!(
                 target: TARGET,
-                "{} more Sentinel discovery rounds of service {:?} within {window} s passed over a Sentinel or kept \
-                 the primary (not logged one by one): {}",
+                "{} more warnings about the Sentinel discovery of service {:?} within {window} s (a Sentinel passed \
+                 over, the primary kept, the replicas not listed; not logged one by one), about {}",
                 held.count,
                 self.settings.service,
                 held.describe()
@@ -160,12 +160,13 @@ impl SentinelWatch {
         let primary = self.discover(settings, resolver, known, stopped)?;
         let replicas = if settings.reads_replicas() {
             let listed = self.replicas(settings, resolver).unwrap_or_else(|err| {
-                log::warn!(
-                    target: TARGET,
-                    "cannot list the replicas of service {:?}: {err}; reads go to the primary {primary} until the \
-                     next discovery",
-                    self.settings.service
-                );
+                self.log_round("the replicas", || {
+                    format!(
+                        "cannot list the replicas of service {:?}: {err}; reads go to the primary {primary} until \
+                         the next discovery",
+                        self.settings.service
+                    )
+                });
                 Vec::new()
             });
             // Each confirmed with ROLE (the data server's credentials), as the primary is.
