@@ -1,9 +1,9 @@
-//! What the tests' scripted peers (the hostile servers in `hostile_peer.rs` and
-//! `cluster_warm_up.rs`, which no real Redis could play) and their checks share: where a RESP
-//! command ends in what arrived, a listener that hands each command to a script, and what
-//! `/proc` says about this process.
+//! What the tests' scripted peers (the hostile servers in `hostile_peer.rs`,
+//! `subscription_flood.rs` and `cluster_warm_up.rs`, which no real Redis could play) and their
+//! checks share: where a RESP command ends in what arrived, a listener that hands each command
+//! to a script, the answers to a client's handshake, and what `/proc` says about this process.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 
 /// Serves every connection to `listener`, each on a thread of its own: `answer` gets each
@@ -45,6 +45,20 @@ fn command_end(data: &[u8]) -> Option<usize> {
     let header = std::str::from_utf8(data.get(1..lines.first()? - 2)?).ok()?;
     let args: usize = header.parse().ok()?;
     lines.get(2 * args).copied()
+}
+
+/// Answers `command` if it is part of the client's handshake, as a server before Redis 6 would
+/// (PING with PONG, HELLO with an unknown-command error): `Some(whether the stream took it)`;
+/// None for any other command, which the peer's script answers.
+pub fn answer_handshake(stream: &mut TcpStream, command: &[u8]) -> Option<bool> {
+    let reply: &[u8] = if contains(command, b"PING") {
+        b"+PONG\r\n"
+    } else if contains(command, b"HELLO") {
+        b"-ERR unknown command 'HELLO'\r\n"
+    } else {
+        return None;
+    };
+    Some(stream.write_all(reply).is_ok())
 }
 
 /// Whether `needle` occurs in `haystack`.

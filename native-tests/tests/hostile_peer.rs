@@ -11,7 +11,7 @@ use lmcache_resp_core::internals::blocking::BlockingClient;
 use lmcache_resp_core::internals::net::ConnectOptions;
 use lmcache_resp_core::settings::Endpoint;
 use lmcache_resp_core::settings::Settings;
-use redis_harness::peer::{self, contains, peak_rss};
+use redis_harness::peer::{self, peak_rss};
 use redis_harness::with_io_backend_from_env;
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -28,11 +28,8 @@ fn endless_peer() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     peer::serve(listener, |stream, command| {
-        if contains(command, b"PING") {
-            return stream.write_all(b"+PONG\r\n").is_ok();
-        }
-        if contains(command, b"HELLO") {
-            return stream.write_all(b"-ERR unknown command 'HELLO'\r\n").is_ok();
+        if let Some(taken) = peer::answer_handshake(stream, command) {
+            return taken;
         }
         let mut chunk = b"*4294967295\r\n".to_vec();
         let element = [b"$64\r\n".as_slice(), &[b'x'; 64], b"\r\n"].concat();

@@ -30,11 +30,8 @@ fn flooding_publisher() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     peer::serve(listener, |stream, command| {
-        if contains(command, b"PING") {
-            return stream.write_all(b"+PONG\r\n").is_ok();
-        }
-        if contains(command, b"HELLO") {
-            return stream.write_all(b"-ERR unknown command 'HELLO'\r\n").is_ok();
+        if let Some(taken) = peer::answer_handshake(stream, command) {
+            return taken;
         }
         if !contains(command, b"SUBSCRIBE") {
             return stream.write_all(b"-ERR unknown command\r\n").is_ok();
