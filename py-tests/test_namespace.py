@@ -306,6 +306,12 @@ def test_the_valkey_adapter_s_config_moves_over_unchanged(clean_env) -> None:
     ({"startup_nodes": "h:1", "cluster_mode": True, "database_id": 2}, "database_id applies to a standalone"),
     ({"cluster_mode": True, "cluster": False}, "disagree"),
     ({"startup_nodes": "h:1", "password": "hunter2", "host": "h"}, "not both"),
+    # Issue #36: the query's '@' ended the "password", the host became "b", the prefix was lost.
+    ({"url": "redis://:hunter2@h:1?key_prefix=a@b"}, "write it as %40"),
+    ({"url": "redis://h:1?key_prefix=a%40b"}, "key_prefix must not contain '@'"),
+    ({"startup_nodes": "redis://:hunter2@h:6379"}, "an entry is a URL or holds credentials"),
+    ({"key_prefix": "t\udcff"}, "key_prefix holds a character UTF-8 cannot encode"),
+    ({"host": "h", "password": "hunter2\udcff"}, "password holds a character UTF-8 cannot encode"),
 ])
 def test_conflicts_and_bad_values_are_refused_saying_why(given: dict, message: str, clean_env) -> None:
     with pytest.raises(InvalidInputError, match=message) as info:
