@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import select
 import time
+import types
+import urllib.parse
 from pathlib import Path
 
 import numpy as np
@@ -398,6 +400,38 @@ def test_conflicts_and_bad_values_are_refused_saying_why(given: dict, message: s
     with pytest.raises(InvalidInputError, match=message) as info:
         RespSettings.from_adapter_params(given, lmcache_evicts=False)
     assert "hunter2" not in str(info.value)
+
+
+@pytest.mark.parametrize("ttl", [0, -1, 1.5, float("nan"), float("inf"), -float("inf"), 10**30, 2**64,
+                                 100 * 365 * 24 * 3600 + 1, True, "1e3", "-5", "0x10", " "])
+def test_a_bad_ttl_is_refused_at_construction_from_every_source(ttl: object, clean_env) -> None:
+    """From a keyword, the URL's query, LMCache's MP JSON (ours, and the valkey adapter's), the
+    non-MP YAML, and a store or client being built (refused before it connects: nothing listens
+    on port 1). The environment carries no ttl_seconds (settings.ENV_VARS holds connection
+    settings and secrets only): a variable of that name is not read."""
+    url = "redis://127.0.0.1:1"
+    plugin = "remote_storage_plugin.resp."
+    yaml = types.SimpleNamespace(remote_storage_plugins=["resp"], extra_config={
+        plugin + "module_path": "lmcache_resp.lmcache.non_mp", plugin + "class_name": "RespRemoteConnector",
+        plugin + "url": url, plugin + "ttl_seconds": ttl})
+    sources = {
+        "keyword": lambda: RespSettings.resolve(url, ttl_seconds=ttl),
+        "url": lambda: RespSettings.resolve(f"{url}?ttl_seconds={urllib.parse.quote(str(ttl))}"),
+        "json": lambda: RespSettings.from_lmcache({"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp",
+                                                   "class_name": "RespConnector",
+                                                   "adapter_params": {"url": url, "ttl_seconds": ttl}}),
+        "valkey json": lambda: RespSettings.from_lmcache({"type": "valkey", "startup_nodes": "127.0.0.1:1",
+                                                          "ttl_seconds": ttl}),
+        "yaml": lambda: non_mp.settings_from_lmcache_config(yaml),
+        "store": lambda: PagedRespStore(url, ttl_seconds=ttl, page_size=4096, num_pages=1),
+        "client": lambda: RedisClient("127.0.0.1", 1, ttl_seconds=ttl),
+    }
+    for source, build in sources.items():
+        with pytest.raises(InvalidInputError, match=r"ttl_seconds must be a whole number of seconds in 1\.\.3153600000 "
+                           r"\(or None: no expiry\), got "):
+            build()
+    assert RespSettings.resolve(url, env={"LMCACHE_RESP_TTL_SECONDS": str(ttl)}).ttl_seconds is None
+    assert RespSettings.resolve(url, ttl_seconds=100 * 365 * 24 * 3600).ttl_seconds == 100 * 365 * 24 * 3600
 
 
 def test_lmcache_s_own_capacity_beside_a_ttl_is_refused(clean_env) -> None:
