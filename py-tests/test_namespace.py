@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import select
 import time
+import types
+import urllib.parse
 from pathlib import Path
 
 import numpy as np
@@ -186,28 +188,109 @@ def test_the_cluster_routes_by_the_whole_prefixed_key(redis_cluster, clean_env) 
     assert stored == {f"tenantA@{k}" for k in keys}
 
 
+# --- a tenant choosing key names against another -----------------------------------------
+
+# Prefixes that begin alike, differ by a space, a NUL byte or non-ASCII text, and one of the
+# longest accepted (1024 bytes). "t@x", another's prefix plus '@', is refused (below).
+TENANTS = ["t", "tx", "t ", "\x00", "é", "x" * 1024]
+# Keys with '@' where LMCache's have them, at either end, alone, and named like another
+# tenant's whole wire key.
+TENANT_KEYS = ["k", "a@b", "@", "@k", "k@", "t@k", "tx@k", "t@x@k"]
+
+
+def attack_names(attacker: str, victim: str) -> set[bytes]:
+    """Every name an attacker would try for the victim's keys: the key, its wire key, each tail
+    of the wire key after an '@', and the wire key less as many bytes as the attacker's own
+    `<prefix>@` adds."""
+    names: set[bytes] = set()
+    for key in TENANT_KEYS:
+        wire = f"{victim}@{key}".encode()
+        names |= {key.encode(), wire, wire[len(attacker.encode()) + 1:]}
+        names |= {wire[i + 1:] for i, byte in enumerate(wire) if byte == ord("@")}
+    return names
+
+
+def test_no_key_name_reaches_another_namespace_s_keys(redis_server: RedisServer, clean_env) -> None:
+    """Each tenant stores its keys; then each, from its own namespace, tries every other's keys by
+    every name in `attack_names`: it reads nothing (EXISTS False, GET None), deletes nothing, and
+    its SETs under those names land in its own namespace. Every tenant's bytes stay as they were.
+    (Why no name can work: a prefix holds no '@', so the first '@' of a wire key ends its prefix;
+    `settings/namespace.rs` has the proof as a property test.)"""
+    r = redis_server.redis_py()
+    clients = {t: RedisClient("127.0.0.1", redis_server.port, key_prefix=t) for t in TENANTS}
+    owned = {(t, k): pattern(300, 17 * i + j) for i, t in enumerate(TENANTS) for j, k in enumerate(TENANT_KEYS)}
+    for (tenant, key), value in owned.items():
+        clients[tenant].set(key, value)
+    assert r.dbsize() == len(owned), "every (prefix, key) pair is its own server key"
+    junk = b"overwritten by another tenant"
+    for attacker, client in clients.items():
+        for victim in TENANTS:
+            if victim == attacker:
+                continue
+            names = sorted(attack_names(attacker, victim) - {k.encode() for k in TENANT_KEYS})
+            dest = bytearray(1000)
+            for name in names:
+                assert client.exists(name) is False, (attacker, victim, name)
+                assert client.get(name, dest) is None, (attacker, victim, name)
+                assert client.delete(name) is False, (attacker, victim, name)
+                client.set(name, junk)
+                assert client.get(name, dest) == len(junk)
+                assert client.delete(name) is True
+    for (tenant, key), value in owned.items():
+        assert r.get(f"{tenant}@{key}".encode()) == value, f"{tenant!r}'s {key!r} was touched"
+    assert r.dbsize() == len(owned)
+    for client in clients.values():
+        client.close()
+    with pytest.raises(InvalidInputError, match="must not contain '@'"):
+        RedisClient("127.0.0.1", redis_server.port, key_prefix="t@x")
+
+
+def test_a_client_without_a_prefix_shares_every_namespace(redis_server: RedisServer, clean_env) -> None:
+    """What the format cannot keep apart, as LMCache's valkey adapter has it (an empty prefix is
+    the unprefixed wire key): a client with no `key_prefix` reads every prefixed key by its
+    whole wire name. Namespaces keep tenants apart only when every client sharing the server
+    has a prefix (docs/reliability.md)."""
+    with RedisClient("127.0.0.1", redis_server.port, key_prefix="t") as tenant, \
+            RedisClient("127.0.0.1", redis_server.port) as unprefixed:
+        tenant.set("k", b"tenant t's bytes")
+        dest = bytearray(100)
+        assert unprefixed.get("t@k", dest) == 16 and bytes(dest[:16]) == b"tenant t's bytes"
+
+
 # --- capacity tracking counts its own namespace only ------------------------------------
 
 
-def test_capacity_eviction_never_touches_another_namespace(redis_server: RedisServer, clean_env) -> None:
+@pytest.mark.parametrize(("prefix", "foreign_keys"), [
+    ("tenantA", [f"tenantB@big:{i}" for i in range(5)]),
+    # Keys a tenant "t" would evict if the prefix were matched as text, or the keys' own '@'
+    # counted: another prefix starting with "t", unprefixed keys, and keys of "t " and "tx".
+    ("t", ["tx@cap:0", "cap:1", "t @cap:2", "@cap:3", "tx@t@cap:4"]),
+])
+def test_capacity_eviction_never_touches_another_namespace(
+    redis_server: RedisServer, clean_env, prefix: str, foreign_keys: list[str]
+) -> None:
     r = redis_server.redis_py()
-    foreign = {f"tenantB@big:{i}": pattern(100_000, i) for i in range(5)}
+    foreign = {key: pattern(100_000, i) for i, key in enumerate(foreign_keys)}
     r.mset(foreign)
     connector = RespConnector.from_settings(RespSettings.resolve(
-        host="127.0.0.1", port=redis_server.port, num_workers=2, key_prefix="tenantA", max_capacity_gb=2**-10,
+        host="127.0.0.1", port=redis_server.port, num_workers=2, key_prefix=prefix, max_capacity_gb=2**-10,
         eviction={"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2},
     ))
     values = [np.frombuffer(pattern(100_000, i), dtype=np.uint8).copy() for i in range(9)]
     keys = [f"cap:{i}" for i in range(9)]
     for key, value in zip(keys, values):
         assert complete(connector, connector.submit_batch_set([key], [memoryview(value)]))[1]
+
+    def own() -> list[bytes]:
+        return sorted(k for k in r.keys() if k.decode().startswith(f"{prefix}@"))
+
     deadline = time.monotonic() + 10
-    while len(r.keys("tenantA@*")) != 7:
-        assert time.monotonic() < deadline, r.keys("tenantA@*")
+    while len(own()) != 7:
+        assert time.monotonic() < deadline, own()
         time.sleep(0.01)
     stats = connector.capacity_stats
     assert stats is not None and (stats["stored_bytes"], stats["keys"], stats["evictions"]) == (700_000, 7, 2)
-    assert sorted(r.keys("tenantA@*")) == sorted(f"tenantA@cap:{i}".encode() for i in range(2, 9))
+    assert own() == sorted(f"{prefix}@cap:{i}".encode() for i in range(2, 9))
     assert {k: r.get(k) for k in foreign} == foreign, "the other namespace's 500 kB were neither counted nor evicted"
     connector.close()
 
@@ -306,11 +389,49 @@ def test_the_valkey_adapter_s_config_moves_over_unchanged(clean_env) -> None:
     ({"startup_nodes": "h:1", "cluster_mode": True, "database_id": 2}, "database_id applies to a standalone"),
     ({"cluster_mode": True, "cluster": False}, "disagree"),
     ({"startup_nodes": "h:1", "password": "hunter2", "host": "h"}, "not both"),
+    # Issue #36: the query's '@' ended the "password", the host became "b", the prefix was lost.
+    ({"url": "redis://:hunter2@h:1?key_prefix=a@b"}, "write it as %40"),
+    ({"url": "redis://h:1?key_prefix=a%40b"}, "key_prefix must not contain '@'"),
+    ({"startup_nodes": "redis://:hunter2@h:6379"}, "an entry is a URL or holds credentials"),
+    ({"key_prefix": "t\udcff"}, "key_prefix holds a character UTF-8 cannot encode"),
+    ({"host": "h", "password": "hunter2\udcff"}, "password holds a character UTF-8 cannot encode"),
 ])
 def test_conflicts_and_bad_values_are_refused_saying_why(given: dict, message: str, clean_env) -> None:
     with pytest.raises(InvalidInputError, match=message) as info:
         RespSettings.from_adapter_params(given, lmcache_evicts=False)
     assert "hunter2" not in str(info.value)
+
+
+@pytest.mark.parametrize("ttl", [0, -1, 1.5, float("nan"), float("inf"), -float("inf"), 10**30, 2**64,
+                                 100 * 365 * 24 * 3600 + 1, True, "1e3", "-5", "0x10", " "])
+def test_a_bad_ttl_is_refused_at_construction_from_every_source(ttl: object, clean_env) -> None:
+    """From a keyword, the URL's query, LMCache's MP JSON (ours, and the valkey adapter's), the
+    non-MP YAML, and a store or client being built (refused before it connects: nothing listens
+    on port 1). The environment carries no ttl_seconds (settings.ENV_VARS holds connection
+    settings and secrets only): a variable of that name is not read."""
+    url = "redis://127.0.0.1:1"
+    plugin = "remote_storage_plugin.resp."
+    yaml = types.SimpleNamespace(remote_storage_plugins=["resp"], extra_config={
+        plugin + "module_path": "lmcache_resp.lmcache.non_mp", plugin + "class_name": "RespRemoteConnector",
+        plugin + "url": url, plugin + "ttl_seconds": ttl})
+    sources = {
+        "keyword": lambda: RespSettings.resolve(url, ttl_seconds=ttl),
+        "url": lambda: RespSettings.resolve(f"{url}?ttl_seconds={urllib.parse.quote(str(ttl))}"),
+        "json": lambda: RespSettings.from_lmcache({"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp",
+                                                   "class_name": "RespConnector",
+                                                   "adapter_params": {"url": url, "ttl_seconds": ttl}}),
+        "valkey json": lambda: RespSettings.from_lmcache({"type": "valkey", "startup_nodes": "127.0.0.1:1",
+                                                          "ttl_seconds": ttl}),
+        "yaml": lambda: non_mp.settings_from_lmcache_config(yaml),
+        "store": lambda: PagedRespStore(url, ttl_seconds=ttl, page_size=4096, num_pages=1),
+        "client": lambda: RedisClient("127.0.0.1", 1, ttl_seconds=ttl),
+    }
+    for source, build in sources.items():
+        with pytest.raises(InvalidInputError, match=r"ttl_seconds must be a whole number of seconds in 1\.\.3153600000 "
+                           r"\(or None: no expiry\), got "):
+            build()
+    assert RespSettings.resolve(url, env={"LMCACHE_RESP_TTL_SECONDS": str(ttl)}).ttl_seconds is None
+    assert RespSettings.resolve(url, ttl_seconds=100 * 365 * 24 * 3600).ttl_seconds == 100 * 365 * 24 * 3600
 
 
 def test_lmcache_s_own_capacity_beside_a_ttl_is_refused(clean_env) -> None:

@@ -309,3 +309,58 @@ def test_a_replica_moved_to_another_primary_redirects_its_old_shards_reads_which
             assert all(bytes(page.byte_array) == values[key] for key, page in zip(keys, pages))
         moved = store.stats().endpoints[f"{mover.host}:{mover.port}"].moved
         assert moved > 0, "no read reached the moved replica: the test did not test the redirect"
+
+
+def test_sentinel_replicas_answering_masterdown_hand_reads_in_pieces_to_the_primary() -> None:
+    """Behind Sentinel, with values read in pieces: every replica is cut off from the primary
+    (a masterauth the primary refuses) and told to serve no stale data, so it answers
+    ``-MASTERDOWN``; the values are then replaced on the primary by others of the same length.
+    Every read is the primary's new value, whole: a read that met a replica's refusal is read
+    again from the primary, not from the replica (before issue #36: three tries there, then
+    the refusal as the error)."""
+    password, sentinel_password = "data-secret-5d1e", "sentinel-secret-0b7c"
+    size = 128 << 10
+    try:
+        group = _servers.SentinelGroup(password=password, sentinel_password=sentinel_password)
+    except _servers.SentinelUnsupported as exc:
+        pytest.skip(f"this server binary cannot run as a Sentinel: {exc}")
+
+    def data(port: int, *args: str) -> object:
+        return _servers.command(port, *args, password=password, timeout=5.0)
+
+    def masterdowns(port: int) -> int:
+        text = data(port, "INFO", "errorstats")
+        assert isinstance(text, bytes)
+        stat = dict(line.split(":", 1) for line in text.decode().splitlines() if ":" in line).get("errorstat_MASTERDOWN")
+        return 0 if stat is None else int(stat.split("=")[1])
+
+    keys = [f"sentinel-piece-{i}" for i in range(24)]
+    old = {key: value_of(i, size, 1) for i, key in enumerate(keys)}
+    new = {key: value_of(i, size, 2) for i, key in enumerate(keys)}
+    with group, PagedRespStore(group.url, sentinel_password=sentinel_password, read_from="prefer_replica",
+                               get_piece_bytes=16 << 10, page_size=size, num_pages=64, timeout=10,
+                               num_workers=2) as store:
+        put_values(store, old)
+        ports = [server.port for server in group.servers]
+        assert _servers.wait_for_replicas(ports, 15, password=password), "the replicas did not catch up"
+        replicas = [port for port in ports if port != group.primary_port()]
+        pages = store.allocate_many(len(keys))
+        assert store.get(keys, pages) == [True] * len(keys)
+        for port in replicas:
+            data(port, "CONFIG", "SET", "masterauth", "not-the-password")
+            data(port, "CONFIG", "SET", "replica-serve-stale-data", "no")
+            data(port, "CLIENT", "KILL", "TYPE", "master")
+        deadline = time.monotonic() + 10
+        while any(b"master_link_status:up" in data(port, "INFO", "replication") for port in replicas):  # type: ignore[operator]
+            assert time.monotonic() < deadline, "a replica's link stayed up"
+            time.sleep(0.02)
+        put_values(store, new)
+        for page in pages:
+            page.write_bytes(bytes(size))
+        result = store.run("get", keys, pages)
+        assert not result.failures, result.failures
+        assert all(bytes(page.byte_array) == new[key] for key, page in zip(keys, pages)), "not the primary's bytes"
+        assert sum(masterdowns(port) for port in replicas) > 0, "no replica refused a read: the test did not test it"
+        for port in replicas:
+            data(port, "CONFIG", "SET", "masterauth", password)
+            data(port, "CONFIG", "SET", "replica-serve-stale-data", "yes")

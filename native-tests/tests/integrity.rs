@@ -70,6 +70,38 @@ fn a_get_torn_and_retried_into_the_same_value_is_a_whole_hit() {
     assert_eq!(dest, pattern(VALUE, 7), "the retry delivered every byte");
 }
 
+/// Milliseconds the server says `key` has left to live (`PTTL`: -1 none, -2 no such key).
+fn pttl(server: &RedisServer, key: &[u8]) -> i64 {
+    let reply = server.raw_command(&[b"PTTL", key]);
+    String::from_utf8_lossy(&reply[1..reply.len() - 2]).parse().unwrap()
+}
+
+/// With `ttl_seconds`, a SET whose connection breaks after the server stored it, before its
+/// reply came back, is sent again on a new connection with its `PX`: a retry without it
+/// would store the value again without an expiry (`PTTL` -1), for good.
+#[test]
+fn a_set_retried_after_a_broken_connection_carries_its_expiry_again() {
+    let server = RedisServer::start();
+    let proxy = CuttingProxy::start(server.port());
+    let mut settings = server.settings();
+    settings.endpoints = vec![Endpoint::Tcp { host: "127.0.0.1".into(), port: proxy.port() }];
+    settings.num_workers = 1;
+    settings.ttl = Some(Duration::from_secs(600));
+    let engine = Engine::start(EngineConfig::new(settings)).unwrap();
+    let mut warm = vec![0u8; 10];
+    assert_eq!(engine.run(Batch::new(Op::Set, &[buffer_item(b"warm", &mut warm)])).unwrap().outcomes, [Outcome::Done]);
+    proxy.count_commands(b"$2\r\nPX\r\n");
+    // The SET reaches the server; its reply does not reach the engine.
+    proxy.cut_replies_after(0, || {});
+    let mut value = vec![b'v'; 100_000];
+    let set = engine.run(Batch::new(Op::Set, &[buffer_item(b"expiring", &mut value)])).unwrap();
+    assert_eq!(set.outcomes, [Outcome::Done]);
+    assert_eq!(proxy.cuts(), 1);
+    assert_eq!(proxy.count(b"$2\r\nPX\r\n"), 2, "the SET was sent twice, each time with PX");
+    let left = pttl(&server, b"expiring");
+    assert!(0 < left && left <= 600_000, "PTTL {left}");
+}
+
 #[test]
 fn an_exact_length_get_of_another_length_is_a_miss_that_leaves_the_buffer_untouched() {
     let server = RedisServer::start();

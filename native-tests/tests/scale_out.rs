@@ -170,6 +170,50 @@ fn redirects_of_reads_in_pieces_count_in_stats() {
     assert!(moved >= 1 && ask_after == ask, "moved {moved}, ask {ask_after}");
 }
 
+/// With `ttl_seconds`, a SET answered `ASK` (its slot being migrated, the key not on the old
+/// node yet) and a SET answered `MOVED` (the slot moved since the engine read the map) are
+/// stored where the redirect points with their `PX`: a redirected SET without it would store
+/// the value there for good (`PTTL` -1).
+#[test]
+fn a_set_redirected_by_ask_or_moved_carries_its_expiry() {
+    let cluster = RedisCluster::start(3, 0);
+    let nodes = cluster.nodes().to_vec();
+    let mut settings = cluster_settings(&cluster);
+    settings.num_workers = 1;
+    settings.ttl = Some(Duration::from_secs(600));
+    let engine = Engine::start(EngineConfig::new(settings)).unwrap();
+    let owner = |slot: u16| engine.cluster().unwrap().map().primary(slot).unwrap().clone();
+    let mut slots = (1..SLOT_COUNT).filter(|&s| owner(s) == nodes[0].addr());
+    let (asked, moved) = (slots.next().unwrap(), slots.next().unwrap());
+    let redirects = || {
+        let stats = engine.stats();
+        (stats.endpoints.iter().map(|e| e.moved).sum::<u64>(), stats.endpoints.iter().map(|e| e.ask).sum::<u64>())
+    };
+    let pttl = |node: &ClusterNode, key: &[u8]| -> i64 {
+        let reply = cluster.raw_command(node, &[b"PTTL", key]);
+        String::from_utf8_lossy(&reply[1..reply.len() - 2]).parse().unwrap()
+    };
+    let set = |key: &[u8]| {
+        let mut value = vec![pattern(5000, 3)];
+        assert!(run(&engine, Op::Set, &[key.to_vec()], &mut value).all_succeeded());
+    };
+
+    start_moving_slot(&cluster, asked, &[], &nodes[0], &nodes[1]);
+    let key = key_in(asked, "ask");
+    set(&key);
+    assert_eq!(redirects(), (0, 1), "(moved, ask)");
+    finish_moving_slot(&cluster, asked, &nodes[0], &nodes[1]);
+    let left = pttl(&nodes[1], &key);
+    assert!(0 < left && left <= 600_000, "after ASK: PTTL {left}");
+
+    move_empty_slot(&cluster, moved, &nodes[0], &nodes[1]);
+    let key = key_in(moved, "moved");
+    set(&key);
+    assert_eq!(redirects(), (1, 1), "(moved, ask)");
+    let left = pttl(&nodes[1], &key);
+    assert!(0 < left && left <= 600_000, "after MOVED: PTTL {left}");
+}
+
 #[test]
 fn a_killed_primary_ends_in_success_or_a_clear_error_never_a_hang() {
     let cluster = RedisCluster::start(3, 1);

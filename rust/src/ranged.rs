@@ -23,7 +23,10 @@
 //! connection holds one ranged read between its `WATCH` and its `EXEC` (or `UNWATCH`), other
 //! reads wait for it, and if the connection drops, the commands bound to it fail and the read
 //! starts again. In Redis Cluster a redirect of any part restarts the read where the key lives
-//! now (`MOVED`), or on the node importing it, behind `ASKING` (`ASK`).
+//! now (`MOVED`), or on the node importing it, behind `ASKING` (`ASK`); any other start over
+//! goes where the map says the key lives, its primary, so a read begun on a replica
+//! (`read_from="prefer_replica"`) that failed it is not sent there again. Every attempt reads
+//! all its pieces from the one node that answered its `WATCH`.
 //!
 //! No state outlives a read on its connections: its commands carry the caller's deadline, and
 //! one that expires unsent while the server holds the read's `WATCH` (or `MULTI`) drops the
@@ -459,14 +462,17 @@ impl RangedReads {
                     session.node = node;
                     session.asking = true;
                 }
-                Problem::Moved => {
+                // Where the key lives now by the map: after a MOVED, its new primary; after a
+                // failed part or a changed value, its primary too, never again the node that
+                // failed it, which may be a replica loading a resync, cut off from its primary
+                // (-MASTERDOWN) or gone. A plain read sent again goes to the primary as well.
+                Problem::Moved | Problem::Changed | Problem::Failed(_) => {
                     session.asking = false;
                     match conns.route(&session.key) {
                         Ok(node) => session.node = node,
                         Err(err) => return self.end(id, Outcome::Failed(err), out),
                     }
                 }
-                Problem::Changed | Problem::Failed(_) => {}
             }
             return self.begin(id, conns);
         }

@@ -20,7 +20,7 @@ impl PySecret {
     #[new]
     fn new(value: &Bound<'_, PyAny>) -> PyResult<Self> {
         match value.cast::<PyString>() {
-            Ok(text) => Ok(PySecret(Secret::new(text.to_str()?))),
+            Ok(text) => Ok(PySecret(Secret::new(utf8("password", text)?))),
             Err(_) => Err(invalid_input(format!("password must be a str, not {}", type_name(value)))),
         }
     }
@@ -68,8 +68,12 @@ impl PyEviction {
         trigger_watermark: Option<&Bound<'_, PyAny>>,
         eviction_ratio: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let [policy, watermark, ratio] =
-            [eviction_policy, trigger_watermark, eviction_ratio].map(|v| v.map(to_value).transpose());
+        let [policy, watermark, ratio] = [
+            ("eviction_policy", eviction_policy),
+            ("trigger_watermark", trigger_watermark),
+            ("eviction_ratio", eviction_ratio),
+        ]
+        .map(|(name, v)| v.map(|v| to_value(name, v)).transpose());
         Eviction::from_values(policy?.flatten().as_ref(), watermark?.flatten().as_ref(), ratio?.flatten().as_ref())
             .map(PyEviction)
             .map_err(|e| to_py_err(&e))
@@ -139,17 +143,20 @@ impl PySettings {
         let url = match url {
             None => None,
             Some(url) => Some(
-                url.cast::<PyString>()
-                    .map_err(|_| invalid_input(format!("url must be a str, not {}", type_name(url))))?
-                    .to_str()?
-                    .to_owned(),
+                utf8(
+                    "url",
+                    url.cast::<PyString>()
+                        .map_err(|_| invalid_input(format!("url must be a str, not {}", type_name(url))))?,
+                )?
+                .to_owned(),
             ),
         };
         let mut given = Vec::new();
         if let Some(explicit) = explicit {
             for (name, value) in explicit.iter() {
-                if let Some(value) = to_value(&value)? {
-                    given.push((name.extract::<String>()?, value));
+                let name = name.extract::<String>()?;
+                if let Some(value) = to_value(&name, &value)? {
+                    given.push((name, value));
                 }
             }
         }
@@ -454,8 +461,20 @@ impl PySettings {
     }
 }
 
-/// A Python value as a setting value; `None` is "not set".
-pub fn to_value(obj: &Bound<'_, PyAny>) -> PyResult<Option<Value>> {
+/// The text of `text`, the value of setting `name`; a `str` UTF-8 cannot encode (a lone
+/// surrogate, as `surrogateescape` leaves for bytes that are not UTF-8) is bad input, refused
+/// as such, without showing it (it may be a password), not a `UnicodeEncodeError`.
+fn utf8<'a>(name: &str, text: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
+    text.to_str().map_err(|_| {
+        invalid_input(format!(
+            "{name} holds a character UTF-8 cannot encode (a lone surrogate, as decoding bytes with \
+             surrogateescape leaves): give valid text"
+        ))
+    })
+}
+
+/// A Python value as the value of setting `name`; `None` is "not set".
+pub fn to_value(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Option<Value>> {
     if obj.is_none() {
         return Ok(None);
     }
@@ -469,8 +488,8 @@ pub fn to_value(obj: &Bound<'_, PyAny>) -> PyResult<Option<Value>> {
     } else if let Ok(x) = obj.cast::<PyFloat>() {
         Value::Float(x.value())
     } else if let Ok(text) = obj.cast::<PyString>() {
-        Value::Text(text.to_str()?.to_owned())
-    } else if let Some(path) = fspath(obj)? {
+        Value::Text(utf8(name, text)?.to_owned())
+    } else if let Some(path) = fspath(name, obj)? {
         Value::Text(path)
     } else if let Ok(secret) = obj.cast::<PySecret>() {
         Value::Secret(secret.get().0.clone())
@@ -485,8 +504,9 @@ pub fn to_value(obj: &Bound<'_, PyAny>) -> PyResult<Option<Value>> {
         let mut entries = Vec::new();
         for item in mapping.items()?.iter() {
             let (key, value) = item.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;
-            if let Some(value) = to_value(&value)? {
-                entries.push((key.str()?.to_str()?.to_owned(), value));
+            let key = key.str()?.to_str()?.to_owned();
+            if let Some(value) = to_value(&format!("{name}.{key}"), &value)? {
+                entries.push((key, value));
             }
         }
         Value::Map(entries)
@@ -498,12 +518,12 @@ pub fn to_value(obj: &Bound<'_, PyAny>) -> PyResult<Option<Value>> {
 
 /// A `str` path of an `os.PathLike` (`pathlib.Path`), for the `ssl_*` files; None for
 /// anything else (a bytes path is refused as its type, like any other non-str).
-fn fspath(obj: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+fn fspath(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
     if !obj.hasattr("__fspath__")? {
         return Ok(None);
     }
     let path = obj.call_method0("__fspath__")?;
-    path.cast::<PyString>().ok().map(|text| text.to_str().map(str::to_owned)).transpose()
+    path.cast::<PyString>().ok().map(|text| utf8(name, text).map(str::to_owned)).transpose()
 }
 
 pub fn type_name(obj: &Bound<'_, PyAny>) -> String {

@@ -413,6 +413,38 @@ fn a_moved_key_is_read_again_where_it_lives_now() {
     assert!(log[1..].iter().all(|l| l.starts_with('1')), "the read itself on the new node: {log:?}");
 }
 
+/// A read begun on a replica (node 0) whose piece fails there (a connection cut in the middle
+/// of it; `-LOADING` and `-MASTERDOWN` come back the same way) starts over where the map says
+/// the key lives, its primary (node 1), not on the replica again; each attempt reads every
+/// piece from the node that answered its `WATCH`.
+#[test]
+fn a_read_a_replica_failed_starts_over_on_the_primary_with_every_piece_there() {
+    let stored = value(4500, 12);
+    let mut rig = Rig::new(Some(stored.clone()), vec![vec![0], vec![1]]);
+    let page = rig.get(14, 4500, true);
+    rig.conns.route_to = 1;
+    let mut cut = false;
+    while let Some((conn, request)) = (0..2).find_map(|c| rig.conns.queues[c].pop_front().map(|(r, _)| (c, r))) {
+        let outcome = match &command_args(&request.header)[0][..] {
+            b"GETRANGE" if !cut => {
+                cut = true;
+                Outcome::Failed(Error::connection_lost(&"10.0.0.5:6379", "reset"))
+            }
+            _ => rig.model.run(conn, &request),
+        };
+        rig.out.push(request.completion(outcome));
+        rig.reads.route_completions(&mut rig.out, &mut rig.conns, rig.now);
+    }
+    assert!(rig.reads.is_empty() && cut);
+    assert_eq!(rig.outcome(14), Outcome::Hit(4500));
+    assert_eq!(&rig.pages[page][..], &stored[..]);
+    let log: Vec<&str> = rig.model.log.iter().map(String::as_str).collect();
+    let ended = log.iter().position(|l| *l == "0: UNWATCH").expect("the replica's WATCH is let go");
+    assert!(log[..ended].iter().all(|l| l.starts_with('0')), "the first attempt on the replica alone: {log:?}");
+    assert!(log[ended + 1..].iter().all(|l| l.starts_with('1')), "the second on the primary alone: {log:?}");
+    assert_eq!(log[ended + 1..].iter().filter(|l| l.ends_with("GETRANGE")).count(), 5, "{log:?}");
+}
+
 #[test]
 fn internal_tags_carry_session_attempt_and_part() {
     let tag = internal_tag(0x7fff_fffe, 2, Part::Exec);

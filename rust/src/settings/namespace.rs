@@ -85,6 +85,7 @@ pub fn expiry_ms(ttl: Option<Duration>) -> Option<u64> {
 mod tests {
     use super::super::Value;
     use super::*;
+    use proptest::strategy::Strategy;
 
     fn given(name: &str, value: Value) -> (String, Value) {
         (name.to_owned(), value)
@@ -117,6 +118,42 @@ mod tests {
     fn the_wire_prefix_is_the_prefix_and_the_separator() {
         assert_eq!(&*wire_prefix(Some("tenantA")), b"tenantA@");
         assert!(wire_prefix(None).is_empty());
+    }
+
+    /// Any prefix `key_prefix` accepts, from an alphabet small enough that prefixes and keys
+    /// often share their bytes: '@', a letter, a space, NUL and a two-byte character.
+    fn accepted_prefix() -> impl Strategy<Value = String> {
+        proptest::string::string_regex("[t@x \u{0}é]{0,5}")
+            .unwrap()
+            .prop_filter_map("key_prefix accepts it and it names a namespace", |text| {
+                prefix_of(Value::Text(text)).ok().flatten()
+            })
+    }
+
+    fn any_key() -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(proptest::sample::select(b"t@x \x00\xc3\xa9".to_vec()), 0..8)
+    }
+
+    proptest::proptest! {
+        /// No two tenants share a server key, whatever keys they choose: `<A>@<a>` equals
+        /// `<B>@<b>` only when A = B and a = b. Why: a prefix holds no '@', so a wire key's first
+        /// '@' is where its prefix ends; equal wire keys have equal prefixes, then equal keys.
+        /// Nor does one namespace hold a key beginning with another's `<B>@`, so nothing that
+        /// goes by the prefix (a scan, a capacity tracker's deletes) crosses it either.
+        #[test]
+        fn no_two_namespaces_share_a_server_key(a in accepted_prefix(), b in accepted_prefix(),
+                                                key_a in any_key(), key_b in any_key()) {
+            let wire = |prefix: &str, key: &[u8]| [&wire_prefix(Some(prefix))[..], key].concat();
+            proptest::prop_assert_eq!(wire(&a, &key_a) == wire(&b, &key_b), a == b && key_a == key_b);
+            proptest::prop_assert_eq!(wire(&a, &key_a).starts_with(&wire_prefix(Some(&b))), a == b);
+        }
+    }
+
+    #[test]
+    fn a_client_without_a_prefix_shares_every_namespace() {
+        // As LMCache's valkey adapter has it (an empty prefix is the unprefixed wire key): only
+        // clients that all have a prefix are kept apart (docs/reliability.md).
+        assert_eq!([&wire_prefix(None)[..], b"t@k"].concat(), [&wire_prefix(Some("t"))[..], b"k"].concat());
     }
 
     #[test]

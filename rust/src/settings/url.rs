@@ -9,7 +9,9 @@
 //! Hand-written rather than a general URL parser because the forms are not quite URLs: a seed
 //! list `h1:p1,h2:p2` is not a valid authority, and a password may contain `/`, `#` or `?`
 //! unencoded. The user information runs up to the *last* `@` of the URL, so such a password is
-//! still found, parsed and redacted: no error message ever shows it.
+//! still found, parsed and redacted: no error message ever shows it. What reads as a query before
+//! that `@` (`?name=`) is refused: `redis://h?key_prefix=a@b` is a query holding `@`, not a
+//! password.
 
 use crate::error::{Error, Result};
 use crate::secret::Secret;
@@ -68,6 +70,14 @@ pub fn parse(url: &str) -> Result<ParsedUrl> {
     }
     let mut parsed = ParsedUrl { tls: TLS_SCHEMES.contains(&scheme.as_str()), ..ParsedUrl::default() };
     let rest = match rest.rfind('@') {
+        Some(at) if sets_something(&rest[..at]) => {
+            // `redis://h:1?key_prefix=a@b` would be user `h`, a password `1?key_prefix=a` and
+            // host `b`: the setting lost without a word, the password sent to another host.
+            return Err(invalid(
+                "an '@' after the query's '?' reads as the end of a password, and the rest as the host: write it \
+                 as %40 (or, where the '?' is in the password, write that as %3F)",
+            ));
+        }
         Some(at) => {
             let (user, password) = match rest[..at].split_once(':') {
                 Some((user, password)) => (user, Some(password)),
@@ -120,6 +130,15 @@ pub fn parse(url: &str) -> Result<ParsedUrl> {
     }
     parsed.query.retain(|(key, _)| key != "db");
     Ok(parsed)
+}
+
+/// Whether `userinfo` (up to the last `@`) holds what reads as a query: `?name=` (a setting's
+/// name, or a misspelt one). A password may hold `?`; one that holds `?name=` must be written
+/// with `%3F`.
+fn sets_something(userinfo: &str) -> bool {
+    let Some((_, query)) = userinfo.split_once('?') else { return false };
+    let named = |key: &str| !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    query.split('&').any(|pair| pair.split_once('=').is_some_and(|(key, _)| named(key)))
 }
 
 fn host_and_port(server: &str, invalid: &impl Fn(&str) -> Error) -> Result<(String, Option<u16>)> {
@@ -227,6 +246,23 @@ mod tests {
             let bad = format!("redis://user:{password}@h:99999");
             assert!(!parse(&bad).unwrap_err().message().contains(password));
         }
+    }
+
+    /// Issue #36: `?key_prefix=a@b` made the URL's user information run to that '@' (a user `h`,
+    /// a password `1?key_prefix=a`, the host `b`), and the store ran without its namespace.
+    #[test]
+    fn an_at_sign_in_a_setting_of_the_query_is_refused_never_read_as_the_password_s_end() {
+        for raw in ["redis://h:1?key_prefix=a@b", "redis://u:secret@h:1?key_prefix=t@x", "redis://h?misspelt=1@x"] {
+            let err = parse(raw).unwrap_err();
+            assert!(err.message().contains("write it as %40"), "{raw}: {err}");
+            assert!(!err.message().contains("secret"), "{err}");
+        }
+        let url = parse("redis://h:1?key_prefix=a%40b").unwrap();
+        assert_eq!(url.query, [("key_prefix".to_owned(), "a@b".to_owned())]);
+        // A password may still hold '?' and '@' unencoded, a query after it too.
+        let url = parse("redis://u:p?w@d@h:1?key_prefix=t").unwrap();
+        assert_eq!(url.password, Some(Secret::new("p?w@d")));
+        assert_eq!((url.hosts[0].0.as_str(), &url.query[0].1[..]), ("h", "t"));
     }
 
     #[test]

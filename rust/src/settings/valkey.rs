@@ -120,11 +120,22 @@ pub(super) fn translate(explicit: &[(String, Value)], url: Option<&str>) -> Resu
 /// skipped, the port after the last `:`, at least one server.
 fn startup_nodes(given: &Given<'_>) -> Result<Vec<(String, u16)>> {
     let text = given.text()?;
+    // What an entry holds up to its last '@' may be credentials (a URL put here): never shown.
+    let shown: Vec<String> = text
+        .split(',')
+        .map(|entry| entry.rfind('@').map_or_else(|| entry.to_owned(), |at| format!("***{}", &entry[at..])))
+        .collect();
     let refuse = |why: &str| {
-        Error::invalid(format!("startup_nodes must be 'host:port[,host:port...]' ({why}), got {}", given.value))
+        Error::invalid(format!("startup_nodes must be 'host:port[,host:port...]' ({why}), got '{}'", shown.join(",")))
     };
     let mut nodes = Vec::new();
     for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        if entry.contains(['@', '/']) {
+            // `redis://:pw@h:6379` read as host:port would be the host `[redis://:pw@h]`.
+            return Err(refuse(
+                "an entry is a URL or holds credentials: give the URL as url, or the password as password",
+            ));
+        }
         let (host, port) = entry.rsplit_once(':').ok_or_else(|| refuse("an entry has no ':port'"))?;
         let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
         let port: u16 = port.parse().ok().filter(|p| *p > 0).ok_or_else(|| refuse("a port is not in 1..65535"))?;
@@ -216,10 +227,13 @@ mod tests {
             (given(&[("startup_nodes", text("h:0"))]), "a port is not in 1..65535"),
             (given(&[("startup_nodes", text(" , "))]), "no server named"),
             (given(&[("startup_nodes", Value::Int(1))]), "startup_nodes must be a str"),
+            (given(&[("startup_nodes", text("redis://:hunter2@h:6379"))]), "an entry is a URL or holds credentials"),
+            (given(&[("startup_nodes", text("h:1,u:hunter2@h:x"))]), "got 'h:1,***@h:x'"),
             (given(&[("request_timeout", Value::Int(0))]), "request_timeout must be a positive number of seconds"),
         ] {
             let err = translate(&pairs, None).err().unwrap_or_else(|| panic!("{pairs:?} accepted"));
             assert!(err.message().contains(message), "{pairs:?}: {err}");
+            assert!(!err.message().contains("hunter2"), "{err}");
         }
     }
 
