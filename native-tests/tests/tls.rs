@@ -1126,6 +1126,59 @@ fn a_permanent_tls_failure_is_checked_again_and_a_fixed_certificate_is_found() {
     assert!(proxy.count(CLIENT_HELLO) > hellos, "a new connection");
 }
 
+/// The same with the engine's own policy, as a store has it: the failure stands for the
+/// documented 30 s (`RECHECK_PERMANENT_AFTER`), without a connection, though the certificate
+/// was fixed at once; then the next batch connects anew and reads every byte.
+#[test]
+fn by_default_a_permanent_tls_failure_stands_30_s_without_a_connection_then_is_checked_again() {
+    if !tls_or_skip("by_default_a_permanent_tls_failure_stands_30_s_without_a_connection_then_is_checked_again") {
+        return;
+    }
+    let server = tls_server(TlsServer { presents: ServerCert::Expired, ..TlsServer::default() });
+    let certs = server.certs().clone();
+    let good = presenting(&certs.server_cert, &certs.server_key);
+    let expired = presenting(&certs.expired_cert, &certs.expired_key);
+    assert_eq!(server.raw_command(&args(&good)), b"+OK\r\n");
+    let proxy = hello_counter(server.port());
+    let mut settings = resolve(&rediss(proxy.port()), &trusting(&certs));
+    // One worker: its express connection (the EXISTS) and its other one (the GET of values
+    // larger than the express connection takes) both meet the failure in the first round.
+    settings.num_workers = 1;
+    let config = EngineConfig::new(settings);
+    assert_eq!(config.reconnect.recheck_permanent_after, Duration::from_secs(30), "the documented default");
+    let engine = Engine::start(config).unwrap();
+    let keys = keys("recheck-default", 2);
+    let mut values: Vec<Vec<u8>> = (0..2).map(|i| pattern(4 * RECORD + i, 40 + i as u64)).collect();
+    assert!(run(&engine, Op::Set, &keys, &mut values).all_succeeded());
+    assert_eq!(server.raw_command(&args(&expired)), b"+OK\r\n");
+    drop_clients(&server);
+    let failed_at = Instant::now();
+    let mut got: Vec<Vec<u8>> = values.iter().map(|v| vec![0u8; v.len()]).collect();
+    for op in [Op::Exists, Op::Get] {
+        let buffers = if op == Op::Get { &mut got[..] } else { &mut [][..] };
+        let err = every_key_failed(&run(&engine, op, &keys, buffers));
+        assert!(err.kind() == ErrorKind::Tls && err.message().ends_with("has expired"), "{op:?}: {err}");
+    }
+    // Fixed at once: only the recheck stands between the store and the server now.
+    assert_eq!(server.raw_command(&args(&good)), b"+OK\r\n");
+    let hellos = proxy.count(CLIENT_HELLO);
+    let read_at = loop {
+        let read = run(&engine, Op::Get, &keys, &mut got);
+        if read.all_succeeded() {
+            break Instant::now();
+        }
+        let err = every_key_failed(&read);
+        assert_eq!(err.kind(), ErrorKind::Tls, "failing at once with the TLS error until the check: {err}");
+        assert_eq!(proxy.count(CLIENT_HELLO), hellos, "a connection {:?} after the failure", failed_at.elapsed());
+        assert!(failed_at.elapsed() < Duration::from_secs(40), "never checked again");
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let stood = read_at - failed_at;
+    assert!(stood >= Duration::from_secs(30), "checked again after {stood:?}, before the documented 30 s");
+    assert!(got == values, "bytes read back differ");
+    assert!(proxy.count(CLIENT_HELLO) > hellos, "a new connection");
+}
+
 // -- keys renewed against OpenSSL ----------------------------------------------------------------
 
 /// `settings` with its connections' send keys renewed every `records` records.

@@ -319,7 +319,13 @@ fn a_permanent_failure_is_checked_again_after_a_while_so_a_store_is_never_dead_f
     let err = crate::error::Error::new(ErrorKind::Tls, "TLS with h:1 failed: the server's certificate has expired");
     rig.core.on_tls_failed(rig.now, err.clone(), true, &mut rig.out);
     rig.out.clear();
-    rig.advance(RECHECK_PERMANENT_AFTER);
+    assert_eq!(RECHECK_PERMANENT_AFTER, Duration::from_secs(30), "as docs/reliability.md says");
+    // A moment before: requests still fail at once, and nothing connects.
+    rig.advance(RECHECK_PERMANENT_AFTER - Duration::from_millis(1));
+    let early = rig.keys_only(Op::Exists, b"k");
+    assert_eq!(rig.failure(early).kind(), ErrorKind::Tls, "not checked again before its time");
+    assert_eq!(rig.core.poll_connect(rig.now), None);
+    rig.advance(Duration::from_millis(1));
     assert_eq!(rig.state(), ConnState::Disconnected, "checked again");
     let tag = rig.keys_only(Op::Exists, b"k");
     assert!(rig.out.is_empty(), "the request waits for a new connection");
