@@ -9,8 +9,13 @@ and their memory for as long as they stay):
 - **a deadline per connection** (``timeout``, from its accept): reading the request, writing
   the reply and the lingering close all end by then, however slowly the peer trickles bytes;
 - **a cap on connections** (``max_connections``): when it is reached, the connection that has
-  waited longest is closed at once to make room, so a flood of idle connections cannot keep a
-  real scraper out (its request arrives with its connect and is answered at once);
+  waited longest is closed at once to make room (one whose reply is being written last), so a
+  flood of idle connections cannot keep a real scraper out: its request arrives with its
+  connect and is read and answered as it is accepted. Clients that reconnect as soon as they
+  are closed make a churn of tens of thousands of connections a second; the server then takes
+  at most a quarter of the cap per turn, each read at once, so a scraper is answered before
+  the connections after it could push it out, and its listen backlog (1024) keeps their
+  connects from filling the queue and dropping a scraper's SYN;
 - **a cap on the request head** (``max_head_bytes``): a longer request line and headers get
   ``431`` and the connection closes;
 - only ``GET`` and ``HEAD`` of ``/metrics`` (and ``/``); one request per connection.
@@ -45,6 +50,9 @@ MAX_HEAD_BYTES = 8192
 #: Bytes read and thrown away after the reply (so that the peer reads it before the close,
 #: rather than a reset), before the connection is closed anyway.
 MAX_DRAIN_BYTES = 64 * 1024
+#: Connects queued before the server accepts them: room for a flood of reconnecting clients
+#: (at 128 a flood of 256 filled it and scrapers' SYNs were dropped and sent again 1-3 s later).
+BACKLOG = 1024
 #: After accept() fails (out of descriptors), accepting pauses this long rather than spin.
 ACCEPT_PAUSE = 0.5
 _RECV = 4096
@@ -161,7 +169,7 @@ class MetricsServer:
         self._max_connections = max_connections
         self._max_head_bytes = max_head_bytes
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
-        self._listener = socket.create_server((host, port), family=family, backlog=128)
+        self._listener = socket.create_server((host, port), family=family, backlog=BACKLOG)
         self._listener.setblocking(False)
         self.server_address: tuple[str, int] = self._listener.getsockname()[:2]
         self._wake_r, self._wake_w = socket.socketpair()
@@ -231,7 +239,11 @@ class MetricsServer:
             self._close(conn)
 
     def _accept(self) -> None:
-        while True:
+        # At most a quarter of the cap per turn, each newcomer read at once: a scraper's request
+        # comes with its connect and is answered here, before the connections accepted after it
+        # could push it out. Under a flood of reconnecting clients, taking the whole backlog in
+        # one turn let them close a scraper before its request was ever read.
+        for _ in range(max(1, self._max_connections // 4)):
             try:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -242,12 +254,18 @@ class MetricsServer:
                 self._accept_paused_until = time.monotonic() + ACCEPT_PAUSE
                 return
             if len(self._conns) >= self._max_connections:
-                # Room for the newcomer: the one that has waited longest goes.
-                self._close(min(self._conns.values(), key=lambda c: c.accepted))
+                self._close(self._victim())
             sock.setblocking(False)
             conn = _Conn(sock, Exchange(self._render, self._max_head_bytes), time.monotonic(), self._timeout)
             self._conns[sock.fileno()] = conn
             self._selector.register(sock, selectors.EVENT_READ, conn)
+            self._on_ready(conn)
+
+    def _victim(self) -> _Conn:
+        """Room for a newcomer: the connection that has waited longest, but not one whose reply
+        is being written while another is not (a scraper reading its reply is not cut off by
+        clients that never finish a request)."""
+        return min(self._conns.values(), key=lambda c: (c.outbox is not None and c.outbox.nbytes > 0, c.accepted))
 
     def _on_ready(self, conn: _Conn) -> None:
         if self._conns.get(conn.sock.fileno()) is not conn:
