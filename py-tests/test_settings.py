@@ -373,6 +373,19 @@ def test_url_errors_never_show_the_password(password: str) -> None:
         assert "***" in str(info.value) or "user" not in str(info.value), url
 
 
+def test_valkey_startup_nodes_holding_credentials_are_refused_without_showing_them() -> None:
+    # LMCache's valkey adapter reads host:port entries only. Credentials written there were
+    # glued into a URL as they came: "default:hunter2@h:6379" became the user "[default" at
+    # host "h]", and the password was taken in silence.
+    for nodes in ("default:hunter2@h:6379", "rediss://default:hunter2@h:6379", "hunter2@h:6379,h2:1", "u:hunter2@h:x"):
+        for cluster_mode in (False, True):
+            with pytest.raises(InvalidInputError) as info:
+                RespSettings.resolve(None, env=EMPTY, startup_nodes=nodes, cluster_mode=cluster_mode)
+            text = str(info.value)
+            assert "hunter2" not in text and "default" not in text, text
+            assert "an entry holds '@' or '/'" in text and "username and password" in text, text
+
+
 def test_unix_socket_selection() -> None:
     s = RespSettings.resolve("unix:///tmp/r.sock", env={"LMCACHE_RESP_HOST": "ignored"})
     assert (s.unix_path, s.host) == ("/tmp/r.sock", None)

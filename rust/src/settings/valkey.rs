@@ -117,23 +117,26 @@ pub(super) fn translate(explicit: &[(String, Value)], url: Option<&str>) -> Resu
 }
 
 /// `"host:port[,host:port...]"`, as LMCache's `_parse_startup_nodes` reads it: blank entries
-/// skipped, the port after the last `:`, at least one server.
+/// skipped, the port after the last `:`, at least one server. An entry is a host and a port
+/// only: one holding credentials or a scheme (`user:pw@h:6379`, `rediss://h:6379`, which a URL
+/// would take) is refused, and errors show each entry without what comes before its last `@`,
+/// which may be a password. (It was glued into the URL as it came: `default:pw@h:6379` became
+/// the user `[default` at host `h]`.)
 fn startup_nodes(given: &Given<'_>) -> Result<Vec<(String, u16)>> {
     let text = given.text()?;
-    // What an entry holds up to its last '@' may be credentials (a URL put here): never shown.
-    let shown: Vec<String> = text
-        .split(',')
-        .map(|entry| entry.rfind('@').map_or_else(|| entry.to_owned(), |at| format!("***{}", &entry[at..])))
-        .collect();
     let refuse = |why: &str| {
-        Error::invalid(format!("startup_nodes must be 'host:port[,host:port...]' ({why}), got '{}'", shown.join(",")))
+        let shown: Vec<&str> =
+            text.split(',').map(|entry| entry.rsplit_once('@').map_or(entry, |(_, host)| host)).collect();
+        let shown = shown.join(",");
+        let hidden = if shown == text { "" } else { " (credentials left out)" };
+        Error::invalid(format!("startup_nodes must be 'host:port[,host:port...]' ({why}), got '{shown}'{hidden}"))
     };
     let mut nodes = Vec::new();
     for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         if entry.contains(['@', '/']) {
-            // `redis://:pw@h:6379` read as host:port would be the host `[redis://:pw@h]`.
             return Err(refuse(
-                "an entry is a URL or holds credentials: give the URL as url, or the password as password",
+                "an entry holds '@' or '/': a host and a port only; give the credentials as username and password, TLS \
+                 as tls_enable",
             ));
         }
         let (host, port) = entry.rsplit_once(':').ok_or_else(|| refuse("an entry has no ':port'"))?;
@@ -141,6 +144,9 @@ fn startup_nodes(given: &Given<'_>) -> Result<Vec<(String, u16)>> {
         let port: u16 = port.parse().ok().filter(|p| *p > 0).ok_or_else(|| refuse("a port is not in 1..65535"))?;
         if host.is_empty() {
             return Err(refuse("an entry has no host"));
+        }
+        if host.contains(['[', ']']) || (host.contains(':') && host.parse::<std::net::Ipv6Addr>().is_err()) {
+            return Err(refuse("an entry's host is neither a name nor an IP address (IPv6 goes in brackets)"));
         }
         nodes.push((host.to_owned(), port));
     }
@@ -227,14 +233,40 @@ mod tests {
             (given(&[("startup_nodes", text("h:0"))]), "a port is not in 1..65535"),
             (given(&[("startup_nodes", text(" , "))]), "no server named"),
             (given(&[("startup_nodes", Value::Int(1))]), "startup_nodes must be a str"),
-            (given(&[("startup_nodes", text("redis://:hunter2@h:6379"))]), "an entry is a URL or holds credentials"),
-            (given(&[("startup_nodes", text("h:1,u:hunter2@h:x"))]), "got 'h:1,***@h:x'"),
+            (given(&[("startup_nodes", text("redis://:hunter2@h:6379"))]), "an entry holds '@' or '/'"),
+            (given(&[("startup_nodes", text("h:1,u:hunter2@h:x"))]), "got 'h:1,h:x' (credentials left out)"),
             (given(&[("request_timeout", Value::Int(0))]), "request_timeout must be a positive number of seconds"),
         ] {
             let err = translate(&pairs, None).err().unwrap_or_else(|| panic!("{pairs:?} accepted"));
             assert!(err.message().contains(message), "{pairs:?}: {err}");
             assert!(!err.message().contains("hunter2"), "{err}");
         }
+    }
+
+    #[test]
+    fn startup_nodes_with_credentials_or_a_scheme_are_refused_without_showing_them() {
+        for (nodes, message) in [
+            ("default:hunter2@h:6379", "an entry holds '@' or '/'"),
+            ("hunter2@h:6379", "an entry holds '@' or '/'"),
+            ("rediss://default:hunter2@h:6379,h2:1", "an entry holds '@' or '/'"),
+            ("redis://h:6379", "an entry holds '@' or '/'"),
+            ("[h:6379", "neither a name nor an IP address"),
+            ("h]:6379", "neither a name nor an IP address"),
+            ("a:b:6379", "neither a name nor an IP address"),
+            ("u:hunter2@h:x", "an entry holds '@' or '/'"),
+        ] {
+            for cluster in [false, true] {
+                let pairs = given(&[("startup_nodes", text(nodes)), ("cluster_mode", Value::Bool(cluster))]);
+                let err = translate(&pairs, None).err().unwrap_or_else(|| panic!("{nodes} accepted"));
+                assert!(err.message().contains(message), "{nodes}: {err}");
+                assert!(!err.message().contains("hunter2") && !err.message().contains("default"), "{nodes}: {err}");
+            }
+        }
+        let err = translate(&given(&[("startup_nodes", text("u:hunter2@h:6379"))]), None).err().unwrap();
+        assert!(err.message().ends_with("got 'h:6379' (credentials left out)"), "{err}");
+        // IPv6, bracketed or not, is an address.
+        let out = translate(&given(&[("startup_nodes", text("::1:7000"))]), None).unwrap();
+        assert_eq!(out.url.as_deref(), Some("redis://[::1]:7000"));
     }
 
     #[test]
