@@ -6,6 +6,7 @@
 use super::options::ConnectOptions;
 use crate::error::{Error, ErrorKind};
 use crate::resp::{Command, Reply};
+use crate::secret::Secret;
 
 /// One command of the handshake, in the order they are sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,13 +61,19 @@ pub enum Verdict {
 /// scrubbed from every reply text before any of it goes into an error.
 pub fn judge(step: Step, reply: &Reply, options: &ConnectOptions) -> Verdict {
     let Some(password) = &options.password else { return judge_reply(step, reply, options) };
-    let scrubbed = match reply {
+    judge_reply(step, &scrubbed(reply, password), options)
+}
+
+/// `reply` with every occurrence of the password replaced, in arrays too: a reply of any shape
+/// may end up in an error ("unexpected reply to Auth ...").
+fn scrubbed(reply: &Reply, password: &Secret) -> Reply {
+    match reply {
         Reply::Error(text) => Reply::Error(password.scrub(text)),
         Reply::Simple(text) => Reply::Simple(password.scrub(text)),
         Reply::Bulk(text) => Reply::Bulk(password.scrub(text)),
+        Reply::Array(items) => Reply::Array(items.iter().map(|item| scrubbed(item, password)).collect()),
         other => other.clone(),
-    };
-    judge_reply(step, &scrubbed, options)
+    }
 }
 
 fn judge_reply(step: Step, reply: &Reply, options: &ConnectOptions) -> Verdict {
@@ -121,7 +128,6 @@ fn is_transient(text: &[u8]) -> bool {
 mod tests {
     use super::*;
     use crate::net::Endpoint;
-    use crate::secret::Secret;
 
     fn options(password: Option<&str>, username: Option<&str>, db: u32) -> ConnectOptions {
         let mut options = ConnectOptions::new(Endpoint::Tcp { host: "h".into(), port: 1 });
@@ -198,5 +204,9 @@ mod tests {
         assert!(!err.message().contains("hunter2") && err.message().contains("'***'"), "{err}");
         let Verdict::Transient(err) = judge(Step::Auth, &Reply::Bulk(b"hunter2".to_vec()), &opts) else { panic!() };
         assert!(!err.message().contains("hunter2"), "{err}");
+        // Echoed inside an array (a proxy, a renamed command): scrubbed there too.
+        let nested = Reply::Array(vec![Reply::Array(vec![Reply::Bulk(b"AUTH hunter2".to_vec())]), Reply::Integer(1)]);
+        let Verdict::Transient(err) = judge(Step::Auth, &nested, &opts) else { panic!() };
+        assert!(!err.message().contains("hunter2") && err.message().contains("AUTH ***"), "{err}");
     }
 }
