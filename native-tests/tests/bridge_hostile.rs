@@ -318,9 +318,13 @@ fn a_client_writing_pages_it_does_not_hold_is_dropped_and_its_region_emptied() {
     let honest = bridge.attach();
     let mut hostile = RawClient::attach(&bridge.path).unwrap();
     let held = hostile.allocate(1);
-    for page in 0..16 {
-        hostile.page(page).fill(0xab);
-    }
+    // All 16 pages written in one write to the region's memfd: the bridge empties the region
+    // under the same inode lock, so before or after the whole write, never in its middle.
+    // (Written through the mapping, 16 MiB took long enough under load for the bridge to drop
+    // the client and empty its region meanwhile, and up to 1.5 MiB came after that.)
+    let start = hostile.region.page_offset(0);
+    let bytes = vec![0xabu8; (hostile.region.page_offset(15) - start) as usize + MIB];
+    assert_eq!(rustix::io::pwrite(hostile.region.fd(), &bytes, start).unwrap(), bytes.len());
     let last = hostile.dropped_within(Duration::from_secs(3)).expect("dropped");
     let Some(Control::Failed { message, .. }) = last else { panic!("told nothing: {last:?}") };
     let first_unheld = if held[0].0 == 0 { 1 } else { 0 };
