@@ -298,6 +298,15 @@ fn a_server_failing_every_tls_handshake_costs_a_bounded_rate_of_connections_cpu_
         assert!(after_burst.2.len() <= 6, "{fault:?}: {} log lines in the first 2 s", after_burst.2.len());
         let line_bound = (1.5 * steady_seconds) as usize + 3;
         assert!(steady_records.len() <= line_bound, "{fault:?}: {} log lines", steady_records.len());
+        // What the log says the server sent.
+        let says = match fault {
+            Fault::Garbage => "its first bytes were not TLS (\"\\x",
+            Fault::Alert => "sent the alert HandshakeFailure",
+            Fault::Plaintext => "its first bytes were plaintext (\"HTTP/1.1 400 Bad Request\\r\\n\")",
+            Fault::ExpiredCertificate => "the server's certificate has expired",
+            Fault::WrongHostCertificate => "the server's certificate is not valid for 127.0.0.1",
+        };
+        assert!(after_burst.2.iter().any(|(_, _, text)| text.contains(says)), "{fault:?}: {:#?}", after_burst.2);
         // What the callers saw: every key failed, with the error of its kind.
         let kind = if fault.permanent() { ErrorKind::Tls } else { ErrorKind::Connection };
         let failed: usize = steady.failed_keys.values().sum();

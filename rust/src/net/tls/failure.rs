@@ -66,6 +66,18 @@ pub fn plaintext_reply(first: &[u8]) -> Option<String> {
     }
 }
 
+/// What first bytes that are not a TLS record were, by how [`plaintext_reply`] shows them:
+/// text, or bytes of no kind (shown escaped, `\x80`): "plaintext" would send a reader after a
+/// plaintext server that is not there.
+fn what(shown: &str) -> &'static str {
+    if shown.contains("\\x") { "not TLS" } else { "plaintext" }
+}
+
+/// [`what`], as how the server answered.
+fn in_what(shown: &str) -> &'static str {
+    if shown.contains("\\x") { "with bytes that are not TLS" } else { "in plaintext" }
+}
+
 /// The server's first bytes on the TLS connection were plaintext, and the port answers a
 /// plaintext probe in plaintext too.
 pub fn answered_in_plaintext(endpoint: &Endpoint, shown: &str) -> Failure {
@@ -73,8 +85,9 @@ pub fn answered_in_plaintext(endpoint: &Endpoint, shown: &str) -> Failure {
         error: Error::tls(
             endpoint,
             format!(
-                "the server answered the TLS hello in plaintext (\"{shown}\"): this port does not speak TLS; \
-                 use redis:// for it, or the server's tls-port for rediss://"
+                "the server answered the TLS hello {} (\"{shown}\"): this port does not speak TLS; use redis:// \
+                 for it, or the server's tls-port for rediss://",
+                in_what(shown)
             ),
         ),
         permanent: true,
@@ -100,8 +113,9 @@ pub fn plaintext_injected(endpoint: &Endpoint, shown: &str) -> Failure {
     path_fault(
         endpoint,
         format!(
-            "its first bytes were plaintext (\"{shown}\"), yet a second connection to the port got TLS back: they \
-             were injected on the way"
+            "its first bytes were {} (\"{shown}\"), yet a second connection to the port got TLS back: they were \
+             injected on the way",
+            what(shown)
         ),
     )
 }
@@ -112,8 +126,9 @@ pub fn plaintext_unconfirmed(endpoint: &Endpoint, shown: &str) -> Failure {
     path_fault(
         endpoint,
         format!(
-            "its first bytes were plaintext (\"{shown}\"), and a second connection to the port did not say within \
-             the connect timeout whether it speaks TLS"
+            "its first bytes were {} (\"{shown}\"), and a second connection to the port did not say within the \
+             connect timeout whether it speaks TLS",
+            what(shown)
         ),
     )
 }
@@ -332,5 +347,24 @@ mod tests {
         assert!(!injected.permanent && injected.error.kind() == ErrorKind::Connection);
         let unconfirmed = plaintext_unconfirmed(&endpoint(), "-ERR x\\r\\n");
         assert!(!unconfirmed.permanent && unconfirmed.error.kind() == ErrorKind::Connection);
+        assert!(
+            injected.error.message().contains("its first bytes were plaintext (\"-ERR x\\r\\n\")"),
+            "{}",
+            injected.error
+        );
+        // Bytes that are no text are not called plaintext.
+        let garbage = plaintext_reply(&[0x80, 0xbb, 0xf7, 0x01]).unwrap();
+        assert_eq!(garbage, "\\x80\\xbb\\xf7\\x01");
+        for failure in [
+            plaintext_injected(&endpoint(), &garbage),
+            plaintext_unconfirmed(&endpoint(), &garbage),
+            answered_in_plaintext(&endpoint(), &garbage),
+        ] {
+            let message = failure.error.message();
+            assert!(
+                message.contains("not TLS (\"\\x80\\xbb\\xf7\\x01\")") && !message.contains("plaintext ("),
+                "{message}"
+            );
+        }
     }
 }
