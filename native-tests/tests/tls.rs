@@ -1075,19 +1075,26 @@ fn a_tls_server_that_answers_late_within_the_connect_timeout_is_reached_unharmed
 
 // -- a permanent failure is checked again ------------------------------------------------------
 
-#[test]
-fn a_permanent_tls_failure_is_checked_again_and_a_fixed_certificate_is_found() {
-    if !tls_or_skip("a_permanent_tls_failure_is_checked_again_and_a_fixed_certificate_is_found") {
-        return;
-    }
-    // Started presenting the expired certificate (the harness's own checks then do not verify
-    // it), switched to the good one for the engine to start.
+/// A TLS server whose certificate a test switches, its certificates, the `CONFIG SET`s of the
+/// good and the expired one, and a proxy counting hellos in front of it. It is started
+/// presenting the expired one (the harness's own checks then do not verify it) and switched to
+/// the good one, for an engine to start.
+fn switchable_certificate() -> (RedisServer, TestCerts, [Vec<Vec<u8>>; 2], CuttingProxy) {
     let server = tls_server(TlsServer { presents: ServerCert::Expired, ..TlsServer::default() });
     let certs = server.certs().clone();
     let good = presenting(&certs.server_cert, &certs.server_key);
     let expired = presenting(&certs.expired_cert, &certs.expired_key);
     assert_eq!(server.raw_command(&args(&good)), b"+OK\r\n");
     let proxy = hello_counter(server.port());
+    (server, certs, [good, expired], proxy)
+}
+
+#[test]
+fn a_permanent_tls_failure_is_checked_again_and_a_fixed_certificate_is_found() {
+    if !tls_or_skip("a_permanent_tls_failure_is_checked_again_and_a_fixed_certificate_is_found") {
+        return;
+    }
+    let (server, certs, [good, expired], proxy) = switchable_certificate();
     let mut config = EngineConfig::new(resolve(&rediss(proxy.port()), &trusting(&certs)));
     config.reconnect.recheck_permanent_after = Duration::from_millis(400);
     let engine = Engine::start(config).unwrap();
@@ -1134,12 +1141,7 @@ fn by_default_a_permanent_tls_failure_stands_30_s_without_a_connection_then_is_c
     if !tls_or_skip("by_default_a_permanent_tls_failure_stands_30_s_without_a_connection_then_is_checked_again") {
         return;
     }
-    let server = tls_server(TlsServer { presents: ServerCert::Expired, ..TlsServer::default() });
-    let certs = server.certs().clone();
-    let good = presenting(&certs.server_cert, &certs.server_key);
-    let expired = presenting(&certs.expired_cert, &certs.expired_key);
-    assert_eq!(server.raw_command(&args(&good)), b"+OK\r\n");
-    let proxy = hello_counter(server.port());
+    let (server, certs, [good, expired], proxy) = switchable_certificate();
     let mut settings = resolve(&rediss(proxy.port()), &trusting(&certs));
     // One worker: its express connection (the EXISTS) and its other one (the GET of values
     // larger than the express connection takes) both meet the failure in the first round.
