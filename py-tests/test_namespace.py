@@ -392,7 +392,7 @@ def test_the_valkey_adapter_s_config_moves_over_unchanged(clean_env) -> None:
     # Issue #36: the query's '@' ended the "password", the host became "b", the prefix was lost.
     ({"url": "redis://:hunter2@h:1?key_prefix=a@b"}, "write it as %40"),
     ({"url": "redis://h:1?key_prefix=a%40b"}, "key_prefix must not contain '@'"),
-    ({"startup_nodes": "redis://:hunter2@h:6379"}, "an entry is a URL or holds credentials"),
+    ({"startup_nodes": "redis://:hunter2@h:6379"}, "an entry holds '@' or '/'"),
     ({"key_prefix": "t\udcff"}, "key_prefix holds a character UTF-8 cannot encode"),
     ({"host": "h", "password": "hunter2\udcff"}, "password holds a character UTF-8 cannot encode"),
 ])
