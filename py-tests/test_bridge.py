@@ -249,7 +249,13 @@ def test_a_hostile_client_scribbling_over_its_rings_alone_gets_an_error(bridge: 
             size = os.fstat(region_fd).st_size
             with mmap.mmap(region_fd, size) as region:
                 region[4096:size] = b"\xff" * (size - 4096)  # its rings and pages, past the arena header
-            os.write(signal_fd, b"!")
+            try:
+                os.write(signal_fd, b"!")
+            except BrokenPipeError:
+                # The bridge met the corrupt rings before this doorbell (on a loaded machine,
+                # filling the mapping takes long enough) and already closed the signal socket:
+                # its notice still waits on the control socket.
+                pass
             sock.settimeout(10)
             notice, _ = read_frame(sock)
             assert notice[0] == 10, notice[:1]  # Failed
