@@ -1,7 +1,8 @@
 //! Large values read in pieces, past the servers' big-reply cliff.
 //!
 //! Redis and Valkey serve a GET of tens of MiB at a fraction of the rate they serve the same
-//! bytes in 1-4 MiB replies (bench/RESULTS.md). A GET whose value may be larger than the piece
+//! bytes in 1-4 MiB replies (bench/RESULTS.md, section 10; the sweeps in
+//! bench/archive/journal-2026-11-30-to-12-02.md). A GET whose value may be larger than the piece
 //! size is therefore read as a *ranged read*, a small protocol of its own over the worker's
 //! connections to the key's server:
 //!

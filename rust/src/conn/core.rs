@@ -38,12 +38,13 @@ pub struct PipelineLimits {
 }
 
 impl Default for PipelineLimits {
-    /// Measured on redis-server 7 with 8 connections (bench/RESULTS.md): one large value in
-    /// flight per connection moves the most. Deeper pipelines of 256 KiB to 4 MiB values make
-    /// the single-threaded server hold and fault in more buffers at once and cost 10-40% of
-    /// GET and SET throughput. 512 KiB keeps a 256 KiB value (LMCache's default chunk) alone
-    /// on its connection too: at 1 MiB, three of them went out at once, and LMCache's own
-    /// benchmark stored 32 x 256 KiB about 13% slower (bench/RESULTS.md, 2026-12-02, later).
+    /// Measured on redis-server 7 with 8 connections (bench/archive/journal-2026-11-30-to-12-02.md):
+    /// one large value in flight per connection moves the most. Deeper pipelines of 256 KiB to
+    /// 4 MiB values make the single-threaded server hold and fault in more buffers at once and
+    /// cost 10-40% of GET and SET throughput. 512 KiB keeps a 256 KiB value (LMCache's default
+    /// chunk) alone on its connection too: at 1 MiB, three of them went out at once, and
+    /// LMCache's own benchmark stored 32 x 256 KiB about 13% slower (the same journal,
+    /// 2026-12-02, later).
     /// Smaller values still pipeline (4 KiB values about 125 deep).
     fn default() -> Self {
         PipelineLimits { max_inflight_bytes: 512 << 10, max_inflight_requests: 256 }

@@ -8,7 +8,7 @@ pub const PER_KEY_OVERHEAD: u64 = 4096;
 
 /// Least work worth a worker of its own. Below it, another socket, another wake-up and another
 /// completion burst cost more than the parallelism gains: 500 EXISTS keys ran 15% faster on 4
-/// workers than on 8 (bench/RESULTS.md).
+/// workers than on 8 (bench/archive/journal-2026-11-30-to-12-02.md).
 pub const MIN_TILE_COST: u64 = 512 * 1024;
 
 /// Splits keys with the given payload sizes into `workers` contiguous ranges whose byte totals

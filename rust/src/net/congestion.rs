@@ -6,15 +6,15 @@
 //! in PROBE_BW with a bandwidth estimate a tenth of what loopback or a LAN carries; the kernel
 //! then paces every large send with a timer. A connection whose first bytes are a large value
 //! (LMCache's C++ connector has no handshake) stays in STARTUP, unpaced. Measured on a BBR host
-//! (bench/RESULTS.md, "Most of that gap is TCP pacing"): 5-7 of our 8 loaded connections
-//! paced, the C++ connector's none, and 18-27% more client CPU for our 256 KiB SETs (10% under
-//! cubic). Re-initialising BBR (Linux re-initialises a congestion control only when it changes,
-//! so through another one and back) puts the connection where a connection that starts with
-//! data is. It happens right before the connection's first send of [`LARGE_SEND`] or more, not
-//! when the handshake ends: the warm-up's PING and any lookups sent after the handshake spoil
-//! the model the same way (one of 8 loaded connections still left STARTUP in two or three of six
-//! runs when the restart came right after the handshake; in one of six when it comes before the
-//! first value).
+//! (bench/archive/journal-2026-11-30-to-12-02.md, "Most of that gap is TCP pacing"): 5-7 of our
+//! 8 loaded connections paced, the C++ connector's none, and 18-27% more client CPU for our
+//! 256 KiB SETs (10% under cubic). Re-initialising BBR (Linux re-initialises a congestion
+//! control only when it changes, so through another one and back) puts the connection where a
+//! connection that starts with data is. It happens right before the connection's first send of
+//! [`LARGE_SEND`] or more, not when the handshake ends: the warm-up's PING and any lookups sent
+//! after the handshake spoil the model the same way (one of 8 loaded connections still left
+//! STARTUP in two or three of six runs when the restart came right after the handshake; in one
+//! of six when it comes before the first value).
 //!
 //! Only BBR: other congestion controls are left alone (cubic after a handshake is in its
 //! initial slow start anyway, and some, such as DCTCP, must not be switched on an established

@@ -3,7 +3,7 @@
 //! A server that copies a big reply into freshly allocated output buffers before it writes it
 //! (Redis up to 8.4, Valkey up to 8.1) serves a GET of tens of MiB at a fraction of the rate
 //! it serves the same bytes in 1 MiB replies, and a server whose memory is not already faulted
-//! in pays the most (bench/RESULTS.md, "whole GETs against pieces, by server"). Valkey 9 writes
+//! in pays the most (bench/RESULTS.md, "Whole GETs or 1 MiB pieces, by server"). Valkey 9 writes
 //! a bulk reply straight from the stored value (valkey#2078), and Redis 8.6 took the same
 //! change (redis#14608): there a whole GET is the faster read, and pieces only add round trips.
 //!
@@ -17,7 +17,7 @@ use crate::settings::GetPieces;
 use std::fmt;
 
 /// The piece size of `auto` on servers that copy big replies: from the piece-size sweeps on
-/// Redis 7.0 and Valkey 8.1 (bench/RESULTS.md, "piece size").
+/// Redis 7.0 and Valkey 8.1 (bench/archive/journal-2026-11-30-to-12-02.md, "The piece size").
 pub const AUTO_PIECE_BYTES: usize = 1 << 20;
 
 /// The first Valkey that writes bulk replies without copying them.
