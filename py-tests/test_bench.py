@@ -194,21 +194,21 @@ def test_waiting_for_replicas_waits_for_their_offsets(redis_cluster_replicas: Re
     """The bench's settle step before reading from replicas: it returns once every replica has
     what its primary had (replication is asynchronous, and a GET right after the SET could miss),
     and not while a replica cannot catch up."""
-    from lmcache_resp.bench import _servers
+    from lmcache_resp.bench.servers import replication, wire
 
     nodes = redis_cluster_replicas.nodes
     ports = [node.port for node in nodes]
-    replica = next(node for node in nodes if _servers._role(node.port, None) == "slave")
-    primary_port = int(_servers._info(replica.port, "INFO", "replication", password=None)["master_port"])
+    replica = next(node for node in nodes if wire.role(node.port, None) == "slave")
+    primary_port = int(wire.info(replica.port, "INFO", "replication", password=None)["master_port"])
     os.kill(replica.pid, signal.SIGSTOP)
     try:
-        _servers.command(primary_port, "FLUSHALL")  # a keyless write: the primary's offset moves
-        assert _servers.wait_for_replicas(ports, timeout=0.3) is False, "a stopped replica never caught up"
+        wire.command(primary_port, "FLUSHALL")  # a keyless write: the primary's offset moves
+        assert replication.wait_for_replicas(ports, timeout=0.3) is False, "a stopped replica never caught up"
     finally:
         os.kill(replica.pid, signal.SIGCONT)
-    assert _servers.wait_for_replicas(ports, timeout=10.0) is True
-    written = int(_servers._info(primary_port, "INFO", "replication", password=None)["master_repl_offset"])
-    got = int(_servers._info(replica.port, "INFO", "replication", password=None)["slave_repl_offset"])
+    assert replication.wait_for_replicas(ports, timeout=10.0) is True
+    written = int(wire.info(primary_port, "INFO", "replication", password=None)["master_repl_offset"])
+    got = int(wire.info(replica.port, "INFO", "replication", password=None)["slave_repl_offset"])
     assert got >= written
 
 

@@ -98,7 +98,7 @@ def test_the_checker_sees_a_cycle() -> None:
 def test_the_graph_resolves_submodules_and_attributes() -> None:
     graph = package_imports()
     assert {"lmcache_resp", "lmcache_resp.lmcache", "lmcache_resp.lmcache.mp", "lmcache_resp._native",
-            "lmcache_resp.bench._servers"} <= set(graph)
+            "lmcache_resp.bench.servers.cluster"} <= set(graph)
     # ``from lmcache_resp import _native, metrics``: two modules; ``... import RespSettings``: the package.
     assert {"lmcache_resp._native", "lmcache_resp.metrics"} <= graph["lmcache_resp.client"]
     assert "lmcache_resp" in graph["lmcache_resp.bench.cli"]

@@ -13,9 +13,11 @@ import types
 
 import pytest
 from conftest import RedisCluster
+from lmcache_resp_testing.servers import SentinelGroup, SentinelUnsupported
 
 from lmcache_resp import PagedRespStore, PartialReadError, RespSettings
-from lmcache_resp.bench import _servers
+from lmcache_resp.bench.servers import wire
+from lmcache_resp.bench.servers.replication import wait_for_replicas
 from lmcache_resp.lmcache.non_mp import settings_from_lmcache_config
 
 PAGE = 64 << 10
@@ -49,7 +51,7 @@ def wait_replicated(cluster: RedisCluster, timeout: float = 10.0) -> None:
     bench's own wait, over the live nodes."""
     replicas = [node.port for node in cluster.replicas()]
     ports = [node.port for node in cluster.primaries()] + replicas
-    caught_up = _servers.wait_for_replicas(ports, timeout, password=cluster.password, tls=cluster.client_context())
+    caught_up = wait_for_replicas(ports, timeout, password=cluster.password, tls=cluster.client_context())
     assert caught_up, f"replicas {replicas} did not all catch up within {timeout} s"
 
 
@@ -321,12 +323,12 @@ def test_sentinel_replicas_answering_masterdown_hand_reads_in_pieces_to_the_prim
     password, sentinel_password = "data-secret-5d1e", "sentinel-secret-0b7c"
     size = 128 << 10
     try:
-        group = _servers.SentinelGroup(password=password, sentinel_password=sentinel_password)
-    except _servers.SentinelUnsupported as exc:
+        group = SentinelGroup(password=password, sentinel_password=sentinel_password)
+    except SentinelUnsupported as exc:
         pytest.skip(f"this server binary cannot run as a Sentinel: {exc}")
 
     def data(port: int, *args: str) -> object:
-        return _servers.command(port, *args, password=password, timeout=5.0)
+        return wire.command(port, *args, password=password, timeout=5.0)
 
     def masterdowns(port: int) -> int:
         text = data(port, "INFO", "errorstats")
@@ -342,7 +344,7 @@ def test_sentinel_replicas_answering_masterdown_hand_reads_in_pieces_to_the_prim
                                num_workers=2) as store:
         put_values(store, old)
         ports = [server.port for server in group.servers]
-        assert _servers.wait_for_replicas(ports, 15, password=password), "the replicas did not catch up"
+        assert wait_for_replicas(ports, 15, password=password), "the replicas did not catch up"
         replicas = [port for port in ports if port != group.primary_port()]
         pages = store.allocate_many(len(keys))
         assert store.get(keys, pages) == [True] * len(keys)

@@ -1,5 +1,5 @@
 """The throwaway-server launcher itself, as the suites use it: the benchmark's
-(lmcache_resp/bench/_servers.py, shipped) and the test-support package's faces and command line
+(lmcache_resp/bench/servers/, shipped) and the test-support package's faces and command line
 (testing/lmcache_resp_testing), in process and as the Rust tests run it
 (``python -m lmcache_resp_testing``)."""
 
@@ -19,11 +19,16 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from lmcache_resp.bench import _servers as launcher
+from lmcache_resp.bench.servers import server as bench_server
+from lmcache_resp.bench.servers import memory, wire
+from lmcache_resp.bench.servers.certs import ServerCerts, make_server_certs
+from lmcache_resp.bench.servers.ports import free_cluster_base
+from lmcache_resp.bench.servers.processes import answers_as
+from lmcache_resp.bench.servers.watcher import cluster_pids, exited
 from lmcache_resp_testing import cli, pattern, servers
 from lmcache_resp_testing.servers import EXIT_MISSING, EXIT_PORT_TAKEN, LaunchError, RedisServer
 
-WATCHER = REPO / "lmcache_resp" / "bench" / "_servers.py"
+WATCHER = REPO / "lmcache_resp" / "bench" / "servers" / "watcher.py"
 DEFAULT_PW = "default pw with \"quotes\" and # and spaces"
 ALICE_PW = "alice's pw"
 
@@ -42,7 +47,7 @@ def test_the_command_line_runs_from_any_folder_with_the_test_support_package_on_
 
 
 def test_the_watcher_runs_by_path_with_the_standard_library_alone(tmp_path: Path) -> None:
-    """The benchmark's cluster watcher is its launcher file run by path: -I (no PYTHONPATH, no
+    """The benchmark's cluster watcher is its own file run by path: -I (no PYTHONPATH, no
     script folder on the path), -S (no site-packages, so no lmcache_resp either)."""
     gone = subprocess.Popen(["true"])
     gone.wait()
@@ -51,7 +56,7 @@ def test_the_watcher_runs_by_path_with_the_standard_library_alone(tmp_path: Path
     assert result.returncode == 0, result.stderr
     usage = subprocess.run([sys.executable, "-I", "-S", str(WATCHER), "cluster", "start"], capture_output=True,
                            text=True, timeout=30)
-    assert usage.returncode == launcher.EXIT_USAGE and "watch DIR OWNER_PID" in usage.stderr
+    assert usage.returncode == servers.EXIT_USAGE and "watch DIR OWNER_PID" in usage.stderr
 
 
 def test_secrets_live_in_the_config_file_only(tmp_path: Path) -> None:
@@ -98,14 +103,14 @@ def test_the_server_command_execs_the_server_with_the_secret_in_its_config(tmp_p
 
 
 def test_a_taken_port_is_exit_status_98(tmp_path: Path) -> None:
-    base = launcher._free_cluster_base(3)
+    base = free_cluster_base(3)
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", base))
         holder.listen()
         result = run_script("cluster", "start", str(tmp_path), "3", "--base-port", str(base))
     assert result.returncode == EXIT_PORT_TAKEN, result.stderr
     assert f"port {base} is taken" in result.stderr
-    assert launcher._cluster_pids(tmp_path) == [], "the other nodes were stopped"
+    assert cluster_pids(tmp_path) == [], "the other nodes were stopped"
 
 
 def test_a_cluster_dies_with_its_owner_and_holds_its_password_in_config_files_only(tmp_path: Path) -> None:
@@ -118,7 +123,7 @@ def test_a_cluster_dies_with_its_owner_and_holds_its_password_in_config_files_on
         lines = result.stdout.split("\n")[:3]
         assert (tmp_path / "pids").read_text().split("\n")[:3] == lines
         pids = [int(line.split()[1]) for line in lines]
-        assert launcher._cluster_pids(tmp_path) == pids
+        assert cluster_pids(tmp_path) == pids
         watch = [str(WATCHER), "watch", str(tmp_path), str(owner.pid)]
         watchers = [proc for proc in Path("/proc").iterdir() if _argv(proc)[-4:] == watch]
         assert len(watchers) == 1
@@ -130,7 +135,7 @@ def test_a_cluster_dies_with_its_owner_and_holds_its_password_in_config_files_on
         owner.send_signal(signal.SIGKILL)
         owner.wait()
     deadline = time.monotonic() + 10
-    while any(not launcher._exited(pid) for pid in pids):
+    while any(not exited(pid) for pid in pids):
         assert time.monotonic() < deadline, "the watcher did not stop the cluster within 10 s of its owner's death"
         time.sleep(0.05)
 
@@ -233,7 +238,7 @@ def test_a_server_keeping_freed_memory_runs_jemalloc_told_to_keep_it(
         assert steady.allocator_env["MALLOC_CONF"] == KEEP and fresh.allocator_env == {}
         assert "libjemalloc" in Path(f"/proc/{steady.pid}/maps").read_text()
         if malloc == "libc":
-            assert steady.allocator_env["LD_PRELOAD"] == launcher.jemalloc_library()
+            assert steady.allocator_env["LD_PRELOAD"] == memory.jemalloc_library()
             assert "libjemalloc" not in Path(f"/proc/{fresh.pid}/maps").read_text()
         else:
             assert "LD_PRELOAD" not in steady.allocator_env
@@ -281,7 +286,7 @@ def test_the_server_command_keeps_freed_memory_when_asked(tmp_path: Path) -> Non
                 assert child.poll() is None, child.stderr.read() if child.stderr else ""
                 assert time.monotonic() < deadline, "no server within 10 s"
                 time.sleep(0.02)
-        assert launcher.jemalloc_library() in Path(f"/proc/{child.pid}/maps").read_text()
+        assert memory.jemalloc_library() in Path(f"/proc/{child.pid}/maps").read_text()
     finally:
         child.kill()
         child.wait()
@@ -293,21 +298,21 @@ def test_keeping_freed_memory_that_cannot_be_done_or_does_not_take_is_an_error(
     """No jemalloc to preload: an error naming the package, and no server. A preload that did
     not load, or a jemalloc that did not take the setting: the launcher sees it and fails."""
     def missing() -> str:
-        raise LaunchError(launcher.MISSING_JEMALLOC, EXIT_MISSING)
+        raise LaunchError(memory.MISSING_JEMALLOC, EXIT_MISSING)
 
     with monkeypatch.context() as patch:
-        patch.setattr(launcher, "jemalloc_library", missing)
+        patch.setattr(memory, "jemalloc_library", missing)
         # .stop(): should one start after all, the failing test leaves no server behind.
         with pytest.raises(LaunchError, match="libjemalloc2") as no_jemalloc:
             RedisServer(tmp_path, server="valkey9", keep_freed_memory=True).stop()
         assert no_jemalloc.value.exit_code == EXIT_MISSING
         assert not (tmp_path / "redis.conf").exists()
     with monkeypatch.context() as patch:
-        patch.setattr(launcher, "jemalloc_library", lambda: str(tmp_path / "libjemalloc.so.2"))
+        patch.setattr(memory, "jemalloc_library", lambda: str(tmp_path / "libjemalloc.so.2"))
         with pytest.raises(LaunchError, match="did not load"):
             RedisServer(server="valkey9", keep_freed_memory=True).stop()
     with monkeypatch.context() as patch:
-        patch.setattr(launcher, "KEEP_FREED_MALLOC_CONF", "dirty_decay_ms:5000")
+        patch.setattr(memory, "KEEP_FREED_MALLOC_CONF", "dirty_decay_ms:5000")
         with pytest.raises(LaunchError, match="did not take MALLOC_CONF"):
             RedisServer(server="redis", keep_freed_memory=True).stop()
 
@@ -359,16 +364,16 @@ def test_the_benchmarks_tls_server_gets_a_ca_and_a_server_certificate_only(tmp_p
     """What the wheel's benchmark makes for ``--tls``: one good pair and its CA, made once per
     directory, no bad certificate (those are the test-support package's), and a server that
     speaks TLS only."""
-    certs = launcher.make_server_certs(tmp_path / "certs")
+    certs = make_server_certs(tmp_path / "certs")
     files = {path.name for path in certs.directory.iterdir() if path.suffix in (".crt", ".key", ".pass")}
     assert files == {"ca.crt", "ca.key", "server.crt", "server.key"}, files
     assert _openssl("verify", "-CAfile", str(certs.ca), str(certs.server_cert)).returncode == 0
     assert stat.S_IMODE(certs.server_key.stat().st_mode) == 0o600
     made = certs.server_cert.read_bytes()
-    assert launcher.make_server_certs(tmp_path / "certs").server_cert.read_bytes() == made, "made once"
-    with launcher.RedisServer(tmp_path / "server", tls=True) as server:
-        assert type(server.certs) is launcher.ServerCerts and server.certs.directory == tmp_path / "server" / "certs"
-        assert launcher.command(server.port, "PING", tls=server.certs.client_context()) == "PONG"
+    assert make_server_certs(tmp_path / "certs").server_cert.read_bytes() == made, "made once"
+    with bench_server.RedisServer(tmp_path / "server", tls=True) as server:
+        assert type(server.certs) is ServerCerts and server.certs.directory == tmp_path / "server" / "certs"
+        assert wire.command(server.port, "PING", tls=server.certs.client_context()) == "PONG"
         assert _plaintext_ping(server.port) == b""
 
 
@@ -466,7 +471,7 @@ def test_the_server_command_takes_tls_options(tmp_path: Path, requires_tls: None
     try:
         unverified = tls_certs.client_context(verify=False)
         deadline = time.monotonic() + 10
-        while not launcher._answers_as(child.pid, port, None, unverified):
+        while not answers_as(child.pid, port, None, unverified):
             assert child.poll() is None, child.stderr.read() if child.stderr else ""
             assert time.monotonic() < deadline, "no TLS answer within 10 s"
             time.sleep(0.01)
@@ -512,7 +517,7 @@ def test_the_cluster_command_starts_a_mutual_tls_cluster(tmp_path: Path, require
         certs = servers.TestCerts.in_directory(tmp_path / "certs")
         port = int(result.stdout.split()[0])
         # The bus links present the server certificate as clients, which each node checks.
-        info = launcher._info(port, "CLUSTER", "INFO", password=None, tls=certs.client_context())
+        info = wire.info(port, "CLUSTER", "INFO", password=None, tls=certs.client_context())
         assert info["cluster_state"] == "ok" and info["cluster_known_nodes"] == "3", info
         with pytest.raises(OSError, match=_refusal("CERTIFICATE_REQUIRED")):
             servers.command(port, "PING", tls=certs.client_context(client_cert=False))

@@ -28,7 +28,7 @@ cargo fmt --all -- --check
 server_name() {
     .venv/bin/python -c '
 import os, sys
-from lmcache_resp.bench._servers import server_binary, server_version
+from lmcache_resp.bench.servers.binaries import server_binary, server_version
 binary = server_binary(sys.argv[1])
 print(f"{sys.argv[1]}: {os.path.basename(binary)} {server_version(binary)} ({binary})")' "$1"
 }

@@ -2,7 +2,7 @@
 sharding), or a Redis Cluster; free ports, temp dirs, no persistence, stopped (and their files
 removed) on exit.
 
-Context-manager faces of the benchmark's launcher (:mod:`lmcache_resp.bench._servers`, on which
+Context-manager faces of the benchmark's launcher (:mod:`lmcache_resp.bench.servers`, on which
 the test suites' fixtures build too), with the benchmark's default of I/O threads.
 ``keep_freed_memory=True`` starts servers that keep the memory they free (the launcher's memory
 regimes)."""
@@ -13,15 +13,11 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from lmcache_resp.bench._servers import (
-    HOST,
-    RedisCluster,
-    RedisServer,
-    server_binary,
-    server_malloc,
-    server_version,
-    wait_for_replicas,
-)
+from lmcache_resp.bench.servers.binaries import server_binary, server_malloc, server_version
+from lmcache_resp.bench.servers.cluster import RedisCluster
+from lmcache_resp.bench.servers.ports import HOST
+from lmcache_resp.bench.servers.replication import wait_for_replicas
+from lmcache_resp.bench.servers.server import RedisServer
 
 __all__ = ["EmbeddedCluster", "EmbeddedRedis", "EmbeddedServers", "recommended_io_threads"]
 

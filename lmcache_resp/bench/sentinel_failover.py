@@ -2,7 +2,7 @@
 lmcache_resp's store side by side with redis-py's Sentinel client, in one run.
 
 A throwaway group is started (a primary, 2 replicas, 3 Sentinels; short down-after and
-failover timeouts: ``_servers.SentinelGroup``). Each client SETs batches of
+failover timeouts: ``servers.sentinel.SentinelGroup``). Each client SETs batches of
 :data:`BATCH_KEYS` keys of :data:`VALUE_BYTES` bytes in a loop, in a thread of its own: ours
 a ``PagedRespStore`` over the ``redis+sentinel://`` URL, redis-py a pipeline on
 ``Sentinel.master_for``. After a second the fault comes (``--sentinel-fault``: ``kill``, the
@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from lmcache_resp import BatchError, PagedRespStore, __version__
-from lmcache_resp.bench._servers import HOST, SentinelGroup
+from lmcache_resp.bench.servers.ports import HOST
+from lmcache_resp.bench.servers.sentinel import SentinelGroup
 from lmcache_resp.bench.console import Console
 from lmcache_resp.bench.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BenchError
 from lmcache_resp.bench.options import Options

@@ -19,7 +19,8 @@ from typing import Any
 from lmcache_resp import RedisClient, RespConnector, RespSettings
 from lmcache_resp.bench.embedded import EmbeddedCluster, EmbeddedRedis, EmbeddedServers
 from lmcache_resp.errors import InvalidInputError, RespTimeoutError
-from lmcache_resp.bench._servers import EXIT_MISSING, KEEP_FREED_MALLOC_CONF, LaunchError
+from lmcache_resp.bench.servers.errors import EXIT_MISSING, LaunchError
+from lmcache_resp.bench.servers.memory import KEEP_FREED_MALLOC_CONF
 from lmcache_resp.bench.errors import BenchError
 from lmcache_resp.bench.options import Options
 from lmcache_resp.bench.console import Console

@@ -179,7 +179,7 @@ fn repo() -> &'static Path {
 
 /// `python -m lmcache_resp_testing`, the test-support package's command line, with the
 /// repository's `testing/` first on `PYTHONPATH`. The package builds on lmcache_resp's own
-/// launcher (`lmcache_resp.bench._servers`), so the Python must import lmcache_resp: the one
+/// launchers (`lmcache_resp.bench.servers`), so the Python must import lmcache_resp: the one
 /// `$LMCACHE_RESP_PYTHON` names, else the repository's `.venv` (scripts/setup.sh builds the
 /// package there).
 pub fn launcher() -> Command {

@@ -1,9 +1,10 @@
 """The test suites' support package: fixtures that only the tests use, kept out of the wheel.
 
-- :mod:`lmcache_resp_testing.servers`: throwaway servers and clusters for the suites, built on
-  the benchmark's launcher (``lmcache_resp.bench._servers``), with what only tests need:
-  passwords and ACL users, mutual TLS, servers that present a bad certificate on purpose, TLS
-  clusters, fault injection (pause, resume, restart, a node killed), independent clients.
+- :mod:`lmcache_resp_testing.servers`: throwaway servers, clusters and Sentinel groups for the
+  suites, built on the benchmark's launchers (``lmcache_resp.bench.servers``), with what only
+  tests need: passwords and ACL users, mutual TLS, servers that present a bad certificate on
+  purpose, TLS clusters and Sentinels, fault injection (pause, resume, restart, a node killed),
+  independent clients.
 - :mod:`lmcache_resp_testing.certs`: the test certificates, bad ones included (expired, wrong
   host, an untrusted CA's client, an encrypted key).
 - ``python -m lmcache_resp_testing``: the command line the Rust tests (native-tests) and the

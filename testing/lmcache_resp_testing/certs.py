@@ -18,7 +18,7 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lmcache_resp.bench._servers import CertMaker, ServerCerts, make_once
+from lmcache_resp.bench.servers.certs import CertMaker, ServerCerts, make_once
 
 __all__ = ["TEST_KEY_PASSPHRASE", "TestCerts", "make_test_certs"]
 

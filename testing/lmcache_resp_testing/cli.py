@@ -20,7 +20,7 @@ server: kill it to stop the server.
 
 ``cluster start`` starts PRIMARIES * (1 + N) servers on 127.0.0.1, ports P, P+1, ... (without
 --base-port free ones are picked), joins them and waits until the cluster is ready (the
-benchmark launcher's contract, lmcache_resp.bench._servers). Then it prints "PORT PID" per
+benchmark launcher's contract, lmcache_resp.bench.servers.cluster). Then it prints "PORT PID" per
 server, primaries first (also written to DIR/pids), exits 0, and the servers keep running.
 ``cluster stop DIR`` (or killing those pids) ends them; with --owner PID a watcher process also
 ends them once that process is gone, so a test run that dies without cleaning up leaves no
@@ -61,23 +61,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lmcache_resp.bench import _servers
-from lmcache_resp.bench._servers import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_USAGE,
-    KEEP_FREED_MALLOC_CONF,
-    SERVER_ENV,
-    LaunchError,
-    TlsUnsupported,
-    cli_binary,
-    keep_freed_memory_env,
-    server_binary,
-    server_version,
-    start_cluster,
-    start_cluster_on_free_ports,
-    stop_cluster,
-)
+from lmcache_resp.bench.servers.binaries import SERVER_ENV, cli_binary, server_binary, server_version
+from lmcache_resp.bench.servers.cluster import start_cluster, start_cluster_on_free_ports, stop_cluster
+from lmcache_resp.bench.servers.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, LaunchError, TlsUnsupported
+from lmcache_resp.bench.servers.memory import KEEP_FREED_MALLOC_CONF, MALLOC_CONF_VARS, keep_freed_memory_env
 from lmcache_resp_testing.certs import make_test_certs
 from lmcache_resp_testing.servers import TLS_AUTH_CLIENTS, TestServerConfig, server_supports_tls
 
@@ -128,7 +115,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     path = config.write()
     allocator = keep_freed_memory_env(binary) if args.keep_freed_memory else {}
-    for name in _servers._MALLOC_CONF_VARS:
+    for name in MALLOC_CONF_VARS:
         os.environ.pop(name, None)
     os.environ.update(allocator)
     # Python ignores SIGPIPE, and an ignored signal stays ignored across exec: the server gets

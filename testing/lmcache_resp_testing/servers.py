@@ -1,5 +1,5 @@
-"""Throwaway Redis (or Valkey) servers and clusters for the test suites: the benchmark's launcher
-(``lmcache_resp.bench._servers``, shipped) with what only tests need.
+"""Throwaway Redis (or Valkey) servers, clusters and Sentinels for the test suites: the
+benchmark's launchers (``lmcache_resp.bench.servers``, shipped) with what only tests need.
 
 - RedisServer: ``password`` and ``acl_user=(name, password)`` (full rights); TLS on the test
   certificates (``tls=True``: made in DIR/certs; or ``tls=certs``, a TestCerts shared by
@@ -13,9 +13,10 @@
   yes``: the cluster announces its TLS ports), ``.seed_url``, ``.command(node, ...)``,
   ``.primaries()``/``.replicas()`` (ROLE now), ``.kill(node)``, ``.cli(...)`` (redis-cli -c),
   ``.redis_py(node)``.
-- SentinelGroup (the benchmark's, re-exported): a primary, replicas and Sentinels watching it,
-  with short failover timings, ``.url`` (``redis+sentinel://``), ``.primary_port()``,
-  ``.wait_for_new_primary(old)``; SentinelUnsupported when the binary cannot be a Sentinel.
+- SentinelGroup: a primary, replicas and Sentinels watching it, with short failover timings,
+  ``.url`` (``redis+sentinel://``), ``.primary_port()``, ``.wait_for_new_primary(old)``; the
+  benchmark's, with ``password``, ``sentinel_password`` and TLS (``tls=True``) added;
+  SentinelUnsupported when the binary cannot be a Sentinel.
 - server_supports_tls: whether a server binary has TLS, told in milliseconds.
 
 Secrets never go onto a command line, where ``ps`` shows them: passwords go into the config
@@ -37,32 +38,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmcache_resp.bench import _servers
-from lmcache_resp.bench._servers import (
-    CLUSTER_PORTS,
+from lmcache_resp.bench.servers import cluster as bench_cluster
+from lmcache_resp.bench.servers import processes, wire
+from lmcache_resp.bench.servers import sentinel as bench_sentinel
+from lmcache_resp.bench.servers import server as bench_server
+from lmcache_resp.bench.servers.binaries import SERVER_ENV, cli_binary, server_binary, server_malloc, server_version
+from lmcache_resp.bench.servers.certs import ServerCerts
+from lmcache_resp.bench.servers.cluster import ClusterNode
+from lmcache_resp.bench.servers.config import ServerConfig, quoted
+from lmcache_resp.bench.servers.errors import (
     EXIT_FAILED,
     EXIT_MISSING,
     EXIT_OK,
     EXIT_PORT_TAKEN,
     EXIT_USAGE,
-    HOST,
-    KEEP_FREED_MALLOC_CONF,
-    SERVER_ENV,
-    ClusterNode,
     LaunchError,
-    ReplyError,
-    SentinelGroup,
-    SentinelUnsupported,
-    ServerCerts,
-    ServerConfig,
     TlsUnsupported,
-    cli_binary,
-    command,
-    free_port,
-    server_binary,
-    server_malloc,
-    server_version,
 )
+from lmcache_resp.bench.servers.memory import KEEP_FREED_MALLOC_CONF
+from lmcache_resp.bench.servers.ports import CLUSTER_PORTS, HOST, free_port
+from lmcache_resp.bench.servers.sentinel import SentinelUnsupported
+from lmcache_resp.bench.servers.watcher import exited
+from lmcache_resp.bench.servers.wire import ReplyError, command
 from lmcache_resp_testing import pattern
 from lmcache_resp_testing.certs import TestCerts, make_test_certs
 
@@ -144,7 +141,7 @@ class TestServerConfig(ServerConfig):
         name, password = self.acl_user
         if not name or any(c.isspace() for c in name):
             raise LaunchError(f"ACL user name {name!r} is empty or has spaces", EXIT_USAGE)
-        return [f"user {name} on {_servers._quoted('>' + password)} ~* &* +@all"]
+        return [f"user {name} on {quoted('>' + password)} ~* &* +@all"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -159,12 +156,12 @@ def server_supports_tls(binary: str) -> bool:
                  "--tls-key-file", os.path.join(scratch, "none"), "--save", "", "--appendonly", "no", "--dir", scratch,
                  "--logfile", ""],
                 stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10,
-                env=_servers._env_without_secrets(), check=False,
+                env=processes.env_without_secrets(), check=False,
             )
         except subprocess.TimeoutExpired:
             # It went on running: whatever it is, it did not stop for want of TLS.
             return True
-    return not any(words in probe.stdout + probe.stderr for words in _servers.NO_TLS_IN_LOG)
+    return not any(words in probe.stdout + probe.stderr for words in processes.NO_TLS_IN_LOG)
 
 
 def _certs_for(tls: bool | TestCerts, directory: Path) -> TestCerts | None:
@@ -183,7 +180,7 @@ def _tls_kwargs(certs: ServerCerts | None, auth_clients: str, client_cert: bool 
     return kwargs
 
 
-class RedisServer(_servers.RedisServer):
+class RedisServer(bench_server.RedisServer):
     """A throwaway server for the tests, started on construction (see the module docstring and
     the benchmark's RedisServer, which it extends)."""
 
@@ -256,7 +253,7 @@ class RedisServer(_servers.RedisServer):
         os.kill(self.pid, signal.SIGCONT)
 
     def log_tail(self, chars: int = 2000) -> str:
-        return _servers._log_tail(self.directory, chars)
+        return processes.log_tail(self.directory, chars)
 
     def redis_py(self, db: int = 0) -> Any:
         """An independent client (redis-py, imported only here) to check what the server holds:
@@ -269,7 +266,7 @@ class RedisServer(_servers.RedisServer):
         return redis.Redis(host=HOST, port=self.port, password=self.password, db=db, **tls)
 
 
-class RedisCluster(_servers.RedisCluster):
+class RedisCluster(bench_cluster.RedisCluster):
     """A throwaway local Redis Cluster for the tests, started on construction (see the module
     docstring and the benchmark's RedisCluster, which it extends). TLS: ``tls=True`` (test
     certificates made in DIR/certs) or ``tls=certs`` (a TestCerts): every node TLS only, on its
@@ -341,14 +338,14 @@ class RedisCluster(_servers.RedisCluster):
         context = self.client_context()
         return [
             node for node in self.nodes
-            if not _servers._exited(node.pid) and _servers._role(node.port, self.password, context) == role
+            if not exited(node.pid) and wire.role(node.port, self.password, context) == role
         ]
 
     def kill(self, node: ClusterNode) -> None:
         """SIGKILL, as in a crash; returns once the node is gone."""
         os.kill(node.pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
-        while not _servers._exited(node.pid):
+        while not exited(node.pid):
             if time.monotonic() > deadline:
                 raise LaunchError(f"node {node.port} (pid {node.pid}) did not die")
             time.sleep(0.01)
@@ -360,7 +357,7 @@ class RedisCluster(_servers.RedisCluster):
         seed = self.nodes[0]
         env = dict(os.environ)
         if self.password:
-            env.update(dict.fromkeys(_servers.CLI_AUTH_ENV, self.password))
+            env.update(dict.fromkeys(processes.CLI_AUTH_ENV, self.password))
         tls = self.certs.cli_args() if self.certs is not None else []
         result = subprocess.run(
             [self.cli_binary, "-c", *tls, "-h", seed.host, "-p", str(seed.port), *args],
@@ -373,3 +370,74 @@ class RedisCluster(_servers.RedisCluster):
         over TLS for a TLS cluster."""
         redis = importlib.import_module("redis")
         return redis.Redis(host=node.host, port=node.port, password=self.password, **self.tls_kwargs())
+
+
+class SentinelGroup(bench_sentinel.SentinelGroup):
+    """A throwaway Sentinel group for the tests (see the module docstring and the benchmark's
+    SentinelGroup, which it extends). ``password`` is the data servers' (requirepass, masterauth,
+    the Sentinels' auth-pass); ``sentinel_password`` the Sentinels' own (requirepass and
+    sentinel-pass). ``tls=True``: every server and Sentinel speaks TLS only, on test certificates
+    made in DIR/certs (``.certs``), replication and the Sentinels' own links included."""
+
+    certs: TestCerts | None
+
+    def __init__(
+        self,
+        directory: Path | str | None = None,
+        *,
+        replicas: int = 2,
+        sentinels: int = 3,
+        service: str = "mymaster",
+        server: str | None = None,
+        password: str | None = None,
+        sentinel_password: str | None = None,
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 3000,
+        tls: bool = False,
+    ) -> None:
+        # Read by the hooks, which the benchmark's constructor calls to start the group.
+        self.password = password
+        self.sentinel_password = sentinel_password
+        self._tls = tls
+        self.certs = None
+        super().__init__(directory, replicas=replicas, sentinels=sentinels, service=service, server=server,
+                         down_after_ms=down_after_ms, failover_timeout_ms=failover_timeout_ms)
+
+    def _before_start(self) -> None:
+        self.certs = _certs_for(self._tls, self.directory)
+        self.tls_context = None if self.certs is None else self.certs.client_context()
+
+    def _data_server(self, directory: Path, conf: list[str]) -> RedisServer:
+        return RedisServer(directory, server=self.binary, password=self.password, conf=conf, tls=self.certs or False)
+
+    def _replication_lines(self) -> list[str]:
+        lines = [f"masterauth {quoted(self.password)}"] if self.password is not None else []
+        return lines + (["tls-replication yes"] if self.certs is not None else [])
+
+    def _listen_lines(self, port: int) -> list[str]:
+        if self.certs is None:
+            return super()._listen_lines(port)
+        return [
+            "port 0",
+            f"tls-port {port}",
+            f"tls-cert-file {quoted(str(self.certs.server_cert))}",
+            f"tls-key-file {quoted(str(self.certs.server_key))}",
+            f"tls-ca-cert-file {quoted(str(self.certs.ca))}",
+            "tls-auth-clients no",
+            "tls-replication yes",
+        ]
+
+    def _sentinel_auth_lines(self) -> list[str]:
+        lines = [f"sentinel auth-pass {self.service} {quoted(self.password)}"] if self.password is not None else []
+        if self.sentinel_password is not None:
+            lines += [f"requirepass {quoted(self.sentinel_password)}",
+                      f"sentinel sentinel-pass {quoted(self.sentinel_password)}"]
+        return lines
+
+    @property
+    def url(self) -> str:
+        """``redis+sentinel://[:password@]127.0.0.1:P1,...,/service`` (``rediss+sentinel://``
+        with TLS)."""
+        auth = f":{self.password}@" if self.password else ""
+        nodes = ",".join(f"{HOST}:{port}" for port in self.sentinel_ports)
+        return f"{'rediss' if self.certs is not None else 'redis'}+sentinel://{auth}{nodes}/{self.service}"
