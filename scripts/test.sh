@@ -23,7 +23,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 echo "==> rustfmt --check (rustfmt.toml; a file out of format fails here, not in review)"
 cargo fmt --all -- --check
 
-# Which server a pass runs: the launcher reads $REDIS_TEST_SERVER (lmcache_resp.bench._servers,
+# Which server a pass runs: the launcher reads $REDIS_TEST_SERVER (lmcache_resp.bench.servers.binaries,
 # under the test-support package every suite uses, testing/lmcache_resp_testing).
 server_name() {
     .venv/bin/python -c '
