@@ -159,6 +159,53 @@ def test_replicas_imply_a_cluster_and_read_from_is_passed_on() -> None:
     assert (options.cluster, options.replicas, options.read_from) == (4, 1, None)
 
 
+def test_ours_shape_reaches_our_store_and_lmcaches_adapter_and_not_the_peers(
+    capsys: pytest.CaptureFixture[str], redis_server: RedisServer
+) -> None:
+    """--ours-shape WxC shapes our store only: the server sees W workers' C data connections
+    and express one each, LMCache's l2 spec of our adapter carries both, the peers keep
+    --num-workers threads, the run says so, and a shape out of range is refused."""
+    from lmcache_resp.bench.lmcache_l2 import adapter_spec
+    from lmcache_resp.bench.ours import OursDriver
+
+    options = parse_options(["--port", str(redis_server.port), "--ours-shape", "2x3"])
+    assert (options.num_workers, options.ours_workers, options.ours_connections_per_worker) == (8, 2, 3)
+    assert (parse_options([]).ours_shape, parse_options([]).ours_workers) == (None, 8)
+    target = _target(redis_server)
+    ours_spec, _ = adapter_spec("ours", target, options)
+    resp_spec, _ = adapter_spec("resp", target, options)
+    assert ours_spec is not None and resp_spec is not None
+    assert (ours_spec["adapter_params"]["num_workers"], ours_spec["adapter_params"]["connections_per_worker"]) == (2, 3)
+    assert "connections_per_worker" not in resp_spec and resp_spec["num_workers"] == 8
+
+    admin = redis_server.redis_py()
+    before = {c["id"] for c in admin.client_list()}
+    keys = [f"bench-test:shape:{i}" for i in range(24)]
+    # 24 x 256 KiB: a tile for each worker, and 12 values a worker spread over its connections.
+    driver = OursDriver(target, Workload(keys, 256 << 10, 7), num_workers=2, connections_per_worker=3)
+    try:
+        assert driver.store.settings is not None and driver.store.settings.connections_per_worker == 3
+        assert "2 I/O workers x 3 connections" in driver.describe()
+        driver.run_round(0, ("set", "get"))
+        opened = [c for c in admin.client_list() if c["id"] not in before]
+        assert len(opened) == 2 * (3 + 1), opened
+    finally:
+        driver.close()
+    admin.delete(*keys)
+
+    status, out, err = run_main(capsys, *TINY, "--port", str(redis_server.port), "--ours-shape", "2x3",
+                                "--compare", "redis-py")
+    assert status == 0, err
+    assert "lmcache_resp 2 I/O workers x 3 connections, the peers 8 threads" in out, out
+    for bad in ("2", "0x4", "2x65", "twox4"):
+        with pytest.raises(SystemExit):
+            parse_options(["--ours-shape", bad])
+    assert "must be WxC" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_options(["--ours-shape", "2x4", "--dead-server"])
+    assert "--ours-shape shapes the standard run" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("caught_up", [False, True])
 def test_a_miss_after_replicas_lagged_says_so(redis_server: RedisServer, caught_up: bool) -> None:
     """When the settle step gives up on a replica, a miss that follows names replication lag

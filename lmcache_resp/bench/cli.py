@@ -190,6 +190,18 @@ def _l2_cell(text: str) -> tuple[int, int]:
     return int(value), keys
 
 
+def _shape(text: str) -> tuple[int, int]:
+    """WxC: I/O workers (1..256) x data connections per worker (1..64), e.g. 2x4."""
+    workers, sep, connections = text.strip().lower().partition("x")
+    try:
+        shape = (int(workers), int(connections)) if sep else None
+    except ValueError:
+        shape = None
+    if shape is None or not (1 <= shape[0] <= 256 and 1 <= shape[1] <= 64):
+        raise argparse.ArgumentTypeError(f"must be WxC, workers 1..256 x connections per worker 1..64, e.g. 2x4, got {text!r}")
+    return shape
+
+
 def _cpu_affinity(text: str) -> str:
     # The native settings parser owns the syntax; asked with no environment, so that nothing but
     # this value can be refused.
@@ -256,6 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="GETs of larger values are read in pieces of this size, 0 for whole GETs "
                                "(default: the library's get_piece_bytes=auto: whole GETs from Valkey 9 and Redis 8.6, "
                                "1 MiB pieces from older servers)")
+    workload.add_argument("--ours-shape", type=_shape, metavar="WxC",
+                          help="lmcache_resp's I/O workers x data connections per worker to each server, e.g. 2x4: "
+                               "the same 8 connections as 8x1 on 2 workers (default: --num-workers x the library's 1); "
+                               "the peers keep --num-workers threads")
 
     extra = parser.add_argument_group("extras")
     extra.add_argument("--json", action="store_true", help="machine-readable output only, on stdout")
@@ -407,6 +423,10 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         if not (os.path.isfile(args.memtier) and os.access(args.memtier, os.X_OK)):
             parser.error(f"--memtier: {args.memtier!r} is not an executable file")
     num_keys = _num_keys(parser, args)
+    if args.ours_shape is not None and (args.bridge or args.neighbour_flood or args.dead_server or args.sglang
+                                        or args.sentinel_failover):
+        parser.error("--ours-shape shapes the standard run's store, --sweep's and our adapter in --compare lmcache-l2; "
+                     "it is not used with --bridge, --neighbour-flood, --dead-server, --sglang or --sentinel-failover")
     if args.clients is not None and not args.bridge:
         parser.error("--clients needs --bridge")
     if args.bridge and (sweep or args.compare or args.ceiling):
@@ -487,6 +507,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         flood_seconds=DEFAULT_FLOOD_SECONDS if args.flood_seconds is None else args.flood_seconds,
         server=args.server,
         get_piece_bytes=None if args.get_piece_mb is None else mib_to_bytes(args.get_piece_mb),
+        ours_shape=args.ours_shape,
         dead_server=args.dead_server,
         dead_batches=DEFAULT_DEAD_BATCHES if args.dead_batches is None else args.dead_batches,
         sentinel_failover=args.sentinel_failover,

@@ -160,9 +160,11 @@ def adapter_spec(name: str, target: Target, options: Options) -> tuple[dict[str,
             params = {"url": "redis://" + ",".join(f"{h}:{p}" for h, p in nodes), "cluster": True}
         else:
             params = {"host": nodes[0][0], "port": nodes[0][1]}
-        params["num_workers"] = workers
+        params["num_workers"] = options.ours_workers
         if options.get_piece_bytes is not None:
             params["get_piece_bytes"] = options.get_piece_bytes
+        if options.ours_connections_per_worker is not None:
+            params["connections_per_worker"] = options.ours_connections_per_worker
         if options.cpu_affinity is not None:
             params["cpu_affinity"] = options.cpu_affinity
         return {"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp", "class_name": "RespConnector",
@@ -339,7 +341,8 @@ class L2Result:
         o = self.options
         lines = [f"LMCache's own benchmark, `lmcache bench l2`: LMCache {self.versions.get('lmcache')} "
                  f"(Python {self.versions.get('python')}, {self.python}), lmcache_resp {lmcache_resp.__version__} "
-                 f"from {Path(lmcache_resp.__file__).parent}; {o.num_workers} workers per adapter"]
+                 f"from {Path(lmcache_resp.__file__).parent}; {o.num_workers} workers per adapter"
+                 + (f" (ours: {o.ours_shape[0]} workers x {o.ours_shape[1]} connections)" if o.ours_shape else "")]
         for name, spec in self.specs.items():
             lines.append(f"  {name}: --l2-adapter '{json.dumps(spec, separators=(',', ':'))}'")
         for name, why in self.skipped.items():

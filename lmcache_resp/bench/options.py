@@ -121,6 +121,10 @@ class Options:
     # GETs of larger values are read in pieces of this many bytes (0: whole GETs); None keeps
     # the library's default.
     get_piece_bytes: int | None = None
+    # lmcache_resp's (workers, data connections per worker to each server), --ours-shape WxC;
+    # None: num_workers workers with the library's default connections. The peers keep
+    # num_workers threads either way.
+    ours_shape: tuple[int, int] | None = None
     # --dead-server (dead_server.py): batches timed per op once the throwaway server is killed.
     dead_server: bool = False
     dead_batches: int = 100
@@ -145,6 +149,16 @@ class Options:
     sglang: bool = False
     sglang_pages: int = 32
     sglang_layout: str = "page_first"
+
+    @property
+    def ours_workers(self) -> int:
+        """lmcache_resp's I/O workers: --ours-shape's, else --num-workers."""
+        return self.num_workers if self.ours_shape is None else self.ours_shape[0]
+
+    @property
+    def ours_connections_per_worker(self) -> int | None:
+        """lmcache_resp's data connections per worker, where --ours-shape gives them."""
+        return None if self.ours_shape is None else self.ours_shape[1]
 
     @property
     def embedded(self) -> bool:

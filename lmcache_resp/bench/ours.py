@@ -61,6 +61,7 @@ class OursDriver:
         num_workers: int,
         cpu_affinity: str | None = None,
         get_piece_bytes: int | None = None,
+        connections_per_worker: int | None = None,
     ) -> None:
         self.settle = target.settle
         kwargs = target.connect_kwargs()
@@ -74,8 +75,11 @@ class OursDriver:
             kwargs["cpu_affinity"] = cpu_affinity
         if get_piece_bytes is not None:
             kwargs["get_piece_bytes"] = get_piece_bytes
+        if connections_per_worker is not None:
+            kwargs["connections_per_worker"] = connections_per_worker
         self.workload = workload
         self.num_workers = num_workers
+        self.connections_per_worker = connections_per_worker
         try:
             self.store = PagedRespStore(page_size=workload.chunk_bytes, num_pages=len(workload.keys), num_workers=num_workers, **kwargs)
         # Unreachable server, wrong credentials, a setting this machine cannot honour: the
@@ -89,7 +93,10 @@ class OursDriver:
         self.buffers: list[pattern.Bytes] = [page.numpy() for page in self.pages]
 
     def describe(self) -> str:
-        return (f"lmcache_resp {__version__}, PagedRespStore, {self.num_workers} I/O workers, one batch per op, "
+        shape = f"{self.num_workers} I/O workers"
+        if self.connections_per_worker is not None:
+            shape += f" x {self.connections_per_worker} connections"
+        return (f"lmcache_resp {__version__}, PagedRespStore, {shape}, one batch per op, "
                 f"large values read as {self.reads()}")
 
     def reads(self) -> str:

@@ -87,9 +87,18 @@ def header_lines(options: Options, target: Target) -> list[str]:
                     f"after an untimed warm-up, ops {','.join(options.ops)}; rates are the host's aggregate")
     else:
         workload = (f"workload: {options.num_keys} keys x {format_size(options.chunk_bytes)} = {options.pool_bytes / GB:.3f} GB per "
-                    f"batch (all keys in ONE call), {options.num_workers} I/O workers, {_plural(options.rounds, 'round')} after an untimed warm-up, ops "
+                    f"batch (all keys in ONE call), {_workers(options)}, {_plural(options.rounds, 'round')} after an untimed warm-up, ops "
                     f"{','.join(options.ops)}")
     return [target.header_line(), workload, UNITS_NOTE]
+
+
+def _workers(options: Options) -> str:
+    """The I/O workers: ``8 I/O workers``, or with --ours-shape ``lmcache_resp 2 I/O workers x 4
+    connections, the peers 8 threads``."""
+    if options.ours_shape is None:
+        return f"{options.num_workers} I/O workers"
+    workers, connections = options.ours_shape
+    return f"lmcache_resp {workers} I/O workers x {connections} connections, the peers {options.num_workers} threads"
 
 
 def standard_lines(result: RunResult) -> list[str]:
@@ -321,6 +330,7 @@ def json_base(options: Options) -> dict[str, Any]:
             "chunk_bytes": options.chunk_bytes,
             "num_keys": options.num_keys,
             "num_workers": options.num_workers,
+            "ours_shape": list(options.ours_shape) if options.ours_shape else None,
             "rounds": options.rounds,
             "ops": list(options.ops),
             "timeout_s": options.timeout,

@@ -131,9 +131,10 @@ def _standard(options: Options, target: Target, ledger: KeyLedger, console: Cons
     ours = OursDriver(
         target,
         workload,
-        num_workers=options.num_workers,
+        num_workers=options.ours_workers,
         cpu_affinity=options.cpu_affinity,
         get_piece_bytes=options.get_piece_bytes,
+        connections_per_worker=options.ours_connections_per_worker,
     )
     drivers: list[Driver] = [ours]
     # A peer that reaches a cluster runs on ours; the others on one server (peer_target).

@@ -92,7 +92,8 @@ def _measure(options: Options, target: Target, ledger: KeyLedger, console: Conso
     # The same key names at every point: the ledger stays small, and each point deletes its keys.
     workload = Workload(ledger.keys("sweep", keys), chunk, options.seed)
     driver = OursDriver(
-        target, workload, num_workers=num_workers, cpu_affinity=options.cpu_affinity, get_piece_bytes=options.get_piece_bytes
+        target, workload, num_workers=num_workers, cpu_affinity=options.cpu_affinity, get_piece_bytes=options.get_piece_bytes,
+        connections_per_worker=options.ours_connections_per_worker,
     )
     try:
         [result] = run_rounds([driver], SWEEP_OPS, options.rounds, console)
