@@ -200,7 +200,7 @@ def test_ours_shape_reaches_our_store_and_lmcaches_adapter_and_not_the_peers(
     for bad in ("2", "0x4", "2x65", "twox4"):
         with pytest.raises(SystemExit):
             parse_options(["--ours-shape", bad])
-    assert "must be WxC" in capsys.readouterr().err
+        assert f"must be WxC, workers 1..256 x connections per worker 1..64, e.g. 2x4, got {bad!r}" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         parse_options(["--ours-shape", "2x4", "--dead-server"])
     assert "--ours-shape shapes the standard run" in capsys.readouterr().err

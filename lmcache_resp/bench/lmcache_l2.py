@@ -342,7 +342,7 @@ class L2Result:
         lines = [f"LMCache's own benchmark, `lmcache bench l2`: LMCache {self.versions.get('lmcache')} "
                  f"(Python {self.versions.get('python')}, {self.python}), lmcache_resp {lmcache_resp.__version__} "
                  f"from {Path(lmcache_resp.__file__).parent}; {o.num_workers} workers per adapter"
-                 + (f" (ours: {o.ours_shape[0]} workers x {o.ours_shape[1]} connections)" if o.ours_shape else "")]
+                 + (f" (ours: {o.ours_shape_text()})" if o.ours_shape else "")]
         for name, spec in self.specs.items():
             lines.append(f"  {name}: --l2-adapter '{json.dumps(spec, separators=(',', ':'))}'")
         for name, why in self.skipped.items():

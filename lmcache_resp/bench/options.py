@@ -150,6 +150,11 @@ class Options:
     sglang_pages: int = 32
     sglang_layout: str = "page_first"
 
+    def ours_shape_text(self) -> str:
+        """lmcache_resp's workers as the reports say them: ``8 I/O workers``, or with
+        --ours-shape ``2 I/O workers x 4 connections``."""
+        return shape_text(self.ours_workers, self.ours_connections_per_worker)
+
     @property
     def ours_workers(self) -> int:
         """lmcache_resp's I/O workers: --ours-shape's, else --num-workers."""
@@ -178,6 +183,13 @@ class Options:
     @property
     def pool_bytes(self) -> int:
         return self.num_keys * self.chunk_bytes
+
+
+def shape_text(workers: int, connections_per_worker: int | None) -> str:
+    """``8 I/O workers``, or ``2 I/O workers x 4 connections`` where the connections per worker
+    are given: one wording for the run's header, our driver and LMCache's l2 preamble."""
+    text = f"{workers} I/O workers"
+    return text if connections_per_worker is None else f"{text} x {connections_per_worker} connections"
 
 
 def sweep_keys(num_keys: int, chunk_bytes: int) -> int:

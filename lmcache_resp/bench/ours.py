@@ -15,7 +15,7 @@ from lmcache_resp.errors import InvalidInputError, RespConnectionError
 from lmcache_resp.bench import pattern
 from lmcache_resp.bench.servers.replication import REPLICA_WAIT_S
 from lmcache_resp.bench.errors import BenchError
-from lmcache_resp.bench.options import ALL_OPS
+from lmcache_resp.bench.options import ALL_OPS, shape_text
 from lmcache_resp.bench.measure import OpSample, timed
 from lmcache_resp.bench.target import Target
 from lmcache_resp.bench.workload import Mismatch, VerificationError, Workload, round_label
@@ -93,10 +93,8 @@ class OursDriver:
         self.buffers: list[pattern.Bytes] = [page.numpy() for page in self.pages]
 
     def describe(self) -> str:
-        shape = f"{self.num_workers} I/O workers"
-        if self.connections_per_worker is not None:
-            shape += f" x {self.connections_per_worker} connections"
-        return (f"lmcache_resp {__version__}, PagedRespStore, {shape}, one batch per op, "
+        return (f"lmcache_resp {__version__}, PagedRespStore, {shape_text(self.num_workers, self.connections_per_worker)}, "
+                f"one batch per op, "
                 f"large values read as {self.reads()}")
 
     def reads(self) -> str:

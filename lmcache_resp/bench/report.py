@@ -96,9 +96,8 @@ def _workers(options: Options) -> str:
     """The I/O workers: ``8 I/O workers``, or with --ours-shape ``lmcache_resp 2 I/O workers x 4
     connections, the peers 8 threads``."""
     if options.ours_shape is None:
-        return f"{options.num_workers} I/O workers"
-    workers, connections = options.ours_shape
-    return f"lmcache_resp {workers} I/O workers x {connections} connections, the peers {options.num_workers} threads"
+        return options.ours_shape_text()
+    return f"lmcache_resp {options.ours_shape_text()}, the peers {options.num_workers} threads"
 
 
 def standard_lines(result: RunResult) -> list[str]:
