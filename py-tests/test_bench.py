@@ -1321,6 +1321,50 @@ def test_lmcache_l2_and_regime_settings_that_do_not_fit_are_rejected(
     assert expected in capsys.readouterr().err
 
 
+def test_vllm_ttft_options_are_parsed() -> None:
+    options = parse_options(["--vllm-ttft", "--vllm-lengths", "1024, 4096,16384", "--vllm-warm-reps", "2",
+                             "--l2-adapters", "resp,ours", "--server", "valkey9", "--rounds", "4"])
+    assert options.vllm_ttft and options.vllm_lengths == (1024, 4096, 16384) and options.vllm_warm_reps == 2
+    assert options.l2_adapters == ("ours", "resp") and options.server == "valkey9" and options.rounds == 4
+    defaults = parse_options(["--vllm-ttft"])
+    assert defaults.vllm_lengths == (1024, 4096) and defaults.vllm_warm_reps == 3
+    assert defaults.l2_adapters == ("ours", "resp", "valkey")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--vllm-ttft", "--vllm-lengths", "1000"], "multiples of 256"),
+        (["--vllm-ttft", "--vllm-lengths", "65536"], "multiples of 256 in 256..32768"),
+        (["--vllm-ttft", "--vllm-lengths", "1k"], "comma list of token counts"),
+        (["--vllm-lengths", "1024"], "--vllm-lengths and --vllm-warm-reps need --vllm-ttft"),
+        (["--vllm-warm-reps", "2"], "--vllm-lengths and --vllm-warm-reps need --vllm-ttft"),
+        (["--vllm-ttft", "--host", "h"], "one throwaway server over TCP"),
+        (["--vllm-ttft", "--compare", "redis-py"], "one throwaway server over TCP"),
+        (["--vllm-ttft", "--cluster", "3"], "one throwaway server over TCP"),
+        (["--vllm-ttft", "--l2-cells", "256K"], "--l2-adapters only"),
+    ],
+)
+def test_vllm_ttft_settings_that_do_not_fit_are_rejected(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_options(argv)
+    assert exit_info.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_vllm_ttft_without_vllm_says_which_venv_to_use(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("this Python has vLLM: the run would start engines (scripts/test-vllm.sh's suite measures it)")
+    status, _, err = run_main(capsys, "--vllm-ttft")
+    assert status == 2
+    assert "--vllm-ttft needs vLLM, LMCache and torch in this Python" in err
+    assert "scripts/test-vllm.sh" in err
+
+
 def test_lmcache_l2_alternates_abba_flushes_and_reports_medians_and_ratios(
     capsys: pytest.CaptureFixture[str], l2_stub: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -32,6 +32,8 @@ from lmcache_resp.bench.options import (
     DEFAULT_DEAD_BATCHES,
     DEFAULT_DEAD_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
+    DEFAULT_VLLM_LENGTHS,
+    DEFAULT_VLLM_WARM_REPS,
     DEFAULT_FLOOD_SECONDS,
     DEFAULT_L2_BENCH_ROUNDS,
     DEFAULT_L2_CELLS,
@@ -131,6 +133,17 @@ def _chunk_mib(text: str) -> float:
     if mib_to_bytes(value) < MIN_CHUNK_BYTES:
         raise argparse.ArgumentTypeError(f"must be at least {MIN_CHUNK_BYTES} bytes ({MIN_CHUNK_BYTES / MiB:g} MiB), got {text!r}")
     return value
+
+
+def _vllm_lengths(text: str) -> list[int]:
+    """--vllm-lengths: prompt lengths in tokens, each a multiple of 256 (LMCache's chunk) up to 32768."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a comma list of token counts, got {text!r}") from None
+    if not values or any(v <= 0 or v % 256 or v > 32768 for v in values):
+        raise argparse.ArgumentTypeError(f"must be multiples of 256 in 256..32768, got {text!r}")
+    return values
 
 
 def _piece_mib(text: str) -> float:
@@ -340,6 +353,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="--sglang: pages per batch (default 32: 256 MiB)")
     extra.add_argument("--sglang-layout", choices=("page_first", "page_first_direct", "layer_first"), default=None,
                        help="--sglang: SGLang's --hicache-mem-layout of the host pool (default page_first)")
+    extra.add_argument("--vllm-ttft", action="store_true",
+                       help="time to first token of a real vLLM engine on CPU, cold and warm from L2 through LMCache's "
+                            "MP server, for each --l2-adapters (ours, resp, valkey), ABBA over --rounds engine lives, "
+                            "on one throwaway --server (needs vLLM and LMCache in this Python: scripts/test-vllm.sh's venv)")
+    extra.add_argument("--vllm-lengths", type=_vllm_lengths, default=None, metavar="LIST",
+                       help="--vllm-ttft: comma list of prompt lengths in tokens, multiples of 256 (default "
+                            f"{','.join(map(str, DEFAULT_VLLM_LENGTHS))})")
+    extra.add_argument("--vllm-warm-reps", type=_int_in(1, 100), default=None, metavar="N",
+                       help=f"--vllm-ttft: warm requests per prompt and engine life, L1 emptied before each (default "
+                            f"{DEFAULT_VLLM_WARM_REPS})")
     extra.add_argument("--sentinel-failover", action="store_true",
                        help="instead of the rounds: start a primary, 2 replicas and 3 Sentinels, SET batches "
                             "through lmcache_resp (redis+sentinel://) and redis-py's Sentinel client while the "
@@ -388,8 +411,19 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
                          "--unix or --tls)")
         if args.sweep or args.plot is not None or args.bridge or args.dead_server or args.ceiling:
             parser.error("--compare lmcache-l2 cannot be combined with --sweep, --bridge, --dead-server or --ceiling")
+    elif args.vllm_ttft:
+        if any(name in l2_given for name in ("--l2-cells", "--l2-in-flight", "--l2-bench-rounds")):
+            parser.error("--vllm-ttft takes --l2-adapters only of the --l2-* options")
+        if (given_server or args.cluster or args.shards or args.unix or args.tls or args.compare or args.bridge
+                or args.sweep or args.plot is not None or args.dead_server or args.ceiling or args.sglang
+                or args.sentinel_failover):
+            parser.error("--vllm-ttft runs its own engines against one throwaway server over TCP: no "
+                         "--host/--port/--url, --cluster, --shards, --unix, --tls, --compare, --bridge, --sweep, "
+                         "--dead-server, --ceiling, --sglang or --sentinel-failover")
     elif l2_given:
-        parser.error(f"{', '.join(l2_given)}: only used with --compare lmcache-l2")
+        parser.error(f"{', '.join(l2_given)}: only used with --compare lmcache-l2 or --vllm-ttft")
+    if (args.vllm_lengths is not None or args.vllm_warm_reps is not None) and not args.vllm_ttft:
+        parser.error("--vllm-lengths and --vllm-warm-reps need --vllm-ttft")
     if args.replicas and (given_server or args.shards or args.unix or args.tls):
         parser.error("--replicas adds replicas to the throwaway cluster: it cannot be combined with "
                      "--host/--port/--url, --shards, --unix or --tls")
@@ -521,6 +555,9 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         sglang=args.sglang,
         sglang_pages=args.sglang_pages or 32,
         sglang_layout=args.sglang_layout or "page_first",
+        vllm_ttft=args.vllm_ttft,
+        vllm_lengths=tuple(args.vllm_lengths) if args.vllm_lengths else DEFAULT_VLLM_LENGTHS,
+        vllm_warm_reps=DEFAULT_VLLM_WARM_REPS if args.vllm_warm_reps is None else args.vllm_warm_reps,
     )
     problem = _memory_problem(options)
     if problem is not None:
@@ -566,6 +603,9 @@ def _estimate_bytes(options: Options) -> int:
     and the copies peers keep."""
     if options.lmcache_l2:
         return _l2_estimate_bytes(options)
+    if options.vllm_ttft:
+        # One engine (its weights and a 512 MiB KV cache), LMCache's 1 GiB L1, the server's copy.
+        return 3 * GiB
     if options.sglang:
         # The host pool (2 pages per page moved) and its device pool, the server's and the file
         # backend's copies, PagedRespStore's two arenas (4 and 2 pages of half and whole size).
@@ -630,6 +670,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(options: Options, stdout: io.StringIO | TextIO) -> int:
+    if options.vllm_ttft:
+        from lmcache_resp.bench.vllm_ttft import run_vllm_ttft  # needs vLLM, LMCache and torch
+
+        return run_vllm_ttft(options, stdout=stdout, stderr=sys.stderr)
     if options.sglang:
         from lmcache_resp.bench.sglang_hicache import run_sglang  # needs SGLang and torch
 

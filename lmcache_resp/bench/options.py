@@ -24,6 +24,8 @@ __all__ = [
     "DEFAULT_SWEEP_CHUNKS",
     "DEFAULT_SWEEP_WORKERS",
     "DEFAULT_TIMEOUT_S",
+    "DEFAULT_VLLM_LENGTHS",
+    "DEFAULT_VLLM_WARM_REPS",
     "FLOOD_SETTLE_S",
     "PASSWORD_ENV",
     "PROBE_END_SHARE",
@@ -66,6 +68,10 @@ DEFAULT_TIMEOUT_S = 60.0
 # --dead-server (dead_server.py): a KV cache's timeout (docs/lmcache.md), and batches per op.
 DEFAULT_DEAD_TIMEOUT_S = 2.0
 DEFAULT_DEAD_BATCHES = 100
+# --vllm-ttft: prompt lengths in tokens (multiples of LMCache's 256-token chunks) and warm
+# requests per engine life.
+DEFAULT_VLLM_LENGTHS = (1024, 4096)
+DEFAULT_VLLM_WARM_REPS = 3
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,12 @@ class Options:
     sglang: bool = False
     sglang_pages: int = 32
     sglang_layout: str = "page_first"
+    # --vllm-ttft (vllm_ttft.py): TTFT of a vLLM engine on CPU, cold and warm from L2 through
+    # LMCache's MP server with each of l2_adapters; prompt lengths (tokens reused) and warm
+    # requests per engine life.
+    vllm_ttft: bool = False
+    vllm_lengths: tuple[int, ...] = DEFAULT_VLLM_LENGTHS
+    vllm_warm_reps: int = DEFAULT_VLLM_WARM_REPS
 
     def ours_shape_text(self) -> str:
         """lmcache_resp's workers as the reports say them: ``8 I/O workers``, or with

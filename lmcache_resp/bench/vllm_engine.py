@@ -27,11 +27,15 @@ An error is answered ``{"event": "error", "error": ...}`` and the process exits 
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
 import time
+import traceback
 from typing import Any
+
+from lmcache_resp.bench.vllm_model import BLOCK_TOKENS
 
 __all__ = ["KV_CACHE_BYTES", "engine_args", "main"]
 
@@ -49,11 +53,15 @@ ENGINE_ENV = {
 }
 
 
-def engine_args(spec: dict[str, Any]) -> Any:
-    from vllm.config import KVTransferConfig
-    from vllm.engine.arg_utils import EngineArgs
+def _vllm(module: str) -> Any:
+    """A vLLM module, imported by name: only vLLM's environment has it (mypy checks the package
+    without it)."""
+    return importlib.import_module(module)
 
-    from lmcache_resp.bench.vllm_model import BLOCK_TOKENS
+
+def engine_args(spec: dict[str, Any]) -> Any:
+    KVTransferConfig = _vllm("vllm.config").KVTransferConfig
+    EngineArgs = _vllm("vllm.engine.arg_utils").EngineArgs
 
     kv_transfer = None
     if spec.get("lmcache_port") is not None:
@@ -87,9 +95,7 @@ def _say(message: dict[str, Any]) -> None:
 
 
 def _generate(engine: Any, command: dict[str, Any], count: int) -> dict[str, Any]:
-    from vllm import SamplingParams
-
-    params = SamplingParams(temperature=0.0, max_tokens=int(command["max_tokens"]),
+    params = _vllm("vllm").SamplingParams(temperature=0.0, max_tokens=int(command["max_tokens"]),
                             logprobs=int(command.get("logprobs", 5)), ignore_eos=True)
     request_id = f"{command['name']}-{count}"
     started = time.perf_counter()
@@ -130,14 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault(name, value)
     started = time.perf_counter()
     try:
-        from vllm.v1.engine.llm_engine import LLMEngine
-
-        engine = LLMEngine.from_engine_args(engine_args(spec))
+        engine = _vllm("vllm.v1.engine.llm_engine").LLMEngine.from_engine_args(engine_args(spec))
         config = engine.vllm_config.scheduler_config
         _say({"event": "ready", "start_s": time.perf_counter() - started, "pid": os.getpid(),
               "max_num_batched_tokens": config.max_num_batched_tokens,
               "chunked_prefill": bool(getattr(config, "enable_chunked_prefill", False))})
     except Exception as exc:  # reported to the parent, which shows it with the engine's log
+        traceback.print_exc()  # into the engine's log (stderr), where the cause is looked for
         _say({"event": "error", "error": f"engine start: {type(exc).__name__}: {exc}"})
         return 1
     count = 0
@@ -151,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             _say(_generate(engine, command, count))
         except Exception as exc:
+            traceback.print_exc()
             _say({"event": "error", "error": f"generate {command.get('name')}: {type(exc).__name__}: {exc}"})
             return 1
     engine.engine_core.shutdown()

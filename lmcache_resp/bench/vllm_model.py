@@ -12,6 +12,7 @@ Needs torch and safetensors (vLLM's environment); imported only by what runs the
 
 from __future__ import annotations
 
+import importlib
 import json
 from importlib import resources
 from pathlib import Path
@@ -36,7 +37,7 @@ def config() -> dict[str, Any]:
 def chunk_bytes(tokens: int = CHUNK_TOKENS) -> int:
     """Bytes of KV for ``tokens`` tokens across every layer (K and V): one LMCache chunk's value."""
     c = config()
-    return tokens * c["num_hidden_layers"] * 2 * c["num_key_value_heads"] * c["head_dim"] * DTYPE_BYTES
+    return int(tokens * c["num_hidden_layers"] * 2 * c["num_key_value_heads"] * c["head_dim"] * DTYPE_BYTES)
 
 
 def _shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -60,8 +61,9 @@ def _shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
 def write_model(directory: Path, seed: int = 0) -> Path:
     """Writes config.json and model.safetensors (bf16; N(0, 0.02) from ``seed``, norms 1) into
     ``directory``; returns it. Written again only when the seed or the config changed."""
-    import torch
-    from safetensors.torch import save_file
+    # Imported by name: only vLLM's environment has them (mypy checks the package without them).
+    torch = importlib.import_module("torch")
+    save_file = importlib.import_module("safetensors.torch").save_file
 
     c = config()
     directory.mkdir(parents=True, exist_ok=True)

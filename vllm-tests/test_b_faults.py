@@ -1,0 +1,141 @@
+"""Faults inside the engine: the Redis server under a warm start fails, and the engine must
+recompute the prefix, give the cold run's tokens, and never hang.
+
+- down when LMCache's server starts: our connector refuses to start it, naming the server, within
+  seconds (nothing is served against a missing L2);
+- stopped before the warm request (the warm stack up, Redis killed after the engine's warm-up):
+  the request recomputes (nothing cached), its tokens are the cold run's, it takes about a cold
+  prefill, not a timeout, and LMCache's log has our warning for it, once;
+- killed in the middle of a warm load: Redis frozen (SIGSTOP) with the warm request's lookup and
+  reads sent and unanswered, then SIGKILLed; the request ends within the connector's timeout and
+  recomputes;
+- flushed between phases: a miss, recomputed.
+
+The KV is written once, by a cold run, and put back into Redis (the same bytes, by redis-py)
+before each test: a killed server comes back empty.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmcache_resp.bench.vllm_stack import EngineError, LMCacheServer, wait_for_keys
+from lmcache_resp_testing.servers import RedisServer
+from vllm_helpers import ADAPTER_TIMEOUT_S, CHUNK_TOKENS, adapter, phase, prompt
+
+P = prompt(4 * CHUNK_TOKENS + 1, seed=11)
+CHUNKS = 4
+MAX_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def cold(redis: RedisServer, model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The cold run's result, and what it stored (key -> value)."""
+    redis.command("FLUSHALL")
+    with phase(adapter("ours", redis), model, tmp_path_factory.mktemp("cold")) as p:
+        p.run("warmup", prompt(CHUNK_TOKENS // 2, seed=2000), 2)
+        result = p.run("cold", P, MAX_TOKENS)
+        wait_for_keys(redis.port, CHUNKS)
+    assert result["num_cached_tokens"] == 0
+    client = redis.redis_py()
+    stored = {key: client.get(key) for key in client.keys("*")}
+    assert len(stored) == CHUNKS
+    return {"result": result, "stored": stored}
+
+
+def put_back(redis: RedisServer, cold: dict[str, Any]) -> dict[str, Any]:
+    """Redis holds exactly what the cold run stored; returns the cold run's result."""
+    client = redis.redis_py()
+    client.flushall()
+    for key, value in cold["stored"].items():
+        client.set(key, value)
+    return cold["result"]
+
+
+def our_warnings(server_output: str) -> list[str]:
+    """Our connector's WARNING lines (lmcache_resp's logger) in the lmcache server's output."""
+    return [line for line in server_output.splitlines() if "WARNING" in line and "lmcache_resp" in line]
+
+
+def test_redis_down_when_the_lmcache_server_starts_is_a_clear_refusal(redis: RedisServer, tmp_path: Path) -> None:
+    """Our connector connects when LMCache builds it: with the server down, LMCache's server exits
+    within seconds naming it (the engine is never started against it), rather than serving with
+    an L2 that is not there."""
+    redis.kill()
+    try:
+        started = time.monotonic()
+        with pytest.raises(EngineError) as refusal:
+            LMCacheServer(adapter("ours", redis), tmp_path, chunk_tokens=CHUNK_TOKENS)
+        took = time.monotonic() - started
+        assert f"cannot connect to 127.0.0.1:{redis.port}" in str(refusal.value)
+        assert took < 120, took  # its start (imports) and the connect, no timeout waited out
+    finally:
+        redis.restart()
+
+
+def test_redis_stopped_before_the_warm_request(redis: RedisServer, model: Path, tmp_path: Path,
+                                               cold: dict[str, Any]) -> None:
+    """A warm stack (engine and lmcache server restarted, Redis holding the prefix); Redis killed
+    after the engine's warm-up, before the request that would read it."""
+    reference = put_back(redis, cold)
+    try:
+        with phase(adapter("ours", redis), model, tmp_path) as p:
+            p.run("warmup", prompt(CHUNK_TOKENS // 2, seed=2001), 2)
+            redis.kill()
+            started = time.monotonic()
+            result = p.run("warm", P, MAX_TOKENS)
+            took = time.monotonic() - started
+            output = p.server.output()
+        assert result["num_cached_tokens"] == 0
+        assert result["tokens"] == reference["tokens"]
+        assert result["first_logprobs"] == reference["first_logprobs"]
+        # About a cold prefill (it has to compute it), not a timeout's worth on top: a dead
+        # server fails fast.
+        assert took < reference["e2e_s"] * 3 + ADAPTER_TIMEOUT_S, (took, reference["e2e_s"])
+        warnings = our_warnings(output)
+        assert len(warnings) == 1, warnings
+        assert f"127.0.0.1:{redis.port}" in warnings[0], warnings[0]
+    finally:
+        if not redis.running:
+            redis.restart()
+
+
+def test_redis_killed_in_the_middle_of_a_warm_load(redis: RedisServer, model: Path, tmp_path: Path,
+                                                   cold: dict[str, Any]) -> None:
+    reference = put_back(redis, cold)
+    try:
+        with phase(adapter("ours", redis), model, tmp_path) as p:
+            p.run("warmup", prompt(CHUNK_TOKENS // 2, seed=2002), 2)
+            redis.pause()
+            p.engine.submit("warm", P, MAX_TOKENS)
+            time.sleep(0.5)  # the lookup's EXISTS and the prefetch's reads are on the wire, unanswered
+            killed = time.monotonic()
+            redis.kill()  # SIGKILL of a stopped process: its connections reset
+            result = p.engine.result("warm", timeout=120)
+            after_kill = time.monotonic() - killed
+        assert result["num_cached_tokens"] == 0
+        assert result["tokens"] == reference["tokens"]
+        assert result["first_logprobs"] == reference["first_logprobs"]
+        # The KV wait ends within the connector's timeout; the rest is the recompute.
+        assert after_kill < ADAPTER_TIMEOUT_S + reference["e2e_s"] * 3, (after_kill, reference["e2e_s"])
+    finally:
+        if not redis.running:
+            redis.restart()
+
+
+def test_redis_flushed_between_phases_is_a_miss_and_recomputed(redis: RedisServer, model: Path, tmp_path: Path,
+                                                              cold: dict[str, Any]) -> None:
+    reference = put_back(redis, cold)
+    redis.command("FLUSHALL")
+    with phase(adapter("ours", redis), model, tmp_path) as p:
+        p.run("warmup", prompt(CHUNK_TOKENS // 2, seed=2003), 2)
+        result = p.run("warm", P, MAX_TOKENS)
+        prefetches = p.prefetches()
+    assert result["num_cached_tokens"] == 0
+    assert result["tokens"] == reference["tokens"]
+    assert result["first_logprobs"] == reference["first_logprobs"]
+    assert prefetches == []  # LMCache logged no hit at all
