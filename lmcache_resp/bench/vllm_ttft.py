@@ -179,7 +179,7 @@ class TtftResult:
                              f"{statistics.median(cold) / statistics.median(warm):.1f}x" if cold else "n/a",
                              _spread(prefetch, "{:.1f}"), f"{statistics.median(moved) / GB:.4f}", str(len(warm))])
             out += table_lines(rows, numbers_right=False)
-            if "ours" in self.specs:
+            if "ours" in self.specs and len(self.specs) > 1:
                 rows = [["ours/peer", "warm TTFT", "per alternation", "prefetch", "per alternation"]]
                 for peer in (a for a in adapters if a != "ours"):
                     row = [peer]
