@@ -39,7 +39,10 @@ from lmcache_resp.bench.target import KeyLedger, Target
 from lmcache_resp.bench.workload import CORRUPT_ENV, Workload
 
 TINY = ["--chunk-mb", "0.0625", "--num-keys", "8", "--rounds", "1"]
-LMCACHE_PEER_PYTHON = "/tmp/lmcache-peer/bin/python"
+# A Python with LMCache's C++ connector as `lmcache_peer` (../shared/peers/lmcache-native/setup.sh DIR
+# prepares one, DIR/bin/python): the tests that drive it run where LMCACHE_PEER_PYTHON names one.
+LMCACHE_PEER_PYTHON = os.environ.get("LMCACHE_PEER_PYTHON", "")
+NO_LMCACHE_PEER = "LMCACHE_PEER_PYTHON does not name a Python with LMCache's C++ connector (shared/peers/lmcache-native/setup.sh)"
 # A Python with LMCache 0.5.6 itself, for its redis-py-based connector (scripts/test-lmcache.sh).
 LMCACHE_PYTHON = str(Path(__file__).resolve().parents[1] / "target/lmcache-0.5.6/venv/bin/python")
 
@@ -886,7 +889,7 @@ def test_a_hung_peer_is_reported_not_waited_for(
         peer.close()
 
 
-@pytest.mark.skipif(not os.access(LMCACHE_PEER_PYTHON, os.X_OK), reason="LMCache peer venv not prepared (shared/peers/lmcache-native/setup.sh)")
+@pytest.mark.skipif(not (LMCACHE_PEER_PYTHON and os.access(LMCACHE_PEER_PYTHON, os.X_OK)), reason=NO_LMCACHE_PEER)
 def test_lmcache_peer_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = run_main(capsys, *TINY, "--compare", "lmcache", "--lmcache-python", LMCACHE_PEER_PYTHON, "--json")
     assert status == 0, err
@@ -1096,7 +1099,7 @@ def test_dead_server_fails_a_run_where_a_batch_passes(
     assert all(f["outcomes"] == {"failed": 3} for f in doc["clients"][0]["ops"].values())
 
 
-@pytest.mark.skipif(not os.access(LMCACHE_PEER_PYTHON, os.X_OK), reason="LMCache peer venv not prepared (shared/peers/lmcache-native/setup.sh)")
+@pytest.mark.skipif(not (LMCACHE_PEER_PYTHON and os.access(LMCACHE_PEER_PYTHON, os.X_OK)), reason=NO_LMCACHE_PEER)
 def test_dead_server_with_lmcaches_connector(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = run_main(capsys, *DEAD_TINY, "--compare", "lmcache", "--lmcache-python", LMCACHE_PEER_PYTHON)
     assert status == 0, err

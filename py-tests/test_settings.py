@@ -39,7 +39,7 @@ PRECEDENCE = [
     ("username", {"username": "arg-user"}, "arg-user", "redis://url-user:url-pw@h", "url-user", "env-user", None),
     ("password", {"password": "arg-pw"}, Secret("arg-pw"), "redis://url-user:url-pw@h", Secret("url-pw"),
      Secret("env-pw"), None),
-    ("unix_path", {"unix_path": "/tmp/arg.sock"}, "/tmp/arg.sock", "unix:///tmp/url.sock", "/tmp/url.sock", None, None),
+    ("unix_path", {"unix_path": "/run/arg.sock"}, "/run/arg.sock", "unix:///run/url.sock", "/run/url.sock", None, None),
     ("db", {"db": 4}, 4, "redis://h/2", 2, None, 0),
     ("timeout", {"timeout": 1.5}, 1.5, "resp://h?timeout=3", 3.0, None, 10.0),
     ("num_workers", {"num_workers": 4}, 4, "resp://h?num_workers=16", 16, None, 8),
@@ -387,14 +387,14 @@ def test_valkey_startup_nodes_holding_credentials_are_refused_without_showing_th
 
 
 def test_unix_socket_selection() -> None:
-    s = RespSettings.resolve("unix:///tmp/r.sock", env={"LMCACHE_RESP_HOST": "ignored"})
-    assert (s.unix_path, s.host) == ("/tmp/r.sock", None)
-    assert s.endpoint == "unix:/tmp/r.sock"
+    s = RespSettings.resolve("unix:///run/r.sock", env={"LMCACHE_RESP_HOST": "ignored"})
+    assert (s.unix_path, s.host) == ("/run/r.sock", None)
+    assert s.endpoint == "unix:/run/r.sock"
     # Explicit host/port win over a unix URL.
-    s = RespSettings.resolve("unix:///tmp/r.sock", env=EMPTY, host="h", port=1)
+    s = RespSettings.resolve("unix:///run/r.sock", env=EMPTY, host="h", port=1)
     assert (s.unix_path, s.host, s.port) == (None, "h", 1)
     with pytest.raises(InvalidInputError, match="not both"):
-        RespSettings.resolve(env=EMPTY, host="h", unix_path="/tmp/x")
+        RespSettings.resolve(env=EMPTY, host="h", unix_path="/run/x")
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ __all__ = ["DriverRounds", "LMCachePeer", "SubprocessChannel", "peer_python"]
 DRIVER = Path(__file__).resolve().with_name("lmcache_driver.py")
 SETUP_HINT = (
     "pass --lmcache-python PATH, a Python that can `import lmcache_peer` "
-    "(prepare one with ../shared/peers/lmcache-native/setup.sh: /tmp/lmcache-peer/bin/python)"
+    "(../shared/peers/lmcache-native/setup.sh DIR prepares one: DIR/bin/python)"
 )
 # The first request imports torch and the connector: slow on a small machine.
 INIT_GRACE_SECONDS = 120.0
