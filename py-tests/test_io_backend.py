@@ -154,6 +154,8 @@ def test_auto_falls_back_to_poll_with_one_info_line_where_io_uring_is_forbidden(
     io_loop = result["io_loop"]
     assert isinstance(io_loop, dict) and (io_loop["loop"], io_loop["setting"]) == ("poll", "auto"), io_loop
     assert io_loop["why"].startswith('io_backend="auto": io_uring is unavailable (forbidden here'), io_loop
+    said = [r for r in result["logs"] if "PagedRespStore I/O loop:" in r[2]]  # type: ignore[union-attr]
+    assert [r[2] for r in said] == [f"PagedRespStore I/O loop: poll ({io_loop['why']})"], result["logs"]
 
 
 def test_uring_where_io_uring_is_forbidden_is_refused_at_start_saying_why(redis_server: RedisServer) -> None:
