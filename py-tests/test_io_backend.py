@@ -55,6 +55,7 @@ def test_each_loop_moves_the_same_bytes(redis_server: RedisServer, backend: str)
     with PagedRespStore(url, page_size=PAGE, num_pages=2 * KEYS, num_workers=2, io_backend=backend) as store:
         rings = io_uring_fds() - before
         assert rings == (2 if backend == "uring" else 0), f"{rings} io_uring instance(s) for io_backend={backend}"
+        assert store.placement["io_loop"] == {"loop": backend, "setting": backend, "why": f'io_backend="{backend}" asks for it'}
         keys = [f"io-{backend}-{i}" for i in range(KEYS)]
         pages = store.allocate_many(KEYS)
         # Values of every size up to a page: several land in the middle of a receive.
@@ -116,6 +117,7 @@ try:
         out["same_bytes"] = lengths == [len(v) for v in data] and all(
             bytes(memoryview(p)[: len(v)]) == v for p, v in zip(back, data)
         )
+        out["io_loop"] = store.placement["io_loop"]
         out["rings"] = sum(os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[io_uring]" for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}"))
 except Exception as exc:
     out["error"] = f"{type(exc).__name__}: {exc}"
@@ -148,6 +150,12 @@ def test_auto_falls_back_to_poll_with_one_info_line_where_io_uring_is_forbidden(
     assert level == "INFO" and logger.startswith("lmcache_resp"), said
     assert "io_uring is unavailable (forbidden here" in message and "Operation not permitted" in message, message
     assert message.endswith("the I/O workers run the poll loop"), message
+    # What the store reports, and the benchmark's header shows (#42): the loop, and why.
+    io_loop = result["io_loop"]
+    assert isinstance(io_loop, dict) and (io_loop["loop"], io_loop["setting"]) == ("poll", "auto"), io_loop
+    assert io_loop["why"].startswith('io_backend="auto": io_uring is unavailable (forbidden here'), io_loop
+    said = [r for r in result["logs"] if "PagedRespStore I/O loop:" in r[2]]  # type: ignore[union-attr]
+    assert [r[2] for r in said] == [f"PagedRespStore I/O loop: poll ({io_loop['why']})"], result["logs"]
 
 
 def test_uring_where_io_uring_is_forbidden_is_refused_at_start_saying_why(redis_server: RedisServer) -> None:
@@ -162,6 +170,8 @@ def test_auto_takes_io_uring_where_it_is_allowed(redis_server: RedisServer) -> N
     before = io_uring_fds()
     with PagedRespStore(f"redis://127.0.0.1:{redis_server.port}", page_size=4096, num_pages=4, num_workers=3, io_backend="auto") as store:
         assert io_uring_fds() - before == 3
+        assert store.placement["io_loop"] == {"loop": "uring", "setting": "auto",
+                                              "why": 'io_backend="auto": this process may use io_uring'}
         page = store.allocate()
         assert page is not None
         memoryview(page)[:] = pattern(4096, 7)

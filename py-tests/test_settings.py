@@ -13,7 +13,7 @@ import pytest
 from conftest import RedisServer
 
 from lmcache_resp import PagedRespStore, RespConnector, _native
-from lmcache_resp.errors import InvalidInputError
+from lmcache_resp.errors import AuthenticationError, InvalidInputError
 from lmcache_resp.settings import EvictionSettings, RespSettings, Secret
 
 EMPTY: dict[str, str] = {}
@@ -300,6 +300,43 @@ def test_no_log_line_holds_a_password(
     logged = all_logged_text(caplog)
     assert "settings {" in logged and "'password': '***'" in logged, "the settings were logged"
     assert default_pw not in logged and alice_pw not in logged
+
+
+def test_credentials_in_the_url_query_are_read_as_redis_py_reads_them_and_never_shown(
+    secure_server: RedisServer, clean_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue #42: ``redis://host:port?password=...`` (redis-py's form) was refused as an unknown
+    parameter by a message showing the password, and that message lands in LMCache's log."""
+    caplog.set_level(logging.DEBUG)
+    default_pw, alice_pw = "s3cret-default-pw", "s3cret-alice-pw"
+    port = secure_server.port
+    url = f"redis://127.0.0.1:{port}/0?password={default_pw}&num_workers=2"
+    assert RespSettings.resolve(url, env=EMPTY).password == Secret(default_pw)
+    # redis-py's precedence: the user information wins; the first non-empty value counts.
+    s = RespSettings.resolve(f"redis://alice:{alice_pw}@h:1?username=bob&password=other", env=EMPTY)
+    assert (s.username, s.password) == ("alice", Secret(alice_pw))
+    s = RespSettings.resolve("redis://h:1?password=&password=a+b%2Bc&password=later", env=EMPTY)
+    assert s.password == Secret("a b+c")
+    # The password reaches the server's AUTH: real connections, as alice and as the default user.
+    with PagedRespStore(f"redis://127.0.0.1:{port}?username=alice&password={alice_pw}", page_size=4096,
+                        num_pages=2, num_workers=2) as store:
+        assert store.settings.username == "alice"
+        shown = [repr(store), repr(store.settings), str(store.settings), json.dumps(store.settings.to_dict())]
+    with RespConnector(url=url) as connector:
+        shown += [repr(connector), repr(connector.settings), str(connector.settings.to_dict())]
+    with pytest.raises(AuthenticationError):
+        RespConnector(url=f"redis://127.0.0.1:{port}?username=alice&password=wrong-{alice_pw}", num_workers=1)
+    # Every message naming such a URL shows none of its query values.
+    for bad in (f"{url}&passwd={alice_pw}", f"redis://127.0.0.1:99999?password={default_pw}",
+                f"redis://127.0.0.1:{port}?password={default_pw}&num_workers=zero"):
+        with pytest.raises(InvalidInputError) as info:
+            RespSettings.resolve(bad, env=EMPTY)
+        shown.append(str(info.value))
+    assert "password=***" in shown[-3] and "'passwd' (did you mean 'password'?)" in shown[-3], shown[-3]
+    logged = all_logged_text(caplog)
+    assert "'password': '***'" in logged, "the settings were logged"
+    for text in [*shown, logged]:
+        assert default_pw not in text and alice_pw not in text, text
 
 
 def test_capacity_settings_reach_the_native_layer(redis_server: RedisServer, clean_env: pytest.MonkeyPatch) -> None:

@@ -127,7 +127,10 @@ class SubprocessChannel:
             self.process.wait()
             for stream in (self.process.stdin, self.process.stdout):
                 if stream is not None:
-                    stream.close()
+                    try:
+                        stream.close()
+                    except BrokenPipeError:
+                        pass  # a request left unflushed for a driver that is gone: nothing to tell it
 
 
 def peer_python(python: str | None, importable: Callable[[], bool], missing: str) -> str:

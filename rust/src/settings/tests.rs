@@ -75,6 +75,21 @@ fn precedence_explicit_over_url_over_env_over_default() {
     assert_eq!(mixed.username.as_deref(), Some("env-user"));
 }
 
+/// Issue #42: credentials in the URL's query (redis-py's form) count as the URL's, below
+/// explicit values and the user information, above the environment.
+#[test]
+fn credentials_in_the_query_are_the_url_s() {
+    let s = resolve(&[], Some("redis://h:1?username=q-user&password=q-pw"), &env()).unwrap();
+    assert_eq!((s.username.as_deref(), s.password), (Some("q-user"), Some(Secret::new("q-pw"))));
+    let s = resolve(&[], Some("redis://u-user:u-pw@h:1?username=q-user&password=q-pw"), &env()).unwrap();
+    assert_eq!((s.username.as_deref(), s.password), (Some("u-user"), Some(Secret::new("u-pw"))));
+    let given = explicit(&[("password", text("arg-pw"))]);
+    let s = resolve(&given, Some("redis://h:1?password=q-pw"), &env()).unwrap();
+    assert_eq!((s.username.as_deref(), s.password.clone()), (Some("env-user"), Some(Secret::new("arg-pw"))));
+    let shown = format!("{s} {s:?}");
+    assert!(!shown.contains("q-pw") && !shown.contains("arg-pw"), "{shown}");
+}
+
 #[test]
 fn empty_host_is_unset_but_empty_credentials_are_none() {
     let given = explicit(&[("host", text("")), ("username", text("")), ("password", text(""))]);
@@ -188,7 +203,13 @@ fn each_bad_field_names_itself_and_its_range() {
             vec![],
             Some("redis://u:hunter2@h:1?num_wrkers=4"),
             vec![],
-            "unknown parameter(s) in URL \"redis://u:***@h:1?num_wrkers=4\": 'num_wrkers' (did you mean 'num_workers'?)",
+            "unknown parameter(s) in URL \"redis://u:***@h:1?num_wrkers=***\": 'num_wrkers' (did you mean 'num_workers'?)",
+        ),
+        (
+            vec![],
+            Some("redis://h:1?password=hunter2&passwd=hunter2"),
+            vec![],
+            "unknown parameter(s) in URL \"redis://h:1?password=***&passwd=***\": 'passwd' (did you mean 'password'?)",
         ),
     ];
     for (given, url, env, message) in cases {
