@@ -185,7 +185,7 @@ impl TrackedEngine {
     }
 
     /// Which loop the workers run, and why.
-    pub fn io_loop(&self) -> &crate::engine::IoLoopChoice {
+    pub fn io_loop(&self) -> crate::engine::IoLoopChoice {
         self.engine.io_loop()
     }
 

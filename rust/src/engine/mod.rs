@@ -335,6 +335,7 @@ impl Engine {
             sealed: AtomicBool::new(false),
             failure: OnceLock::new(),
             metrics,
+            ring_failure: Mutex::new(None),
         });
         let worker_tids: Arc<[AtomicI32]> = (0..workers).map(|_| AtomicI32::new(0)).collect();
         let health = Arc::new(HealthBoard::new(config.probe));
@@ -455,9 +456,18 @@ impl Engine {
         &self.placement
     }
 
-    /// Which loop the workers run, and why.
-    pub fn io_loop(&self) -> &IoLoopChoice {
-        &self.io_loop
+    /// Which loop the workers run, and why: as chosen at start, unless a worker's ring failed
+    /// since (then the workers whose ring failed run the poll loop, and this says why).
+    pub fn io_loop(&self) -> IoLoopChoice {
+        let failure = self.shared.ring_failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        match failure {
+            Some(why) => IoLoopChoice {
+                name: "poll",
+                setting: self.io_loop.setting,
+                why: format!("{}, but {why}: the workers whose ring failed moved to the poll loop", self.io_loop.why),
+            },
+            None => self.io_loop.clone(),
+        }
     }
 
     /// `(kernel thread id, planned CPU)` of each worker.

@@ -205,7 +205,7 @@ impl EngineFront for TrackedEngine {
     fn facts(&self) -> EngineFacts {
         EngineFacts {
             placement: self.placement().clone(),
-            io_loop: Some(self.io_loop().clone()),
+            io_loop: Some(self.io_loop()),
             worker_threads: self.worker_threads(),
             capacity: self.capacity(),
         }

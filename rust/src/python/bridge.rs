@@ -109,7 +109,7 @@ impl Bridge {
     #[getter]
     fn placement<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let engine = self.server.engine();
-        placement_dict(py, engine.placement(), Some(engine.io_loop()))
+        placement_dict(py, engine.placement(), Some(&engine.io_loop()))
     }
 
     /// The bridge engine's counters (every client's batches), as a dict.

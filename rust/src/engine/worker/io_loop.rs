@@ -56,10 +56,17 @@ impl IoLoop {
 
     /// Once the ring died (`net::uring`, "A ring the kernel stops serving"): every connection
     /// leaves it, and this worker runs the poll loop from then on.
-    pub fn fall_back_if_ring_died(&mut self, index: usize, conns: &mut [Conn], out: &mut Vec<Completion>) {
+    pub fn fall_back_if_ring_died(
+        &mut self,
+        index: usize,
+        conns: &mut [Conn],
+        out: &mut Vec<Completion>,
+        told: &std::sync::Mutex<Option<String>>,
+    ) {
         let IoLoop::Ring(ring) = self else { return };
         let Some(why) = ring.ring.failure() else { return };
         log::warn!(target: "lmcache_resp::engine", "I/O worker {index}: {why}; it runs the poll loop from now on");
+        told.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get_or_insert_with(|| why.clone());
         let now = std::time::Instant::now();
         for conn in conns {
             conn.leave_ring(now, &why, out);

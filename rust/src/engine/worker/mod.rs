@@ -174,7 +174,7 @@ impl Worker {
                     ring.wait(&self.doorbell, wake.map(|at| at.saturating_duration_since(Instant::now())));
                 }
             }
-            io.fall_back_if_ring_died(index, &mut self.nodes.conns, &mut self.finished);
+            io.fall_back_if_ring_died(index, &mut self.nodes.conns, &mut self.finished, &self.shared.ring_failure);
         }
     }
 
