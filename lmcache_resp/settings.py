@@ -91,12 +91,17 @@ _FLAT_TYPES = ("resp", "valkey")
 # documented before the adapters moved there ("lmcache_resp", whose RespConnector is the same class).
 _PLUGIN_MODULES = ("lmcache_resp.lmcache.mp", "lmcache_resp")
 _PLUGIN_CLASS = "RespConnector"
-# SGLang's keys in --hicache-storage-backend-extra-config: its dynamic loader's (which backend
-# to build, and the zero-copy interface), and those its cache controller reads (and, in the
-# releases seen, takes out before the backend sees the dict).
+# SGLang's own keys in --hicache-storage-backend-extra-config, every one SGLang 0.5.23 reads
+# whatever the backend: its dynamic loader's (backend_name, module_path, class_name) and cache
+# controller's (interface_v1; the prefetch tuning and hicache_storage_pass_prefix_keys, taken
+# out by parse_storage_backend_extra_config but not on the decode offload path, which json.loads
+# the flag as it is; tp_lcm_size), the host pool's allocator ("allocator": "shm", read by
+# pool_host/common.py's get_allocator_type and left in the dict), and file_storage_path, which
+# the unified radix cache adds to the dict of any backend when --file-storage-path is set.
 _SGLANG_KEYS = frozenset({
     "backend_name", "module_path", "class_name", "interface_v1", "prefetch_threshold", "prefetch_timeout_base",
-    "prefetch_timeout_per_ki_token", "hicache_storage_pass_prefix_keys", "tp_lcm_size",
+    "prefetch_timeout_per_ki_token", "hicache_storage_pass_prefix_keys", "tp_lcm_size", "allocator",
+    "file_storage_path",
 })
 
 
@@ -143,7 +148,7 @@ class RespSettings(_native.Settings):
     def from_sglang(cls, config: Mapping[str, Any] | str, *, env: Mapping[str, str] | None = None) -> RespSettings:
         """SGLang's ``--hicache-storage-backend-extra-config`` (a dict or its JSON): SGLang's own
         keys (``backend_name``, ``module_path``, ``class_name``, ``interface_v1``, the prefetch
-        tuning) are SGLang's; the rest are ours, read as :meth:`from_adapter_params` reads
+        tuning, ``allocator``, ...: every key SGLang itself reads) are SGLang's; the rest are ours, read as :meth:`from_adapter_params` reads
         LMCache's, except that capacity and eviction (``max_capacity_gb``, ``eviction``) are
         ours here: SGLang does not account for what its L3 storage holds."""
         document = _parse_json(config, "SGLang extra config") if isinstance(config, str) else config

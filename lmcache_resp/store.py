@@ -238,7 +238,9 @@ class PagedRespStore(Closeable):
     @property
     def placement(self) -> dict[str, Any]:
         """Where the I/O threads run and the arena lives (``worker_cpus``, ``cpuset``,
-        ``memory_node``) and why (``explanation``)."""
+        ``memory_node``) and why (``explanation``); which loop they run (``io_loop``:
+        ``{"loop": "poll" or "uring", "setting": io_backend, "why": ...}``, None through a
+        bridge, whose own placement names it)."""
         return self._native.placement
 
     @property

@@ -28,6 +28,8 @@ from lmcache_resp.bench import main, pattern
 from lmcache_resp.bench.cli import parse_options
 from lmcache_resp.bench import memtier
 from lmcache_resp.bench.errors import BenchError, PeerFailed
+from lmcache_resp.bench import binaries
+from lmcache_resp.bench.lmcache_l2 import adapter_spec
 from lmcache_resp.bench.lmcache_native import LMCachePeer
 from lmcache_resp.bench.measure import ClientResult, OpSample
 from lmcache_resp.bench.memtier_peer import MemtierPeer
@@ -39,7 +41,12 @@ from lmcache_resp.bench.target import KeyLedger, Target
 from lmcache_resp.bench.workload import CORRUPT_ENV, Workload
 
 TINY = ["--chunk-mb", "0.0625", "--num-keys", "8", "--rounds", "1"]
-LMCACHE_PEER_PYTHON = "/tmp/lmcache-peer/bin/python"
+# The loop this test pass runs (scripts/test.sh sets LMCACHE_RESP_IO_BACKEND per pass).
+RUN_IO_BACKEND = RespSettings.resolve().io_backend
+# A Python with LMCache's C++ connector as `lmcache_peer` (../shared/peers/lmcache-native/setup.sh DIR
+# prepares one, DIR/bin/python): the tests that drive it run where LMCACHE_PEER_PYTHON names one.
+LMCACHE_PEER_PYTHON = os.environ.get("LMCACHE_PEER_PYTHON", "")
+NO_LMCACHE_PEER = "LMCACHE_PEER_PYTHON does not name a Python with LMCache's C++ connector (shared/peers/lmcache-native/setup.sh)"
 # A Python with LMCache 0.5.6 itself, for its redis-py-based connector (scripts/test-lmcache.sh).
 LMCACHE_PYTHON = str(Path(__file__).resolve().parents[1] / "target/lmcache-0.5.6/venv/bin/python")
 
@@ -362,6 +369,35 @@ def test_the_header_names_the_server_and_its_memory_regime(
     assert ("jemalloc preloaded" in line) == preloaded and "MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1" in line
 
 
+@pytest.mark.parametrize("backend", ["poll", "uring", "auto"])
+def test_the_header_and_the_json_name_the_io_loop_and_why(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """Issue #42: every figure names the loop lmcache_resp's workers ran, as it names the server."""
+    monkeypatch.setenv("LMCACHE_RESP_IO_BACKEND", backend)
+    status, out, err = run_main(capsys, *TINY)
+    assert status == 0, err
+    lines = out.splitlines()
+    server = next(i for i, line in enumerate(lines) if line.startswith("server: "))
+    assert lines[server + 1].startswith("lmcache_resp I/O loop: "), lines[: server + 2]
+    expected = {"poll": 'poll (io_backend="poll" asks for it)', "uring": 'uring (io_backend="uring" asks for it)',
+                "auto": 'uring (io_backend="auto": this process may use io_uring)'}[backend]
+    assert lines[server + 1] == f"lmcache_resp I/O loop: {expected}", lines[server + 1]
+    status, out, err = run_main(capsys, *TINY, "--json")
+    assert status == 0, err
+    io_loop = json.loads(out)["server"]["io_loop"]
+    assert (io_loop["loop"], io_loop["setting"]) == ("poll" if backend == "poll" else "uring", backend), io_loop
+
+
+def test_lmcache_l2_hands_our_adapter_the_runs_io_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LMCache's process has no LMCACHE_RESP_* variables: the loop goes in the adapter params."""
+    monkeypatch.setenv("LMCACHE_RESP_IO_BACKEND", "uring")
+    options = parse_options(["--compare", "lmcache-l2", "--lmcache-python", sys.executable])
+    target = Target(RespSettings.resolve(host="127.0.0.1", port=1, username="", password=""), embedded=True)
+    spec, _ = adapter_spec("ours", target, options)
+    assert spec is not None and spec["adapter_params"]["io_backend"] == "uring", spec
+
+
 def test_regime_both_runs_once_per_regime(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = run_main(capsys, *TINY, "--regime", "both", "--json")
     assert status == 0, err
@@ -432,8 +468,10 @@ def test_users_server_is_left_as_it_was(capsys: pytest.CaptureFixture[str], redi
     client = redis_server.redis_py()
     client.set("pre-existing", b"keep me")
     peers = ["redis-py"] + (["redis-benchmark"] if shutil.which("redis-benchmark") else [])
-    status, out, err = run_main(capsys, *TINY, "--port", str(redis_server.port), "--ops", "set,get,exists",
-                                "--compare", ",".join(peers))
+    # Enough requests for redis-benchmark's millisecond clock: a peer that measures nothing
+    # fails the run (exit status 2).
+    status, out, err = run_main(capsys, *TINY, "--num-keys", "256", "--port", str(redis_server.port),
+                                "--ops", "set,get,exists", "--compare", ",".join(peers))
     assert status == 0, out + err
     assert "not flushed" in out and "throwaway" not in out
     assert out.rstrip().splitlines()[-1] == "All tests passed"
@@ -461,16 +499,18 @@ def test_password_is_taken_from_the_environment_and_never_shown(
 ) -> None:
     monkeypatch.setenv("LMCACHE_RESP_PASSWORD", "s3cret-default-pw")
     peers = ["redis-py"] + (["redis-benchmark"] if shutil.which("redis-benchmark") else [])
-    status, out, err = run_main(capsys, *TINY, "--port", str(secure_server.port), "--json", "--compare", ",".join(peers))
-    assert status == 0, err
+    status, out, err = run_main(capsys, *TINY, "--num-keys", "256", "--port", str(secure_server.port), "--json",
+                                "--compare", ",".join(peers))
     assert "s3cret" not in out + err
     doc = json.loads(out)
     assert doc["verified"] is True
     clients = {c["name"]: c for c in doc["clients"]}
     assert clients["redis-py"]["failure"] is None  # it authenticated with the same password
-    if "redis-benchmark" in clients:  # measured, or refused without the password on its command line
-        failure = clients["redis-benchmark"]["failure"]
-        assert failure is None or "REDISCLI_AUTH" in failure
+    failure = clients["redis-benchmark"]["failure"] if "redis-benchmark" in clients else None
+    # Measured, or (a redis-benchmark that does not read $REDISCLI_AUTH, as Redis 7.0's) refused
+    # without the password on its command line: then the peer could not run, exit status 2.
+    assert failure is None or "REDISCLI_AUTH" in failure
+    assert status == (0 if failure is None else 2), err
     assert secure_server.redis_py().dbsize() == 0
 
 
@@ -731,6 +771,74 @@ def _memtier_doc(section: str = "Sets", overrides: dict[str, Any] | None = None)
     return {"ALL STATS": {"Runtime": {"Total duration": 780, "Interrupted": "false"}, section: counts}}
 
 
+FAKE_PEER = """#!/bin/sh
+echo $$ > "{pidfile}"
+case "$1" in
+--version) {version} ;;
+*) echo "cannot run: {name} is a stand-in" >&2; exit 1 ;;
+esac
+"""
+
+
+def _fake_binary(tmp_path: Path, name: str, version: str) -> Path:
+    path = tmp_path / name
+    path.write_text(FAKE_PEER.format(pidfile=tmp_path / f"{name}.pid", version=version, name=name))
+    path.chmod(0o755)
+    return path
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie of an exited process is gone for what matters here; it is not ours to reap.
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(") ", 1)[1].startswith("Z")
+
+
+@pytest.mark.parametrize(
+    ("version", "said"),
+    [
+        ("exit 0", "`{binary} --version` answered nothing (exit status 0)"),  # /bin/true's answer
+        ("echo 'Python 3.11.7'", "`{binary} --version` answered 'Python 3.11.7' (exit status 0)"),
+        ("echo 'memtier_benchmark: not found' >&2; exit 127",
+         "answered 'memtier_benchmark: not found' (exit status 127)"),
+        ("sleep 600", "{binary} --version did not answer within 0.5 s (killed): it is not memtier_benchmark"),
+        ("echo 'memtier_benchmark v=2.3.0 sha=0:0'", "the peer could not run (it failed in its first, untimed round"),
+    ],
+    ids=["true", "another-program", "fails", "hangs", "cannot-run"],
+)
+def test_a_memtier_that_cannot_run_ends_the_run_with_status_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, version: str, said: str
+) -> None:
+    """Issue #42: `--memtier /bin/true`, and a memtier that hangs on --version, ran the whole
+    benchmark and exited 0 with "All tests passed"."""
+    monkeypatch.setattr(binaries, "VERSION_TIMEOUT_S", 0.5)
+    binary = _fake_binary(tmp_path, "memtier", version)
+    keys = str(memtier.key_multiple(memtier.usable_cpus()))
+    status, out, err = run_main(capsys, "--chunk-mb", "0.0625", "--num-keys", keys, "--rounds", "1",
+                                "--compare", "memtier", "--memtier", str(binary))
+    assert status == 2, (out, err)
+    assert said.format(binary=binary) in err, err
+    assert "All tests passed" not in out
+    assert _gone(int((tmp_path / "memtier.pid").read_text())), "a hung --version is killed, not left behind"
+
+
+def test_the_other_peers_that_cannot_start_end_the_run_with_status_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(binaries, "VERSION_TIMEOUT_S", 0.5)
+    _fake_binary(tmp_path, "redis-benchmark", "sleep 600")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    status, out, err = run_main(capsys, *TINY, "--compare", "redis-benchmark")
+    assert status == 2 and "redis-benchmark --version did not answer within 0.5 s" in err, (out, err)
+    # LMCache's connector driven through an interpreter that is not one.
+    status, out, err = run_main(capsys, *TINY, "--compare", "lmcache", "--lmcache-python", "/bin/true")
+    assert status == 2 and "--compare lmcache: the driver did not start" in err, (out, err)
+    assert "All tests passed" not in out
+
+
 def test_memtier_json_is_read_into_seconds_and_checked() -> None:
     run = memtier.parse_run(_memtier_doc(), "set", num_keys=100, chunk_bytes=4 << 20)
     assert run.requests == 100 and run.seconds == pytest.approx(100 / 128.31)
@@ -751,6 +859,8 @@ def test_memtier_json_is_read_into_seconds_and_checked() -> None:
         with pytest.raises(ValueError, match=re.escape(expected)):
             memtier.parse_run(doc, op, num_keys=keys, chunk_bytes=4 << 20)
     assert memtier.parse_version("memtier_benchmark v=2.3.0 sha=00000000:0 bits=64") == "2.3.0"
+    assert memtier.parse_version("memtier_benchmark 1.4.0\nCopyright (C) 2011-2022 Redis Ltd.") == "1.4.0"
+    assert memtier.parse_version("") is None and memtier.parse_version("Python 3.11.7") is None
 
 
 def test_memtier_is_not_given_a_password_on_its_command_line() -> None:
@@ -886,7 +996,7 @@ def test_a_hung_peer_is_reported_not_waited_for(
         peer.close()
 
 
-@pytest.mark.skipif(not os.access(LMCACHE_PEER_PYTHON, os.X_OK), reason="LMCache peer venv not prepared (shared/peers/lmcache-native/setup.sh)")
+@pytest.mark.skipif(not (LMCACHE_PEER_PYTHON and os.access(LMCACHE_PEER_PYTHON, os.X_OK)), reason=NO_LMCACHE_PEER)
 def test_lmcache_peer_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = run_main(capsys, *TINY, "--compare", "lmcache", "--lmcache-python", LMCACHE_PEER_PYTHON, "--json")
     assert status == 0, err
@@ -1096,7 +1206,7 @@ def test_dead_server_fails_a_run_where_a_batch_passes(
     assert all(f["outcomes"] == {"failed": 3} for f in doc["clients"][0]["ops"].values())
 
 
-@pytest.mark.skipif(not os.access(LMCACHE_PEER_PYTHON, os.X_OK), reason="LMCache peer venv not prepared (shared/peers/lmcache-native/setup.sh)")
+@pytest.mark.skipif(not (LMCACHE_PEER_PYTHON and os.access(LMCACHE_PEER_PYTHON, os.X_OK)), reason=NO_LMCACHE_PEER)
 def test_dead_server_with_lmcaches_connector(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = run_main(capsys, *DEAD_TINY, "--compare", "lmcache", "--lmcache-python", LMCACHE_PEER_PYTHON)
     assert status == 0, err
@@ -1395,7 +1505,8 @@ def test_lmcache_l2_alternates_abba_flushes_and_reports_medians_and_ratios(
     specs = {r["kind"]: r["spec"] for r in runs}
     assert specs == {
         "native_plugin": {"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp", "class_name": "RespConnector",
-                          "adapter_params": {"host": "127.0.0.1", "port": port, "num_workers": 3}},
+                          "adapter_params": {"host": "127.0.0.1", "port": port, "num_workers": 3,
+                                             "io_backend": RUN_IO_BACKEND}},
         "resp": {"type": "resp", "host": "127.0.0.1", "port": port, "num_workers": 3},
         "valkey": {"type": "valkey", "startup_nodes": f"127.0.0.1:{port}", "num_workers": 3},
     }
@@ -1529,7 +1640,8 @@ def test_lmcache_l2_on_a_cluster_skips_resp_and_gives_the_others_every_node(
     assert "no cluster mode" in doc["skipped"]["resp"] and set(doc["adapters"]) == {"ours", "valkey"}
     runs = _l2_runs(record)
     assert [r["kind"] for r in runs] == ["native_plugin", "native_plugin", "valkey"]
-    assert runs[0]["spec"]["adapter_params"] == {"url": "redis://" + ",".join(nodes), "cluster": True, "num_workers": 8}
+    assert runs[0]["spec"]["adapter_params"] == {"url": "redis://" + ",".join(nodes), "cluster": True, "num_workers": 8,
+                                                 "io_backend": RUN_IO_BACKEND}
     assert runs[2]["spec"] == {"type": "valkey", "startup_nodes": ",".join(nodes), "num_workers": 8, "cluster_mode": True}
     assert all(r["dbsize_at_start"] == 0 for r in runs)
 

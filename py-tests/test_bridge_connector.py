@@ -85,6 +85,7 @@ def test_connection_settings_belong_to_the_bridge(bridge: BridgeProcess) -> None
         assert connector.settings is None
         assert connector.endpoint.startswith(f"bridge {bridge.socket} -> ")
         assert "bridge process" in connector.placement["explanation"][0]
+        assert connector.placement["io_loop"] is None, "the bridge's engine chose it: the bridge's placement says"
 
 
 def test_the_bridge_dying_fails_batches_at_once_and_a_new_connector_works_after_a_restart(

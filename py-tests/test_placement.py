@@ -62,7 +62,7 @@ def test_loopback_has_no_device_and_auto_says_it_falls_back(capsys: pytest.Captu
     assert plan["worker_cpus"] == [None] * 8 and plan["memory_node"] is None
     text = " ".join(plan["explanation"])  # type: ignore[arg-type]
     assert "loopback" in text and "falling back to no pinning" in text
-    unix = explain(capsys, "--url", "unix:///tmp/redis.sock")
+    unix = explain(capsys, "--url", "unix:///run/redis.sock")
     assert "unix socket" in " ".join(unix["explanation"])  # type: ignore[arg-type]
 
 

@@ -4,7 +4,9 @@ it, as SGLang's host pool is moved (docs/sglang.md). Against a real server."""
 
 from __future__ import annotations
 
+import gc
 import select
+import weakref
 
 import numpy as np
 import pytest
@@ -77,4 +79,27 @@ def test_bad_ranges_and_buffers_are_refused_before_anything_is_sent(redis_server
     with pytest.raises(InvalidInputError, match="read-only"):
         c.register_region(b"immutable bytes")
     assert redis_server.redis_py().dbsize() == 0, "nothing was sent"
+    c.close()
+
+
+def test_a_registration_holds_its_buffer_until_unregistered(redis_server: RedisServer) -> None:
+    """What docs/sglang.md promises: a registered region holds a reference to the buffer's
+    exporter, so dropping every other reference never frees memory a worker may still use; and
+    numpy's checked resize is refused while it is registered (only resize(refcheck=False), which
+    numpy documents as unsafe, can free it under us)."""
+    c = connector(redis_server)
+    pool = np.random.default_rng(2).integers(0, 256, 1 << 16, dtype=np.uint8)
+    expected = pool[:4096].tobytes()
+    holder = weakref.ref(pool)
+    region = c.register_region(pool)
+    with pytest.raises(ValueError, match="resize"):
+        pool.resize(1 << 20)
+    del pool
+    gc.collect()
+    assert holder() is not None, "the registration keeps the array alive"
+    assert c.run_ranges("set", region, ["held"], spans((0, 4096))).hits == [True]
+    assert redis_server.redis_py().get("held") == expected
+    c.unregister_region(region)
+    gc.collect()
+    assert holder() is None, "unregistering lets go of it"
     c.close()

@@ -13,7 +13,7 @@ import pytest
 from conftest import RedisServer
 
 from lmcache_resp import PagedRespStore, RespConnector, _native
-from lmcache_resp.errors import InvalidInputError
+from lmcache_resp.errors import AuthenticationError, InvalidInputError
 from lmcache_resp.settings import EvictionSettings, RespSettings, Secret
 
 EMPTY: dict[str, str] = {}
@@ -39,7 +39,7 @@ PRECEDENCE = [
     ("username", {"username": "arg-user"}, "arg-user", "redis://url-user:url-pw@h", "url-user", "env-user", None),
     ("password", {"password": "arg-pw"}, Secret("arg-pw"), "redis://url-user:url-pw@h", Secret("url-pw"),
      Secret("env-pw"), None),
-    ("unix_path", {"unix_path": "/tmp/arg.sock"}, "/tmp/arg.sock", "unix:///tmp/url.sock", "/tmp/url.sock", None, None),
+    ("unix_path", {"unix_path": "/run/arg.sock"}, "/run/arg.sock", "unix:///run/url.sock", "/run/url.sock", None, None),
     ("db", {"db": 4}, 4, "redis://h/2", 2, None, 0),
     ("timeout", {"timeout": 1.5}, 1.5, "resp://h?timeout=3", 3.0, None, 10.0),
     ("num_workers", {"num_workers": 4}, 4, "resp://h?num_workers=16", 16, None, 8),
@@ -302,6 +302,43 @@ def test_no_log_line_holds_a_password(
     assert default_pw not in logged and alice_pw not in logged
 
 
+def test_credentials_in_the_url_query_are_read_as_redis_py_reads_them_and_never_shown(
+    secure_server: RedisServer, clean_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue #42: ``redis://host:port?password=...`` (redis-py's form) was refused as an unknown
+    parameter by a message showing the password, and that message lands in LMCache's log."""
+    caplog.set_level(logging.DEBUG)
+    default_pw, alice_pw = "s3cret-default-pw", "s3cret-alice-pw"
+    port = secure_server.port
+    url = f"redis://127.0.0.1:{port}/0?password={default_pw}&num_workers=2"
+    assert RespSettings.resolve(url, env=EMPTY).password == Secret(default_pw)
+    # redis-py's precedence: the user information wins; the first non-empty value counts.
+    s = RespSettings.resolve(f"redis://alice:{alice_pw}@h:1?username=bob&password=other", env=EMPTY)
+    assert (s.username, s.password) == ("alice", Secret(alice_pw))
+    s = RespSettings.resolve("redis://h:1?password=&password=a+b%2Bc&password=later", env=EMPTY)
+    assert s.password == Secret("a b+c")
+    # The password reaches the server's AUTH: real connections, as alice and as the default user.
+    with PagedRespStore(f"redis://127.0.0.1:{port}?username=alice&password={alice_pw}", page_size=4096,
+                        num_pages=2, num_workers=2) as store:
+        assert store.settings.username == "alice"
+        shown = [repr(store), repr(store.settings), str(store.settings), json.dumps(store.settings.to_dict())]
+    with RespConnector(url=url) as connector:
+        shown += [repr(connector), repr(connector.settings), str(connector.settings.to_dict())]
+    with pytest.raises(AuthenticationError):
+        RespConnector(url=f"redis://127.0.0.1:{port}?username=alice&password=wrong-{alice_pw}", num_workers=1)
+    # Every message naming such a URL shows none of its query values.
+    for bad in (f"{url}&passwd={alice_pw}", f"redis://127.0.0.1:99999?password={default_pw}",
+                f"redis://127.0.0.1:{port}?password={default_pw}&num_workers=zero"):
+        with pytest.raises(InvalidInputError) as info:
+            RespSettings.resolve(bad, env=EMPTY)
+        shown.append(str(info.value))
+    assert "password=***" in shown[-3] and "'passwd' (did you mean 'password'?)" in shown[-3], shown[-3]
+    logged = all_logged_text(caplog)
+    assert "'password': '***'" in logged, "the settings were logged"
+    for text in [*shown, logged]:
+        assert default_pw not in text and alice_pw not in text, text
+
+
 def test_capacity_settings_reach_the_native_layer(redis_server: RedisServer, clean_env: pytest.MonkeyPatch) -> None:
     eviction = {"eviction_policy": "noop", "trigger_watermark": 0.5, "eviction_ratio": 0.25}
     settings = RespSettings.resolve(host="127.0.0.1", port=redis_server.port, num_workers=2,
@@ -387,14 +424,14 @@ def test_valkey_startup_nodes_holding_credentials_are_refused_without_showing_th
 
 
 def test_unix_socket_selection() -> None:
-    s = RespSettings.resolve("unix:///tmp/r.sock", env={"LMCACHE_RESP_HOST": "ignored"})
-    assert (s.unix_path, s.host) == ("/tmp/r.sock", None)
-    assert s.endpoint == "unix:/tmp/r.sock"
+    s = RespSettings.resolve("unix:///run/r.sock", env={"LMCACHE_RESP_HOST": "ignored"})
+    assert (s.unix_path, s.host) == ("/run/r.sock", None)
+    assert s.endpoint == "unix:/run/r.sock"
     # Explicit host/port win over a unix URL.
-    s = RespSettings.resolve("unix:///tmp/r.sock", env=EMPTY, host="h", port=1)
+    s = RespSettings.resolve("unix:///run/r.sock", env=EMPTY, host="h", port=1)
     assert (s.unix_path, s.host, s.port) == (None, "h", 1)
     with pytest.raises(InvalidInputError, match="not both"):
-        RespSettings.resolve(env=EMPTY, host="h", unix_path="/tmp/x")
+        RespSettings.resolve(env=EMPTY, host="h", unix_path="/run/x")
 
 
 @pytest.mark.parametrize(

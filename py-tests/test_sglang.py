@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -165,3 +166,161 @@ def test_a_dead_server_costs_milliseconds(redis_server: RedisServer, storages: l
         took = time.perf_counter() - start
         assert result in (0, [False] * 4), result
         assert took < 0.1, f"{took:.3f} s against a server known to be down"
+
+
+# -- issue #42: what the hostile review found ------------------------------------------------
+
+
+def test_every_entry_point_after_close_answers_false_with_a_warning(
+    redis_server: RedisServer, storages: list[RespHiCacheStorageImpl], caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = SGLangLikePool("page_first")
+    keys = page_keys(2)
+    for skip in (True, False):
+        storage = backend(storages, redis_server, pool, extra={"skip_existing": skip})
+        assert storage.batch_set_v1(keys, pool.host_indices([0, 1])) == [True, True]
+        storage.close()
+        storage.close()  # idempotent
+        caplog.clear()
+        before = [pool.segments(p) for p in range(pool.page_num)]
+        assert storage.batch_get_v1(keys, pool.host_indices([4, 5])) == [False, False]
+        assert storage.batch_set_v1(keys, pool.host_indices([4, 5])) == [False, False]
+        assert storage.batch_exists(keys) == 0
+        assert storage.exists(keys[0]) is False
+        assert storage.delete_pages(keys) == [False, False]
+        assert [pool.segments(p) for p in range(pool.page_num)] == before, "nothing moved after close()"
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 5 and all("is closed" in w for w in warnings), warnings
+    assert redis_server.redis_py().dbsize() == 4, "the pages stored before close() are still there"
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (dict(head_num=2, head_dim=8), dict(head_num=1, head_dim=16)),
+        (dict(head_num=2, head_dim=8, layer_num=3), dict(head_num=1, head_dim=8, layer_num=6)),
+        (dict(mla=True, kv_lora_rank=16, qk_rope_head_dim=8), dict(mla=True, kv_lora_rank=20, qk_rope_head_dim=4)),
+    ],
+    ids=["mha-heads", "mha-layers", "mla-latent"],
+)
+def test_pools_of_another_geometry_never_share_a_namespace(
+    redis_server: RedisServer, storages: list[RespHiCacheStorageImpl], first: dict[str, Any], second: dict[str, Any]
+) -> None:
+    """Same model, same layout, same bytes per page: only the pages' shape differs."""
+    pools = [SGLangLikePool("page_first", seed=s, **shape) for s, shape in enumerate((first, second))]
+    a, b = (backend(storages, redis_server, pool) for pool in pools)
+    assert a.layout is not None and b.layout is not None
+    assert [s.length for s in a.layout.segments] == [s.length for s in b.layout.segments], "byte sizes alike"
+    assert a.key_prefix != b.key_prefix
+    keys = page_keys(2)
+    assert a.batch_set_v1(keys, pools[0].host_indices([0, 1])) == [True, True]
+    assert b.batch_exists(keys) == 0
+    before = pools[1].segments(3)
+    assert b.batch_get_v1(keys[:1], pools[1].host_indices([3])) == [False]
+    assert pools[1].segments(3) == before, "another geometry's page is never read into the pool"
+
+
+@pytest.mark.parametrize("skip_existing", [True, False])
+def test_a_key_repeated_in_one_batch_is_stored_once_and_answers_everywhere(
+    redis_server: RedisServer, storages: list[RespHiCacheStorageImpl], skip_existing: bool
+) -> None:
+    pool = SGLangLikePool("page_first")
+    storage = backend(storages, redis_server, pool, extra={"skip_existing": skip_existing})
+    a, b = page_keys(2)
+    assert storage.batch_set_v1([a, b, a], pool.host_indices([0, 1, 2])) == [True, True, True]
+    client = redis_server.redis_py()
+    assert client.get(f"{storage.key_prefix}{a}:k") == pool.segments(0)[0], "stored once, from its first page"
+    assert client.get(f"{storage.key_prefix}{b}:v") == pool.segments(1)[1]
+    assert client.dbsize() == 4
+    # A key read into two pages fills both; one page named twice is refused.
+    assert storage.batch_get_v1([a, b, a], pool.host_indices([4, 5, 6])) == [True, True, True]
+    assert pool.segments(4) == pool.segments(0) and pool.segments(6) == pool.segments(0)
+    assert pool.segments(5) == pool.segments(1)
+    assert storage.batch_get_v1([a, b], pool.host_indices([7, 7])) == [False, False]
+    assert storage.delete_pages([a, a, b]) == [True, True, True]
+    assert client.dbsize() == 0
+
+
+def test_keys_and_indices_of_the_wrong_type_are_refused_by_the_adapter(
+    redis_server: RedisServer, storages: list[RespHiCacheStorageImpl], caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = SGLangLikePool("page_first")
+    storage = backend(storages, redis_server, pool)
+    keys = page_keys(2)
+    slots = pool.host_indices([0, 1])
+    for call in (lambda k: storage.batch_set_v1(k, slots), lambda k: storage.batch_get_v1(k, slots),
+                 storage.delete_pages):
+        caplog.clear()
+        assert call([keys[0], 7]) == [False, False]
+        assert "keys must be strings (SGLang's page hashes): key 1 is a int" in caplog.text
+    assert storage.batch_exists([keys[0], b"bytes"]) == 0 and storage.exists(3) is False  # type: ignore[arg-type]
+    for bad, said in ((slots.astype(np.float64), "not float64"), (slots.astype(str), "not <U"),
+                      (np.array([0.5] * 8), "not float64"), ([0, 1, 2, "3"] * 2, "not <U")):
+        caplog.clear()
+        assert storage.batch_set_v1(keys, bad) == [False, False], bad
+        assert "host_indices must be integer token slots" in caplog.text and said in caplog.text
+    assert redis_server.redis_py().dbsize() == 0, "nothing was stored from slots that are not integers"
+    for not_a_list in ("a-key", b"a-key", None, 7):
+        with pytest.raises(TypeError, match="keys must be a list of page hashes"):
+            storage.batch_get_v1(not_a_list, slots)  # type: ignore[arg-type]
+
+
+def test_every_slot_of_every_page_is_checked(
+    redis_server: RedisServer, storages: list[RespHiCacheStorageImpl], caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = SGLangLikePool("page_first", page_size=4)
+    storage = backend(storages, redis_server, pool)
+    keys = page_keys(2)
+    good = pool.host_indices([2, 3])
+    for bad in (
+        np.concatenate([good[:5], [21], good[6:]]),  # page 3's second slot in page 5
+        np.concatenate([good[:4], good[4:][::-1]]),  # page 3's slots backwards (its first slot not a start)
+        np.concatenate([good[:4], [12, 14, 13, 15]]),  # page 3's slots out of order
+        np.concatenate([good[:4], [12, 13, 14, 14]]),  # a slot twice
+    ):
+        caplog.clear()
+        assert storage.batch_set_v1(keys, bad) == [False, False], bad
+        assert storage.batch_get_v1(keys, bad) == [False, False], bad
+        assert "host_indices must" in caplog.text
+    assert redis_server.redis_py().dbsize() == 0
+    assert storage.batch_set_v1(keys, good) == [True, True]
+
+
+def test_a_refused_re_register_leaves_the_registered_pool_whole(
+    redis_server: RedisServer, storages: list[RespHiCacheStorageImpl]
+) -> None:
+    pool = SGLangLikePool("page_first")
+    storage = backend(storages, redis_server, pool)
+    layout, prefix = storage.layout, storage.key_prefix
+    keys = page_keys(2)
+    assert storage.batch_set_v1(keys, pool.host_indices([0, 1])) == [True, True]
+    no_buffer = SimpleNamespace(page_size=4, size=32, layout="page_first", dtype="torch.bfloat16", kv_buffer=None)
+    for refused in (SGLangLikePool("page_first", page_num=1), no_buffer):
+        with pytest.raises(InvalidInputError):
+            storage.register_mem_pool_host(refused)
+        assert storage.mem_pool_host is pool and storage.layout is layout and storage.key_prefix == prefix
+        assert storage.batch_get_v1(keys, pool.host_indices([5, 6])) == [True, True]
+        assert (pool.segments(5), pool.segments(6)) == (pool.segments(0), pool.segments(1))
+    # A pool that is accepted replaces it, whole.
+    other = SGLangLikePool("page_first", seed=9)
+    storage.register_mem_pool_host(other)
+    assert storage.mem_pool_host is other and storage.key_prefix == prefix, "the same shape: the same namespace"
+    assert storage.batch_get_v1(keys, other.host_indices([2, 3])) == [True, True]
+    assert (other.segments(2), other.segments(3)) == (pool.segments(0), pool.segments(1))
+
+
+def test_sglangs_own_extra_config_keys_are_accepted(
+    redis_server: RedisServer, storages: list[RespHiCacheStorageImpl]
+) -> None:
+    """Every key SGLang 0.5.23 itself reads from --hicache-storage-backend-extra-config,
+    whichever backend: "allocator": "shm" (its shared-memory host pool), file_storage_path (added
+    by its unified radix cache), the prefetch tuning (left in the dict on the decode offload
+    path) and tp_lcm_size."""
+    sglangs = {"allocator": "shm", "file_storage_path": "/srv/kv", "prefetch_threshold": 256,
+               "prefetch_timeout_base": 1, "prefetch_timeout_per_ki_token": 0.25,
+               "hicache_storage_pass_prefix_keys": False, "tp_lcm_size": 2}
+    pool = SGLangLikePool("page_first")
+    storage = backend(storages, redis_server, pool, extra=sglangs)
+    assert storage.batch_set_v1(page_keys(1), pool.host_indices([0])) == [True]
+    with pytest.raises(InvalidInputError, match=r"'alocator'"):
+        RespHiCacheStorageImpl(config(redis_server, extra={"alocator": "shm"}))

@@ -123,7 +123,7 @@ def test_the_environment_fills_in_the_files_only_where_tls_is_on(files: Files, m
     assert (s.ssl_ca_certs, s.ssl_certfile, s.ssl_keyfile) == (files.env_ca, files.cert, files.key)
     # Set for a whole deployment: a plaintext server ignores them, even when they are wrong.
     bad = {name: "/nonexistent/file.pem" for name in SSL_ENV}
-    for url in (None, "redis://h", "unix:///tmp/r.sock"):
+    for url in (None, "redis://h", "unix:///run/r.sock"):
         assert not RespSettings.resolve(url, env=bad).ssl
     from_env = r"^ssl_ca_certs /nonexistent/file\.pem: .*\(from LMCACHE_RESP_SSL_CA_CERTS\)$"
     with pytest.raises(InvalidInputError, match=from_env):
@@ -234,7 +234,7 @@ def test_every_front_takes_the_tls_keywords(files: Files) -> None:
         ("rediss://h", {"ssl_ca_path": "/nonexistent/dir"}, r"^ssl_ca_path /nonexistent/dir is not a directory"),
         ("rediss://h", {"ssl_cert_reqs": "none", "ssl_check_hostname": True},
          r"^ssl_check_hostname=True needs the certificate verified"),
-        ("rediss://h", {"unix_path": "/tmp/r.sock"}, r"^TLS is on but the server is the Unix socket /tmp/r\.sock"),
+        ("rediss://h", {"unix_path": "/run/r.sock"}, r"^TLS is on but the server is the Unix socket /run/r\.sock"),
         (None, {"ssl_ca_cert": "/x"}, r"'ssl_ca_cert' \(did you mean 'ssl_ca_certs'\?\)"),
         (None, {"ssl_check_hostnme": False}, r"'ssl_check_hostnme' \(did you mean 'ssl_check_hostname'\?\)"),
         ("rediss://h?ssl_keyfil=/x", {}, r"'ssl_keyfil' \(did you mean 'ssl_keyfile'\?\)"),

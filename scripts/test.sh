@@ -18,6 +18,10 @@ if [ "${free_kib:-0}" -lt $((4 * 1024 * 1024)) ]; then
     echo "warning: only $((free_kib / 1024)) MiB free on $(df -P . | awk 'NR == 2 { print $6 }'); a clean test run needs about 3 GB under target/ and some under /tmp" >&2
 fi
 RUN_START=$SECONDS
+# First, as it needs nothing built: no path of the machine (a checkout, a venv, a scratch folder) in a
+# tracked file (CONTRIBUTING.md; py-tests/test_machine_paths.py tests the check itself).
+echo "==> no absolute path of a machine in a tracked file (scripts/check-machine-paths.py)"
+python3 scripts/check-machine-paths.py
 scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 echo "==> rustfmt --check (rustfmt.toml; a file out of format fails here, not in review)"

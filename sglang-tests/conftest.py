@@ -39,24 +39,26 @@ def redis_server(redis_session: RedisServer) -> RedisServer:
     return redis_session
 
 
-def host_pool(kind: str, layout: str, device_tokens: int = 4 * PAGE) -> Any:
+def host_pool(kind: str, layout: str, device_tokens: int = 4 * PAGE, *, allocator_type: str = "default",
+              **shape: int) -> Any:
     """SGLang's own host pool (``MHATokenToKVPoolHost`` or ``MLATokenToKVPoolHost``) over a CPU
-    device pool, twice the device pool's size, filled with random bytes."""
+    device pool, twice the device pool's size, filled with random bytes; ``allocator_type``
+    "shm" allocates it with SGLang's shared-memory host allocator; ``shape`` overrides MHA/MLA."""
     from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _mha_host_inputs
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
     from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
 
     common = dict(size=device_tokens, page_size=PAGE, dtype=torch.bfloat16, device="cpu", enable_memory_saver=False)
     if kind == "mha":
-        device = MHATokenToKVPool(**common, **MHA)
+        device = MHATokenToKVPool(**common, **{**MHA, **shape})
         cls, info, kwargs = _mha_host_inputs(device)
     else:
-        device = MLATokenToKVPool(**common, **MLA)
+        device = MLATokenToKVPool(**common, **{**MLA, **shape})
         cls, info = MLATokenToKVPoolHost, device.get_device_pool_infos()[0].buffer_info
         kwargs = dict(device_capacity_tokens=device.size, start_layer=device.start_layer, end_layer=device.end_layer,
                       draft_buffer_infos=(), layer_shard_enabled=False, target_layer_num=device.layer_num,
                       override_kv_cache_dim=device.kv_cache_dim)
-    pool = cls(info, 2.0, 0, PAGE, layout, pin_memory=False, device="cpu", **kwargs)
+    pool = cls(info, 2.0, 0, PAGE, layout, pin_memory=False, device="cpu", allocator_type=allocator_type, **kwargs)
     raw = pool.kv_buffer.view(-1).view(torch.int16)
     raw.copy_(torch.randint(-(1 << 15), 1 << 15, raw.shape, dtype=torch.int16, generator=torch.Generator().manual_seed(7)))
     return pool

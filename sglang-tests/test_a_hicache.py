@@ -170,3 +170,60 @@ def test_a_dead_server_costs_the_controller_milliseconds(tmp_path: Any, stores: 
     assert HiCacheController._page_set_zero_copy(ctrl, keys, slots([0, 1])) is False
     took = time.perf_counter() - start
     assert took < 0.3, f"{took:.3f} s for three batches against a server known to be down"
+
+
+# -- issue #42 --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["mha", "mla"])
+def test_sglangs_shared_memory_allocator_and_its_config_key(redis_server: RedisServer, stores: Stores, kind: str) -> None:
+    """``"allocator": "shm"`` is SGLang's own key (pool_host/common.py's get_allocator_type reads it
+    from the extra config and leaves it there): the backend accepts it, and serves the pool SGLang's
+    ShmHostTensorAllocator allocates (a memfd mapping, not torch's allocator)."""
+    from sglang.srt.mem_cache.pool_host.common import ShmHostTensorAllocator
+
+    pool = host_pool(kind, "page_first", allocator_type="shm")
+    assert isinstance(pool.allocator, ShmHostTensorAllocator) and pool.allocator.fd is not None
+    store = stores.make(redis_server, pool, kind, "page_first", extra=extra_config(redis_server, allocator="shm"))
+    ctrl = controller(store, pool)
+    token_ids = tokens(2, seed=4)
+    keys = get_storage_hash_str(token_ids, None, page_size=PAGE)
+    assert HiCacheController._page_set_zero_copy(ctrl, keys, slots([0, 1])) is True
+    assert HiCacheController._page_get_zero_copy(ctrl, prefetch(), keys, slots([5, 6])) == 2
+    assert [page_bytes(pool, p) for p in (5, 6)] == [page_bytes(pool, p) for p in (0, 1)]
+
+
+def test_the_controller_after_close_gets_false_never_an_exception(redis_server: RedisServer, stores: Stores) -> None:
+    pool = host_pool("mha", "page_first")
+    token_ids = tokens(2, seed=5)
+    keys = get_storage_hash_str(token_ids, None, page_size=PAGE)
+    for skip in (True, False):
+        store = stores.make(redis_server, pool, "mha", "page_first", extra=extra_config(redis_server, skip_existing=skip))
+        ctrl = controller(store, pool)
+        assert HiCacheController._page_set_zero_copy(ctrl, keys, slots([0, 1])) is True
+        store.close()
+        before = [page_bytes(pool, p) for p in (5, 6)]
+        assert HiCacheController._page_set_zero_copy(ctrl, keys, slots([2, 3])) is False
+        assert HiCacheController._page_get_zero_copy(ctrl, prefetch(), keys, slots([5, 6])) == 0
+        assert hit_query(ctrl, token_ids) == 0
+        assert [page_bytes(pool, p) for p in (5, 6)] == before
+
+
+def test_sglang_pools_of_another_head_geometry_never_share_pages(redis_server: RedisServer, stores: Stores) -> None:
+    """Same model, layout and bytes per page; 2 heads of 16 against 1 head of 32."""
+    pools = [host_pool("mha", "page_first", head_num=2, head_dim=16), host_pool("mha", "page_first", head_num=1, head_dim=32)]
+    a, b = (stores.make(redis_server, pool, "mha", "page_first") for pool in pools)
+    assert [s.length for s in a.layout.segments] == [s.length for s in b.layout.segments]
+    assert a.key_prefix != b.key_prefix
+    token_ids = tokens(2, seed=6)
+    keys = get_storage_hash_str(token_ids, None, page_size=PAGE)
+    assert HiCacheController._page_set_zero_copy(controller(a, pools[0]), keys, slots([0, 1])) is True
+    assert hit_query(controller(b, pools[1]), token_ids) == 0
+
+
+def test_a_page_hash_twice_in_one_backup_is_stored_once(redis_server: RedisServer, stores: Stores) -> None:
+    pool = host_pool("mla", "page_first")
+    store = stores.make(redis_server, pool, "mla", "page_first")
+    keys = get_storage_hash_str(tokens(1, seed=7), None, page_size=PAGE)
+    assert HiCacheController._page_set_zero_copy(controller(store, pool), keys * 2, slots([0, 1])) is True
+    assert redis_server.redis_py().get(f"{store.key_prefix}{keys[0]}:kv") == page_bytes(pool, 0)

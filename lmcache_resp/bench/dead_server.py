@@ -246,7 +246,6 @@ class DeadServerResult:
     endpoint: str
     ops: tuple[str, ...]
     clients: list[ClientFigures]
-    unavailable: dict[str, str]
     target: Target | None = None
 
     def ratios(self) -> dict[str, dict[str, float | None]]:
@@ -281,7 +280,6 @@ class DeadServerResult:
             "ops": list(self.ops),
             "clients": [c.to_json() for c in self.clients],
             "ratios_lmcache_over_ours": self.ratios(),
-            "unavailable": self.unavailable,
             "every_batch_failed": self.passed_batches == 0,
         }
 
@@ -294,8 +292,6 @@ class DeadServerResult:
         ]
         for c in self.clients:
             out.append(f"  {c.name}: {c.description}")
-        for name, why in self.unavailable.items():
-            out.append(f"  {name}: not measured: {why}")
         out.append("")
         out.append(f"{'op':<7} {'client':<14} {'first batch':>12} {'median':>11} {'p99':>11} {'max':>11}   outcomes")
         ratios = self.ratios()
@@ -364,7 +360,6 @@ def _measure(options: Options, console: Console, peer_factory: str | None) -> De
     except RuntimeError as exc:
         raise BenchError(f"could not start a throwaway redis-server: {exc}") from None
     clients: list[_Client] = []
-    unavailable: dict[str, str] = {}
     try:
         version = server.version()
         settings = RespSettings.resolve(host=HOST, port=server.port, username="", password="",
@@ -375,6 +370,7 @@ def _measure(options: Options, console: Console, peer_factory: str | None) -> De
         prefix = f"lmcache-resp-bench:{uuid.uuid4()}:dead-server:"
         console.say(f"started a throwaway {name} {version} on {HOST}:{server.port}; it is killed mid-run")
         console.say(target.header_line())
+        console.say(target.io_loop_line())
 
         def workload(name: str) -> Workload:
             return Workload([f"{prefix}{name}:{i}" for i in range(options.num_keys)], options.chunk_bytes, options.seed)
@@ -382,13 +378,10 @@ def _measure(options: Options, console: Console, peer_factory: str | None) -> De
         ours = _Ours(settings, workload("lmcache_resp"), options.num_workers)
         clients.append(ours)
         if "lmcache" in options.compare:
-            try:
-                peer = LMCachePeer(target, workload("lmcache"), num_workers=options.num_workers,
-                                   python=options.lmcache_python, factory=peer_factory)
-                clients.append(_Peer(peer, options.timeout))
-            except BenchError as exc:
-                unavailable["lmcache"] = str(exc)
-                console.warn(f"peer lmcache not measured: {exc}")
+            # A peer asked for that cannot start ends the run (BenchError: exit status 2).
+            peer = LMCachePeer(target, workload("lmcache"), num_workers=options.num_workers,
+                               python=options.lmcache_python, factory=peer_factory)
+            clients.append(_Peer(peer, options.timeout))
 
         # Alive first: each client stores its keys and reads every byte back.
         for client in clients:
@@ -410,8 +403,7 @@ def _measure(options: Options, console: Console, peer_factory: str | None) -> De
                     outcome = _outcome(op, ok, found, options.num_keys, hung)
                     figures[client.name].batches.setdefault(op, []).append(BatchTime(op, seconds, outcome, error))
                 console.progress.advance()
-        return DeadServerResult(options, version, f"{HOST}:{server.port}", ops, list(figures.values()),
-                                unavailable, target)
+        return DeadServerResult(options, version, f"{HOST}:{server.port}", ops, list(figures.values()), target)
     finally:
         for client in reversed(clients):
             try:

@@ -161,6 +161,9 @@ def adapter_spec(name: str, target: Target, options: Options) -> tuple[dict[str,
         else:
             params = {"host": nodes[0][0], "port": nodes[0][1]}
         params["num_workers"] = options.ours_workers
+        # LMCache's process has no LMCACHE_RESP_* variables: the loop this run asked for
+        # (LMCACHE_RESP_IO_BACKEND included) goes with the params.
+        params["io_backend"] = target.settings.io_backend
         if options.get_piece_bytes is not None:
             params["get_piece_bytes"] = options.get_piece_bytes
         if options.ours_connections_per_worker is not None:

@@ -34,7 +34,7 @@ __all__ = ["DriverRounds", "LMCachePeer", "SubprocessChannel", "peer_python"]
 DRIVER = Path(__file__).resolve().with_name("lmcache_driver.py")
 SETUP_HINT = (
     "pass --lmcache-python PATH, a Python that can `import lmcache_peer` "
-    "(prepare one with ../shared/peers/lmcache-native/setup.sh: /tmp/lmcache-peer/bin/python)"
+    "(../shared/peers/lmcache-native/setup.sh DIR prepares one: DIR/bin/python)"
 )
 # The first request imports torch and the connector: slow on a small machine.
 INIT_GRACE_SECONDS = 120.0
@@ -127,7 +127,10 @@ class SubprocessChannel:
             self.process.wait()
             for stream in (self.process.stdin, self.process.stdout):
                 if stream is not None:
-                    stream.close()
+                    try:
+                        stream.close()
+                    except BrokenPipeError:
+                        pass  # a request left unflushed for a driver that is gone: nothing to tell it
 
 
 def peer_python(python: str | None, importable: Callable[[], bool], missing: str) -> str:

@@ -163,9 +163,10 @@ def parse_run(doc: Mapping[str, Any], op: str, *, num_keys: int, chunk_bytes: in
     return MemtierRun(op, requests, seconds, wire_bytes, misses)
 
 
-def parse_version(text: str) -> str:
-    """``2.3.0`` from ``memtier_benchmark --version`` (``memtier_benchmark v=2.3.0 sha=...``)."""
-    for word in text.split():
-        if word.startswith("v="):
-            return word[2:]
-    return "?"
+def parse_version(text: str) -> str | None:
+    """``2.3.0`` from ``memtier_benchmark --version`` (``memtier_benchmark v=2.3.0 sha=...``;
+    releases before 2.1 said ``memtier_benchmark 1.4.0``); None for what memtier does not say."""
+    words = text.split()
+    if len(words) < 2 or words[0] != "memtier_benchmark":
+        return None
+    return next((word[2:] for word in words if word.startswith("v=")), words[1])

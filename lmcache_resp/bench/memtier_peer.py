@@ -32,6 +32,7 @@ import numpy as np
 from lmcache_resp import RedisClient
 from lmcache_resp.errors import RespError, ValueTooLargeError
 from lmcache_resp.bench import memtier
+from lmcache_resp.bench.binaries import version_of
 from lmcache_resp.bench.errors import BenchError, PeerFailed
 from lmcache_resp.bench.measure import OpSample, cpu_seconds
 from lmcache_resp.bench.target import KeyLedger, Target
@@ -66,11 +67,7 @@ class MemtierPeer:
         self.keys = [f"{self.key_prefix}{i}" for i in range(1, num_keys + 1)]
         ledger.register(self.keys)
         self.timeout = s.timeout + 30
-        try:
-            said = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=10, check=False).stdout
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise BenchError(f"--compare memtier: cannot run {found}: {exc}") from None
-        self.version = memtier.parse_version(said)
+        self.version = version_of(found, "memtier", memtier.parse_version, expected="memtier_benchmark")
         self.scratch = tempfile.TemporaryDirectory(prefix="lmcache-resp-memtier-")
         self.buffer = np.empty(chunk_bytes, dtype=np.uint8)
         try:

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lmcache_resp.bench import pattern
+from lmcache_resp.bench.binaries import version_of
 from lmcache_resp.bench.errors import BenchError, PeerFailed
 from lmcache_resp.bench.options import ALL_OPS, Options
 from lmcache_resp.bench.lmcache_native import LMCachePeer
@@ -42,7 +43,7 @@ from lmcache_resp.bench.ours import OursDriver
 from lmcache_resp.bench.target import KeyLedger, Target, redis_py_tls_kwargs
 from lmcache_resp.bench.workload import Workload
 
-__all__ = ["CLUSTER_PEERS", "RedisBenchmarkPeer", "RedisPyPeer", "make_peer", "parse_rps"]
+__all__ = ["CLUSTER_PEERS", "RedisBenchmarkPeer", "RedisPyPeer", "make_peer", "parse_redis_benchmark_version", "parse_rps"]
 
 # Peers that reach a Redis Cluster themselves: with --cluster they run on ours, not on a server
 # of their own (peer_target).
@@ -210,6 +211,15 @@ def parse_rps(csv_text: str) -> float:
     raise ValueError(f"no result row in redis-benchmark output: {csv_text.strip()[:200]!r}")
 
 
+def parse_redis_benchmark_version(text: str) -> str | None:
+    """``7.0.15`` from ``redis-benchmark --version`` (``redis-benchmark 7.0.15``; Valkey's
+    ``valkey-benchmark 8.1.1``); None for what neither says."""
+    words = text.split()
+    if len(words) < 2 or words[0] not in ("redis-benchmark", "valkey-benchmark"):
+        return None
+    return words[1]
+
+
 class RedisBenchmarkPeer:
     name = "redis-benchmark"
     supported_ops = ("set", "get")
@@ -235,8 +245,7 @@ class RedisBenchmarkPeer:
             self.env["REDISCLI_AUTH"] = s.password.reveal()
             if s.username:
                 self.base += ["--user", s.username]
-        version = subprocess.run([executable, "--version"], capture_output=True, text=True, check=False).stdout.split()
-        self.version = version[1] if len(version) > 1 else "?"
+        self.version = version_of(executable, "redis-benchmark", parse_redis_benchmark_version, expected="redis-benchmark")
         self.num_workers = num_workers
 
     def describe(self) -> str:

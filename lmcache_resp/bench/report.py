@@ -28,6 +28,7 @@ __all__ = [
     "flood_lines",
     "header_lines",
     "json_base",
+    "peers_that_never_ran",
     "result_json",
     "standard_lines",
     "sweep_lines",
@@ -49,7 +50,6 @@ class RunResult:
     target: Target
     key_prefix: str
     clients: list[ClientResult] = field(default_factory=list)  # lmcache_resp first, then the peers
-    unavailable: dict[str, str] = field(default_factory=dict)  # peer -> why it could not run
     latency: dict[str, LatencyStats] | None = None
     ceiling: list[CeilingProbe] | None = None
     sweep: SweepResult | None = None
@@ -70,7 +70,7 @@ class RunResult:
 
 def header_lines(options: Options, target: Target) -> list[str]:
     if options.lmcache_l2:
-        return [target.header_line()]  # lmcache_l2.py says the rest
+        return [target.header_line(), target.io_loop_line()]  # lmcache_l2.py says the rest
     if options.sweep:
         workload = (f"sweep: chunk sizes {', '.join(format_size(c) for c in sorted(set(options.sweep_chunks)))} at "
                     f"{options.num_workers} workers; workers {', '.join(map(str, sorted(set(options.sweep_workers))))} at "
@@ -89,7 +89,7 @@ def header_lines(options: Options, target: Target) -> list[str]:
         workload = (f"workload: {options.num_keys} keys x {format_size(options.chunk_bytes)} = {options.pool_bytes / GB:.3f} GB per "
                     f"batch (all keys in ONE call), {_workers(options)}, {_plural(options.rounds, 'round')} after an untimed warm-up, ops "
                     f"{','.join(options.ops)}")
-    return [target.header_line(), workload, UNITS_NOTE]
+    return [target.header_line(), target.io_loop_line(), workload, UNITS_NOTE]
 
 
 def _workers(options: Options) -> str:
@@ -98,6 +98,13 @@ def _workers(options: Options) -> str:
     if options.ours_shape is None:
         return options.ours_shape_text()
     return f"lmcache_resp {options.ours_shape_text()}, the peers {options.num_workers} threads"
+
+
+def peers_that_never_ran(result: RunResult) -> list[tuple[str, str]]:
+    """``(name, why)`` of each peer asked for with --compare that failed before it measured
+    anything: the comparison asked for did not happen."""
+    return [(c.name, c.failure or "") for c in result.clients[1:]
+            if c.name in result.options.compare and c.failure and not any(c.samples.values())]
 
 
 def standard_lines(result: RunResult) -> list[str]:
@@ -133,15 +140,13 @@ def _ours_lines(result: RunResult) -> list[str]:
 
 
 def _compare_lines(result: RunResult) -> list[str]:
-    if len(result.clients) < 2 and not result.unavailable:
+    if len(result.clients) < 2:
         return []
     ours, peers = result.clients[0], result.clients[1:]
     lines = ["", f"side by side: same workload, same server, {_plural(result.options.rounds, 'round')}, order rotating per round "
                  f"(medians; ratio = {ours.name} / peer)"]
     for client in result.clients:
         lines.append(f"  {client.name}: {client.description}")
-    for name, why in result.unavailable.items():
-        lines.append(f"  {name}: not measured: {why}")
     for peer in peers:
         if peer.failure:
             lines.append(f"  {peer.name}: hung/failed: {peer.failure}")
@@ -294,7 +299,6 @@ def result_json(result: RunResult) -> dict[str, Any]:
         verified_bytes=result.verified_bytes,
         results={op: ours.median(op) for op in result.options.ops} if ours and not result.sweep else {},
         clients=[_client_json(c) for c in result.clients],
-        unavailable=result.unavailable,
         latency_ms={op: asdict(s) for op, s in result.latency.items()} if result.latency else None,
         ceiling=[asdict(p) for p in result.ceiling] if result.ceiling else None,
         sweep=None,

@@ -11,7 +11,7 @@ from typing import TextIO
 from lmcache_resp.errors import AuthenticationError, RespError
 from lmcache_resp.bench import report
 from lmcache_resp.bench.ceiling import measure_ceiling
-from lmcache_resp.bench.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BenchError
+from lmcache_resp.bench.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BenchError, PeerFailed
 from lmcache_resp.bench.options import Options
 from lmcache_resp.bench.console import Console
 from lmcache_resp.bench.fleet import MODES, FleetDriver
@@ -74,7 +74,13 @@ def run(options: Options, *, stdout: TextIO, stderr: TextIO) -> int:
         return _l2_outcome(l2, console, stdout)
     if options.json:
         _print_json(stdout, report.result_json(result))
-    else:
+    never_ran = report.peers_that_never_ran(result)
+    for name, why in never_ran:
+        console.warn(f"error: --compare {name}: the peer could not run (it failed in its first, untimed round, so "
+                     f"there is nothing to compare): {why}")
+    if never_ran:
+        return EXIT_USAGE
+    if not options.json:
         # Only now: every GET of every round has been verified (a mismatch raised above).
         console.say("All tests passed")
     return EXIT_OK
@@ -143,11 +149,11 @@ def _standard(options: Options, target: Target, ledger: KeyLedger, console: Cons
     with peer_target(options, target, console) if single else nullcontext(target) as peers_at:
         try:
             for name in options.compare:
+                # A peer asked for that cannot start ends the run (BenchError: exit status 2).
                 try:
                     drivers.append(make_peer(name, options, target if name in on_ours else peers_at, ours, ledger))
-                except BenchError as exc:
-                    result.unavailable[name] = str(exc)
-                    console.warn(f"peer {name} not measured: {exc}")
+                except PeerFailed as exc:
+                    raise BenchError(f"--compare {name}: could not start: {exc}") from None
             console.progress.add_total((options.rounds + 1) * len(drivers) + 1)
             result.clients = run_rounds(drivers, options.ops, options.rounds, console)
             console.progress.start("latency pass")

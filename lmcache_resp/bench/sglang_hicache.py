@@ -73,6 +73,7 @@ def run_sglang(options: Options, *, stdout: TextIO, stderr: TextIO) -> int:
     try:
         with open_target(options, console, f"lmcache-resp-bench:{uuid.uuid4()}:") as target:
             console.say(target.header_line())
+            console.say(target.io_loop_line())
             bench = _Bench(options, target.settings, console)
             try:
                 tallies = bench.run()

@@ -14,11 +14,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
-from lmcache_resp import RedisClient, RespConnector, RespSettings
+from lmcache_resp import RedisClient, RespConnector, RespSettings, _native
 from lmcache_resp.bench.embedded import EmbeddedCluster, EmbeddedRedis, EmbeddedServers
-from lmcache_resp.errors import InvalidInputError, RespTimeoutError
+from lmcache_resp.errors import InvalidInputError, RespError, RespTimeoutError
 from lmcache_resp.bench.servers.errors import EXIT_MISSING, LaunchError
 from lmcache_resp.bench.servers.memory import KEEP_FREED_MALLOC_CONF
 from lmcache_resp.bench.errors import BenchError
@@ -96,10 +97,33 @@ class Target:
             "malloc": self.malloc,
             "regime": self.regime,
             "io_threads": self.io_threads,
+            "io_loop": self.io_loop,
             "username": self.settings.username,
             "db": self.settings.db,
         }
 
+
+    @cached_property
+    def io_loop(self) -> dict[str, str]:
+        """Which loop lmcache_resp's I/O workers run in this run, and why (``{"loop", "setting",
+        "why"}``), as an engine started here with the run's settings chooses it: every store and
+        connector of the run has the same setting on the same host (LMCache's process under
+        --compare lmcache-l2 is handed it in its adapter params)."""
+        try:
+            # resolve(): empty credentials are none, as for our store (not LMCache's "not set").
+            probe = _native.Connector(RespSettings.resolve(**self.connect_kwargs(), num_workers=1))
+        except RespError as exc:
+            raise BenchError(f"cannot use the server at {self.endpoint}: {exc}") from None
+        try:
+            chosen = probe.placement["io_loop"]
+        finally:
+            probe.close()
+        return {str(k): str(v) for k, v in chosen.items()}
+
+    def io_loop_line(self) -> str:
+        """lmcache_resp's I/O loop, for the head of the report, beside the server."""
+        chosen = self.io_loop
+        return f"lmcache_resp I/O loop: {chosen['loop']} ({chosen['why']})"
 
     def header_line(self) -> str:
         """The server, for the head of the report: name, version, allocator and memory regime."""

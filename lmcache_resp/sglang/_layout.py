@@ -27,6 +27,15 @@ __all__ = ["PoolLayout", "Segment"]
 # The buffers a host pool may keep pages in, largest first: SGLang's MHA pool's K and V are
 # views of its one kv_buffer, so a segment is filed under the buffer that holds all of them.
 _BUFFER_NAMES = ("kv_buffer", "k_buffer", "v_buffer", "index_k_buffer", "index_k_scale_buffer")
+# What else shapes a page, as SGLang 0.5.23's host pools carry it (pool_host/mha.py, mla.py,
+# base.py): two pools whose pages have the same byte lengths but another head geometry, layer
+# range or latent split hold bytes that read differently, so each that the pool has goes into
+# the keys' namespace.
+_GEOMETRY = (
+    "layer_num", "target_layer_num", "start_layer", "end_layer",  # every pool
+    "head_num", "head_dim", "v_head_dim", "head_group_num",  # MHA
+    "kv_lora_rank", "qk_rope_head_dim", "kv_cache_dim", "dsa_kv_cache_store_fp8",  # MLA
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,8 @@ class PoolLayout:
     #: The pool's layout and dtype, as SGLang names them.
     layout: str
     dtype: str
+    #: What else shapes a page (``_GEOMETRY``), as far as the pool has it.
+    geometry: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def of(cls, pool: Any, *, is_mla: bool) -> PoolLayout:
@@ -112,6 +123,7 @@ class PoolLayout:
             names=_names(per_page, is_mla),
             layout=str(getattr(pool, "layout", "")),
             dtype=str(getattr(pool, "dtype", "")).removeprefix("torch."),
+            geometry=_geometry(pool),
         )
 
     @property
@@ -121,23 +133,33 @@ class PoolLayout:
 
     def pages_of(self, host_indices: Any) -> Any:
         """The page numbers of a batch: ``host_indices`` holds ``page_tokens`` token slots per
-        page, as SGLang hands them to ``batch_get_v1``/``batch_set_v1``; each page's first slot
-        must start a page of the pool."""
+        page, as SGLang's paged host allocator hands them to ``batch_get_v1``/``batch_set_v1``:
+        each page's slots whole and in order (``p * page_tokens`` up to ``(p + 1) * page_tokens
+        - 1``), integers, inside the pool. Anything else is refused, whichever slot is off: the
+        engine moves whole pages, so a batch that named one slot elsewhere would move bytes the
+        caller did not name."""
         import numpy as np
 
-        indices = host_indices.numpy() if hasattr(host_indices, "numpy") else np.asarray(host_indices)
+        indices = _integer_array(host_indices)
         if indices.ndim != 1 or len(indices) % self.page_tokens:
             raise InvalidInputError(
                 f"host_indices must hold {self.page_tokens} token slots per page, got shape {tuple(indices.shape)}"
             )
-        starts = indices[:: self.page_tokens].astype(np.int64, copy=False)
+        slots = indices.astype(np.int64, copy=False).reshape(-1, self.page_tokens)
+        starts = slots[:, 0]
+        limit = self.num_pages * self.page_tokens
         if len(starts) and (
-            bool((starts % self.page_tokens).any()) or int(starts.min()) < 0
-            or int(starts.max()) >= self.num_pages * self.page_tokens
+            bool((starts % self.page_tokens).any()) or int(starts.min()) < 0 or int(starts.max()) >= limit
         ):
             raise InvalidInputError(
-                f"host_indices must start whole pages of the pool (multiples of {self.page_tokens} below "
-                f"{self.num_pages * self.page_tokens})"
+                f"host_indices must start whole pages of the pool (multiples of {self.page_tokens} below {limit})"
+            )
+        off = np.flatnonzero((slots != starts[:, None] + np.arange(self.page_tokens)).any(axis=1))
+        if len(off):
+            page = int(off[0])
+            raise InvalidInputError(
+                f"host_indices must hold each page's {self.page_tokens} slots in order: the slots of entry {page} "
+                f"(from {int(starts[page])}) are not {int(starts[page])}..{int(starts[page]) + self.page_tokens - 1}"
             )
         return starts // self.page_tokens
 
@@ -172,6 +194,7 @@ class PoolLayout:
             "page_tokens": self.page_tokens,
             "segments": [s.length for s in self.segments],
             "names": list(self.names),
+            "geometry": dict(self.geometry),
         }
 
 
@@ -179,6 +202,41 @@ def namespace_digest(identity: dict[str, Any]) -> str:
     """16 hex digits of SHA-256 over ``identity`` as canonical JSON."""
     encoded = json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(encoded).hexdigest()[:16]
+
+
+def _geometry(pool: Any) -> tuple[tuple[str, Any], ...]:
+    """Each ``_GEOMETRY`` attribute the pool has, as plain JSON values."""
+    found: list[tuple[str, Any]] = []
+    for name in _GEOMETRY:
+        value = getattr(pool, name, None)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            found.append((name, value))
+        elif hasattr(value, "__index__"):
+            found.append((name, int(value)))
+        else:
+            found.append((name, str(value)))
+    return tuple(found)
+
+
+def _integer_array(host_indices: Any) -> Any:
+    """``host_indices`` (a CPU torch tensor, a numpy array or a sequence) as a numpy array of
+    integers; InvalidInputError for anything else (floats are refused, never truncated)."""
+    import numpy as np
+
+    try:
+        indices = host_indices.numpy() if hasattr(host_indices, "numpy") else np.asarray(host_indices)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise InvalidInputError(
+            f"host_indices must be integer token slots (a CPU tensor or array of int64), not {type(host_indices).__name__}: "
+            f"{exc}"
+        ) from None
+    if indices.dtype.kind not in "iu":
+        raise InvalidInputError(
+            f"host_indices must be integer token slots (int64, as SGLang's host allocator gives them), not {indices.dtype}"
+        )
+    return indices
 
 
 def _names(per_page: int, is_mla: bool) -> tuple[str, ...]:

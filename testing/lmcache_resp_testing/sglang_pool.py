@@ -38,7 +38,10 @@ class SGLangLikeConfig:
 
 class SGLangLikePool:
     """``page_num`` pages of ``page_size`` tokens, MHA (K and V of ``head_num`` heads of
-    ``head_dim``) or MLA (one latent row of ``kv_cache_dim``), bf16-sized (2-byte) elements."""
+    ``head_dim``) or MLA (one latent row of ``kv_lora_rank + qk_rope_head_dim``), bf16-sized
+    (2-byte) elements. The attributes that shape a page are those SGLang's pools carry:
+    ``layer_num``, ``start_layer``/``end_layer``, and ``head_num``/``head_dim``/``v_head_dim``
+    (MHA) or ``kv_lora_rank``/``qk_rope_head_dim``/``kv_cache_dim`` (MLA)."""
 
     def __init__(
         self,
@@ -50,20 +53,27 @@ class SGLangLikePool:
         head_num: int = 2,
         head_dim: int = 8,
         mla: bool = False,
-        kv_cache_dim: int = 24,
+        kv_lora_rank: int = 16,
+        qk_rope_head_dim: int = 8,
         seed: int = 0,
     ) -> None:
         assert layout in LAYOUTS, layout
-        self.layout, self.page_size, self.layer_num = layout, page_size, layer_num
-        self.head_num, self.head_dim, self.kv_cache_dim, self.mla = head_num, head_dim, kv_cache_dim, mla
+        self.layout, self.page_size, self.layer_num, self.mla = layout, page_size, layer_num, mla
+        self.start_layer, self.end_layer = 0, layer_num - 1
+        if mla:
+            self.kv_lora_rank, self.qk_rope_head_dim = kv_lora_rank, qk_rope_head_dim
+            self.kv_cache_dim = kv_lora_rank + qk_rope_head_dim
+        else:
+            self.head_num, self.head_dim, self.v_head_dim = head_num, head_dim, head_dim
         self.page_num, self.size = page_num, page_num * page_size
         self.dtype = "torch.bfloat16"
         self.itemsize = 2
         if mla:
+            dim = self.kv_cache_dim
             dims = {
-                "layer_first": (layer_num, self.size, 1, kv_cache_dim),
-                "page_first": (self.size, layer_num, 1, kv_cache_dim),
-                "page_first_direct": (page_num, layer_num, page_size, 1, kv_cache_dim),
+                "layer_first": (layer_num, self.size, 1, dim),
+                "page_first": (self.size, layer_num, 1, dim),
+                "page_first_direct": (page_num, layer_num, page_size, 1, dim),
             }[layout]
         else:
             dims = {

@@ -1,11 +1,19 @@
 #!/bin/bash
-# usage: final_bench.sh SECTION...   (sections: ab l2redis l2valkey l2fresh own9 cluster rule)
-# Logs to /work/bench-out/<section>.log. Runs from /tmp so `-m lmcache_resp.bench` takes the venv's package.
+# usage: final_bench.sh SECTION...   (sections: ab l2redis l2valkey l2fresh own9 cluster rule replicas failover)
+# Logs to $OUT/<section>.log (OUT: default a new temporary folder). Runs from /tmp so `-m lmcache_resp.bench`
+# takes the venv's package. The Pythons, from the environment:
+#   MAIN     one with lmcache_resp (default: the checkout's .venv, scripts/setup.sh)
+#   LMC      one with LMCache 0.5.6 and its C++ connector (default: what scripts/test-lmcache.sh builds)
+#   OLD NEW  section ab only: one with the old wheel (89ab430) installed, one with the new
 set -u
-LMC=/work/lmc-venv/bin/python
-OLD=/work/ab/venv-old/bin/python
-NEW=/work/ab/venv-new/bin/python
-MAIN=/work/main/.venv/bin/python
+REPO=${REPO:-$(cd "$(dirname "$0")/../../.." && pwd)}
+LMC=${LMC:-$REPO/target/lmcache-0.5.6/venv/bin/python}
+OLD=${OLD:-}
+NEW=${NEW:-}
+case " $* " in *" ab "*) [ -n "$OLD" ] && [ -n "$NEW" ] || { echo "section ab: set OLD and NEW to the Pythons of the two builds" >&2; exit 2; };; esac
+MAIN=${MAIN:-$REPO/.venv/bin/python}
+OUT=${OUT:-$(mktemp -d)}
+echo "logs in $OUT"
 cd /tmp
 l2() { # label args...
     local label=$1; shift
@@ -13,7 +21,7 @@ l2() { # label args...
     /usr/bin/time -f "    (%e s)" $MAIN -m lmcache_resp.bench --compare lmcache-l2 --lmcache-python $LMC "$@" 2>&1
 }
 for section in "$@"; do
-  log=/work/bench-out/$section.log
+  log=$OUT/$section.log
   echo "== $section $(date -u +%H:%M:%S)" | tee -a $log
   case $section in
   ab)  # #26/#28: old wheel (89ab430) against the new one, ABBA, ratios to LMCache's C++ connector in each run
@@ -33,7 +41,7 @@ for section in "$@"; do
            l2 "valkey9 fresh" --server valkey9 --regime fresh --l2-cells 32Mx8 --l2-in-flight 1 --rounds 4 --l2-bench-rounds 10 ;;
   cluster) l2 "cluster 3 vs valkey adapter" --cluster 3 --l2-adapters ours,valkey --l2-cells 256K,4M,32Mx8 --l2-in-flight 1 --rounds 4 --l2-bench-rounds 10 ;;
   own9) for s in valkey9 redis; do echo "### own bench $s 32MiBx32"; $MAIN -m lmcache_resp.bench --server $s --chunk-mb 32 --num-keys 32 --rounds 4 --compare lmcache --lmcache-python $LMC 2>&1; done ;;
-  rule) for s in valkey9 redis valkey; do for st in 1 0; do echo "### piece sweep $s STEADY=$st"; STEADY=$st ROUNDS=3 $MAIN /work/main/bench/get_piece_sweep.py $s 1,4,8,32,80 0,1; done; done ;;
+  rule) for s in valkey9 redis valkey; do for st in 1 0; do echo "### piece sweep $s STEADY=$st"; STEADY=$st ROUNDS=3 $MAIN "$REPO/bench/get_piece_sweep.py" $s 1,4,8,32,80 0,1; done; done ;;
   replicas) for args in "" "--replicas 2 --read-from primary" "--replicas 2 --read-from prefer_replica" "--replicas 2 --read-from prefer_replica" "--replicas 2 --read-from primary" ""; do
         echo "### own bench 4MiBx200 $args"; $MAIN -m lmcache_resp.bench --chunk-mb 4 --num-keys 200 --rounds 3 $args 2>&1 | grep -vE "^ *$" | tail -14; done ;;
   failover) for f in kill failover kill failover; do echo "### sentinel failover $f"; $MAIN -m lmcache_resp.bench --sentinel-failover --sentinel-fault $f 2>&1 | tail -14; done ;;

@@ -184,6 +184,11 @@ impl TrackedEngine {
         self.engine.placement()
     }
 
+    /// Which loop the workers run, and why.
+    pub fn io_loop(&self) -> crate::engine::IoLoopChoice {
+        self.engine.io_loop()
+    }
+
     /// `(kernel thread id, planned CPU)` of each worker.
     pub fn worker_threads(&self) -> Vec<(i32, Option<u32>)> {
         self.engine.worker_threads()

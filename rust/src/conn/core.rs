@@ -5,7 +5,11 @@
 //! drive it byte by byte with a controlled clock.
 //!
 //! Requests queue in order; the oldest `sent` of them are on the wire awaiting replies (RESP
-//! answers in order), the next may be partly written. A send gathers header, value and trailer
+//! answers in order), the next may be partly written. A driver whose sends complete later than
+//! they start (the io_uring loop) says so ([`ConnCore::on_send_started`]): the bytes it lent
+//! the kernel are on their way, never failed or let go as unsent, but not sent, so a reply to
+//! them is one that overtook its request, refused as the poll loop refuses a reply to a request
+//! it has only partly written. A send gathers header, value and trailer
 //! of many requests into one gather list; replies are parsed from a small scratch buffer while
 //! GET payloads are received straight into their destination.
 //!
@@ -176,6 +180,9 @@ pub struct ConnCore {
     sent: usize,
     /// Bytes of `queue[sent]` already written.
     write_offset: usize,
+    /// Bytes after those handed to a send the kernel has not finished (see
+    /// [`ConnCore::on_send_started`]); 0 with the poll loop's sends, which finish in the call.
+    lent: usize,
     /// Pipeline cost of the `sent` requests.
     inflight_bytes: usize,
     /// Pipeline cost of every user request in the queue; what load balancing looks at.
@@ -240,6 +247,7 @@ impl ConnCore {
             queue: VecDeque::new(),
             sent: 0,
             write_offset: 0,
+            lent: 0,
             inflight_bytes: 0,
             outstanding_cost: 0,
             outstanding_requests: 0,
@@ -452,9 +460,15 @@ impl ConnCore {
         (interest, wake)
     }
 
+    /// Whether a deadline, a connect's or a request's, has come by `now`: the driver calls
+    /// [`ConnCore::handle_timeout`].
+    pub fn is_due(&self, now: Instant) -> bool {
+        self.interest(now).1.is_some_and(|wake| wake <= now)
+    }
+
     /// Whether anything is waiting to be sent (the driver calls [`ConnCore::transmit`]).
     pub fn has_sendable(&self) -> bool {
-        self.sent < self.queue.len() && !self.write_blocked && self.state.has_socket()
+        self.sent < self.queue.len() && !self.write_blocked && self.lent == 0 && self.state.has_socket()
     }
 
     /// Whether the last send did not take everything: wait until the socket is writable.
@@ -467,7 +481,7 @@ impl ConnCore {
     /// the partly written one on), within the pipeline limits. Empty: nothing to send. Report
     /// what the socket took with [`ConnCore::on_sent`].
     pub fn transmit<'a, const N: usize>(&'a self, iov: &mut IoVecs<'a, N>) {
-        if !matches!(self.state, ConnState::Handshaking | ConnState::Ready) || self.write_blocked {
+        if !matches!(self.state, ConnState::Handshaking | ConnState::Ready) || self.write_blocked || self.lent > 0 {
             return;
         }
         let mut inflight_bytes = self.inflight_bytes;
@@ -535,6 +549,15 @@ impl ConnCore {
     }
 
     // -- what happened -------------------------------------------------------------------
+
+    /// A receive into the payload being received in place ended without saying how much it
+    /// wrote (its ring died): the destination may hold part of the value.
+    pub fn on_receive_lost(&mut self) {
+        if self.reader.payload_in_place().is_some() && self.sent > 0 {
+            let front = &mut self.queue[0];
+            front.partially_written = front.partially_written.max(1);
+        }
+    }
 
     /// The connect to the address [`ConnCore::poll_connect`] named succeeded: to a TLS
     /// endpoint the TLS handshake comes next (the driver reports
@@ -663,8 +686,21 @@ impl ConnCore {
         self.after_failed_attempt(now, err, out);
     }
 
-    /// The socket took `written` of the `offered` bytes of the last [`ConnCore::transmit`].
+    /// The driver handed the `offered` bytes of the last [`ConnCore::transmit`] to a send that
+    /// completes later (an io_uring send), whose completion it reports with
+    /// [`ConnCore::on_sent`]. Until then the kernel may read them: the requests they belong to
+    /// are on their way (a timeout or a closing store never fails them as unsent, and nothing
+    /// more is sent behind them), but not sent: a reply to one of them overtook it.
+    pub fn on_send_started(&mut self, offered: usize) {
+        debug_assert_eq!(self.lent, 0, "one send at a time");
+        self.lent = offered;
+    }
+
+    /// The socket took `written` of the `offered` bytes of the last [`ConnCore::transmit`]
+    /// (after [`ConnCore::on_send_started`]: the send completed, and the kernel reads none of
+    /// them any more).
     pub fn on_sent(&mut self, written: usize, offered: usize) {
+        self.lent = 0;
         self.advance_written(written);
         if written < offered {
             self.write_blocked = true;
@@ -694,6 +730,9 @@ impl ConnCore {
                     if self.sent == 0 && self.keeps_pushes && self.state == ConnState::Ready =>
                 {
                     self.pushes.push(message);
+                }
+                Ok(Some(event)) if self.sent == 0 && (self.write_offset > 0 || self.lent > 0) => {
+                    return self.overtaken(now, event, out);
                 }
                 Ok(Some(_)) if self.sent == 0 => {
                     let err = Error::new(
@@ -790,8 +829,7 @@ impl ConnCore {
                 self.after_failed_attempt(now, err, out);
             }
         }
-        let in_flight = self.sent + usize::from(self.write_offset > 0);
-        if in_flight > 0 && self.queue[0].deadline <= now {
+        if self.on_its_way() > 0 && self.queue[0].deadline <= now {
             let waiting_for = match self.queue[0].kind {
                 Kind::User(op) => format!("the reply to {}", op.name()),
                 Kind::Command => format!("the reply to {}", self.queue[0].describe()),
@@ -851,7 +889,7 @@ impl ConnCore {
     /// The first request that has not started to leave and is not bound to one that has (see
     /// [`Request::leaves_with_next`]): those before it are on their way.
     fn first_uncommitted(&self) -> usize {
-        let first_unsent = self.sent + usize::from(self.write_offset > 0);
+        let first_unsent = self.on_its_way();
         match first_unsent.checked_sub(1).map(|on_its_way| &self.queue[on_its_way]) {
             Some(leader) if leader.leaves_with_next && first_unsent < self.queue.len() => first_unsent + 1,
             _ => first_unsent,
@@ -866,7 +904,7 @@ impl ConnCore {
     /// `MULTI`; and the rest of a scope whose `WATCH` expired here fails with it (an `EXEC`
     /// without its `WATCH` would vouch for nothing).
     fn expire_unsent(&mut self, now: Instant, out: &mut Vec<Completion>) {
-        let first = self.sent + usize::from(self.write_offset > 0);
+        let first = self.on_its_way();
         if !self.queue.iter().skip(first).any(|r| r.deadline <= now) {
             return;
         }
@@ -1033,6 +1071,7 @@ impl ConnCore {
         self.reader.reset();
         self.sent = 0;
         self.write_offset = 0;
+        self.lent = 0;
         self.inflight_bytes = 0;
         self.write_blocked = false;
     }
@@ -1041,7 +1080,7 @@ impl ConnCore {
     /// otherwise they fail: with a timeout if theirs passed, else with `err`.
     fn drop_connection(&mut self, now: Instant, err: &Error, out: &mut Vec<Completion>) {
         self.note_partial_write();
-        let in_flight = self.sent + usize::from(self.write_offset > 0);
+        let in_flight = self.on_its_way();
         let on_wire: Vec<Request> = self.queue.drain(..in_flight).collect();
         self.queue.retain(|r| !matches!(r.kind, Kind::Handshake(_)));
         // A WATCH scope does not survive its connection: everything that belongs to one fails.
@@ -1177,7 +1216,53 @@ impl ConnCore {
 
     /// Nothing on the wire and nothing half-received.
     fn is_quiet(&self) -> bool {
-        self.sent == 0 && self.write_offset == 0 && self.reader.is_idle()
+        self.sent == 0 && self.write_offset == 0 && self.lent == 0 && self.reader.is_idle()
+    }
+
+    /// How many requests, from the oldest, have bytes on their way: sent whole, partly written,
+    /// or lent to a send the kernel has not finished.
+    fn on_its_way(&self) -> usize {
+        let mut handed = self.write_offset + self.lent;
+        let mut count = self.sent;
+        while handed > 0 && count < self.queue.len() {
+            handed = handed.saturating_sub(self.queue[count].frame_len());
+            count += 1;
+        }
+        count
+    }
+
+    /// A reply came for the oldest request before all of it was sent (written, or counted by
+    /// its send's completion): the server or a proxy answered early. A success answered that
+    /// way vouches for bytes the server never read, and the caller's memory may still be read
+    /// by the kernel: that request fails as a protocol error, whatever the loop. A refusal (an
+    /// error reply) fails it as the refusal it is. Either way the connection goes: its stream
+    /// no longer lines up with the requests (the other requests on it are retried or fail as
+    /// on any broken connection).
+    fn overtaken(&mut self, now: Instant, event: ReadEvent, out: &mut Vec<Completion>) {
+        let front = &self.queue[0];
+        let what = front.describe();
+        let frame = front.frame_len();
+        let sent = self.write_offset.min(frame);
+        let err = match &event {
+            ReadEvent::Reply(Reply::Error(text)) => refusal(front, text),
+            other => Error::new(
+                ErrorKind::Protocol,
+                format!(
+                    "{} answered {what} ({}) after {sent} of its {frame} bytes were sent: a server that replies \
+                     before it has read the whole request (a proxy answering early?) is not speaking RESP as Redis \
+                     does, so the {what} failed and the connection was dropped",
+                    self.options.endpoint,
+                    brief(other),
+                ),
+            ),
+        };
+        let front = self.queue.pop_front().expect("a partly sent request");
+        // The connection goes; nothing of it is on the books any more (the driver reaps its
+        // send before it lets go of anything that send reads).
+        self.write_offset = 0;
+        self.lent = 0;
+        self.finish(front, Outcome::Failed(err.clone()), out);
+        self.connection_broke(now, err, out);
     }
 
     fn complete_front(&mut self, now: Instant, event: ReadEvent, out: &mut Vec<Completion>) {
@@ -1251,10 +1336,38 @@ impl ConnCore {
     }
 }
 
+/// The error of a request the server refused, with what to do where the refusal says it: a value
+/// longer than the server's `proto-max-bulk-len` is refused with a protocol error, often before
+/// the server has read it (see [`ConnCore::overtaken`]).
+fn refusal(request: &Request, text: &[u8]) -> Error {
+    let err = Error::server(text);
+    match (request.value(), text.windows(19).any(|w| w == b"invalid bulk length")) {
+        (Some(value), true) => Error::new(
+            ErrorKind::Server,
+            format!(
+                "{} (the {} carried a {}-byte value, longer than the server's proto-max-bulk-len: raise it on the \
+                 server, CONFIG SET proto-max-bulk-len, or store smaller values)",
+                err.message(),
+                request.describe(),
+                value.len()
+            ),
+        ),
+        _ => err,
+    }
+}
+
+/// A reply, for a message: its kind and start, never a value.
+fn brief(event: &ReadEvent) -> String {
+    match event {
+        ReadEvent::Reply(reply) => reply.brief(64),
+        ReadEvent::Bulk { len, .. } => format!("a {len}-byte bulk string"),
+    }
+}
+
 fn user_outcome(op: Op, event: ReadEvent, request: &Request, endpoint: &impl std::fmt::Display) -> Outcome {
     let capacity = request.destination().map_or(0, |d| d.len());
     let outcome = match (op, event) {
-        (_, ReadEvent::Reply(Reply::Error(text))) => Outcome::Failed(Error::server(&text)),
+        (_, ReadEvent::Reply(Reply::Error(text))) => Outcome::Failed(refusal(request, &text)),
         (Op::Set, ReadEvent::Reply(Reply::Simple(ok))) if ok == b"OK" => Outcome::Done,
         (Op::Ping, ReadEvent::Reply(Reply::Simple(pong))) if pong == b"PONG" => Outcome::Done,
         (Op::Get, ReadEvent::Reply(Reply::Nil)) => Outcome::Miss,

@@ -113,6 +113,7 @@ impl Conn {
 
     /// Fails every request now and every later one at once (see [`ConnCore::fail_for_good`]).
     pub fn fail_for_good(&mut self, now: Instant, err: crate::error::Error, out: &mut Vec<Completion>) {
+        self.settle_ring(now, out);
         self.core.fail_for_good(now, err, out);
         self.sync_socket();
     }
@@ -250,16 +251,7 @@ impl Conn {
     pub fn drive_ring(&mut self, now: Instant, out: &mut Vec<Completion>) {
         let Some(io) = &mut self.ring else { return };
         let ready = io.take_poll().unwrap_or_default();
-        if let Some(Err(err)) = io.take_send() {
-            self.core.on_io_error(now, err, out);
-            self.sync_socket();
-        }
-        match self.ring.as_mut().and_then(ring_io::RingIo::take_recv) {
-            Some(Ok(0)) => self.core.on_peer_closed(now, out),
-            Some(Ok(n)) => self.core.on_received(now, n, out),
-            Some(Err(err)) => self.core.on_io_error(now, err, out),
-            None => {}
-        }
+        self.absorb_ring(now, out);
         self.sync_socket();
         if !self.on_completions() {
             if self.ring.as_ref().is_some_and(ring_io::RingIo::moving_data) {
@@ -278,6 +270,78 @@ impl Conn {
                 io.arm_poll(fd, interest);
             }
         }
+    }
+
+    /// Tells the core what the ring's send and receive did, once they completed: the send
+    /// first, since a reply can only answer bytes a send's completion counted (see `ring_io`).
+    fn absorb_ring(&mut self, now: Instant, out: &mut Vec<Completion>) {
+        let Some(io) = &mut self.ring else { return };
+        match io.take_send() {
+            Some(Ok((written, offered))) => {
+                self.core.on_sent(written, offered);
+                if written < offered {
+                    // The socket is full: the ring's next send waits for room itself.
+                    self.core.on_writable();
+                }
+            }
+            Some(Err(err)) => return self.on_send_failed(now, err, out),
+            None => {}
+        }
+        self.absorb_recv(now, out);
+    }
+
+    fn absorb_recv(&mut self, now: Instant, out: &mut Vec<Completion>) {
+        match self.ring.as_mut().and_then(ring_io::RingIo::take_recv) {
+            Some(Ok(0)) => self.core.on_peer_closed(now, out),
+            Some(Ok(n)) => self.core.on_received(now, n, out),
+            Some(Err(err)) => self.core.on_io_error(now, err, out),
+            None => {}
+        }
+    }
+
+    /// Before the core decides on a deadline or a failure: the ring's send and receive are
+    /// cancelled and reaped, and what they moved is told to the core (see `ring_io`).
+    fn settle_ring(&mut self, now: Instant, out: &mut Vec<Completion>) {
+        if let Some(io) = self.ring.as_mut().filter(|io| io.moving_data()) {
+            io.settle();
+            self.absorb_ring(now, out);
+            self.sync_socket();
+        }
+    }
+
+    /// A send failed. A server that refuses a request may answer and close before it has read
+    /// all of it (Redis and Valkey do for a bulk string longer than their proto-max-bulk-len):
+    /// what it said, if it came, is heard first, so the request fails with the server's reason
+    /// and not with a broken pipe, whatever the loop.
+    fn on_send_failed(&mut self, now: Instant, err: io::Error, out: &mut Vec<Completion>) {
+        if let Some(io) = &mut self.ring {
+            // Nothing of the ring may use the socket while it is read directly below.
+            io.settle();
+            self.absorb_recv(now, out);
+        }
+        if self.core.state().has_socket() {
+            self.read(now, out);
+        }
+        if self.core.state().has_socket() {
+            self.core.on_io_error(now, err, out);
+        }
+        self.sync_socket();
+    }
+
+    /// The worker's ring died (see `net::uring`): this connection goes back to the poll loop.
+    /// What its send and receive were doing is lost with the ring, and their socket was shut
+    /// down: the connection goes, and its requests are retried or fail as on any broken
+    /// connection (a value that was being received into its page counts as partly received).
+    pub fn leave_ring(&mut self, now: Instant, why: &str, out: &mut Vec<Completion>) {
+        let Some(io) = self.ring.take() else { return };
+        let lost = io.moving_data();
+        drop(io);
+        if lost && self.core.state().has_socket() {
+            self.core.on_receive_lost();
+            let err = io::Error::other(format!("{why}; the connection is opened again on the poll loop"));
+            self.core.on_io_error(now, err, out);
+        }
+        self.sync_socket();
     }
 
     /// Whether the connection runs on completions now (on a ring): plaintext, with its
@@ -300,6 +364,7 @@ impl Conn {
             }
         };
         if let Err(err) = io.start_send(&mut self.core, stream, before) {
+            // The ring refused the send (it died): nothing was lent.
             self.core.on_io_error(now, err, out);
             self.sync_socket();
             return;
@@ -346,8 +411,13 @@ impl Conn {
         (self.socket.stream.as_ref().map(|s| s.as_fd()), interest, wake)
     }
 
-    /// Fails what is overdue (see [`ConnCore::handle_timeout`]).
+    /// Fails what is overdue (see [`ConnCore::handle_timeout`]). On a ring, what the send and the
+    /// receive in flight moved before the deadline is told to the core first: a value partly
+    /// received into its page then fails as partly read, as on the poll loop.
     pub fn expire(&mut self, now: Instant, out: &mut Vec<Completion>) {
+        if self.core.is_due(now) {
+            self.settle_ring(now, out);
+        }
         if self.core.take_plaintext_check(now) && !self.socket.tls.as_ref().is_some_and(TlsSession::heard_from_server) {
             self.start_plaintext_check();
         }
@@ -358,6 +428,7 @@ impl Conn {
 
     /// Closes the socket at once and fails every request (see [`ConnCore::abort`]).
     pub fn abort(&mut self, err: &crate::error::Error, out: &mut Vec<Completion>) {
+        self.settle_ring(Instant::now(), out);
         self.core.abort(err, out);
         self.sync_socket();
     }
@@ -542,10 +613,7 @@ impl Conn {
                     }
                 }
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => self.core.on_send_blocked(),
-                Err(err) => {
-                    self.core.on_io_error(now, err, out);
-                    self.sync_socket();
-                }
+                Err(err) => self.on_send_failed(now, err, out),
             }
         }
     }

@@ -8,10 +8,19 @@
 //! TLS handshake and TLS traffic, the plaintext check) runs as in the poll loop, by readiness,
 //! with the ring's poll standing in for `ppoll`.
 //!
-//! The core is told a send went out when it is submitted (`on_sent` with all of it): a reply
-//! may then be read before the send's own completion is seen, and the kernel has read every
-//! byte a server answered before it answers. The send's completion only confirms it; a send
-//! that fails breaks the connection as a failed `sendmsg` does.
+//! A send is lent to the kernel when it is submitted (`ConnCore::on_send_started`) and sent when
+//! its completion says how much the socket took (`ConnCore::on_sent`, as the poll loop reports a
+//! `sendmsg`): until then its requests are on their way but unanswerable, and what they point
+//! into stays theirs. A short send is followed by one for the rest, which waits for room first.
+//! Completions are told to the core send first ([`RingIo::take_send`] before
+//! [`RingIo::take_recv`]): a reply can only answer bytes a completion counted (`net::uring`,
+//! "When the kernel runs"), so one that answers a request still lent overtook it, and the core
+//! refuses it as the poll loop refuses a reply to a request it has only partly written.
+//!
+//! Before the core decides on what a deadline or a failed send means, the operations in flight
+//! are cancelled and reaped and their results told to it first ([`RingIo::settle`]): a receive
+//! cancelled half-way reports the bytes it put into a page, so the key fails as partly read, as
+//! on the poll loop.
 //!
 //! A value's payload is received with the socket's receive low-water mark at the rest of it
 //! (up to 1 MiB), as the poll loop does, so the receive is woken once per value or MiB, not at
@@ -44,6 +53,11 @@ pub(super) struct RingIo {
     recv: Option<OpId>,
     /// A poll for the readiness of a connection not running on completions, and its events.
     poll: Option<(OpId, u32)>,
+    /// What a send and a receive that [`RingIo::settle`] reaped came to, not yet taken.
+    settled_send: Option<(i32, usize)>,
+    settled_recv: Option<i32>,
+    /// The last send came back short (the socket was full): the next waits for room first.
+    socket_full: bool,
 }
 
 /// What became of an attempt to start a receive.
@@ -58,13 +72,21 @@ pub(super) enum Started {
 
 impl RingIo {
     pub(super) fn new(ring: &Arc<Ring>) -> RingIo {
-        RingIo { ring: ring.clone(), send: None, recv: None, poll: None }
+        RingIo {
+            ring: ring.clone(),
+            send: None,
+            recv: None,
+            poll: None,
+            settled_send: None,
+            settled_recv: None,
+            socket_full: false,
+        }
     }
 
-    /// Whether a send or a receive is in flight (then nothing else may read or write the
-    /// socket, and nothing they point into may be let go).
+    /// Whether a send or a receive is in flight, or reaped and not yet told to the core (then
+    /// nothing else may read or write the socket, and nothing they point into may be let go).
     pub(super) fn moving_data(&self) -> bool {
-        self.send.is_some() || self.recv.is_some()
+        self.send.is_some() || self.recv.is_some() || self.settled_send.is_some() || self.settled_recv.is_some()
     }
 
     /// Cancels every operation and waits for their completions; their results are dropped
@@ -74,8 +96,30 @@ impl RingIo {
         ids.extend(self.send.take().map(|(id, _)| id));
         ids.extend(self.recv.take());
         ids.extend(self.poll.take().map(|(id, _)| id));
+        self.settled_send = None;
+        self.settled_recv = None;
+        self.socket_full = false;
         if !ids.is_empty() {
             self.ring.cancel_and_reap(&ids);
+        }
+    }
+
+    /// Cancels the send and the receive in flight and waits for them; what they moved before
+    /// they stopped is kept for [`RingIo::take_send`] and [`RingIo::take_recv`]. After this the
+    /// kernel touches none of their memory, and the socket may be read directly.
+    pub(super) fn settle(&mut self) {
+        let send = self.send.take();
+        let recv = self.recv.take();
+        let ids: Vec<OpId> = send.iter().map(|(id, _)| *id).chain(recv).collect();
+        if ids.is_empty() {
+            return;
+        }
+        let mut results = self.ring.cancel_and_reap(&ids).into_iter();
+        if let Some((_, offered)) = send {
+            self.settled_send = results.next().map(|result| (result, offered));
+        }
+        if recv.is_some() {
+            self.settled_recv = results.next();
         }
     }
 
@@ -91,28 +135,39 @@ impl RingIo {
         })
     }
 
-    /// The send's outcome, once it completed: all of it went, or the connection failed (it
-    /// broke, or the socket took only part before an error).
-    pub(super) fn take_send(&mut self) -> Option<io::Result<()>> {
-        let (id, offered) = self.send?;
-        let result = self.ring.take(id)?;
-        self.send = None;
-        Some(match result {
-            r if r >= 0 && r as usize == offered => Ok(()),
-            r if r < 0 => Err(io::Error::from_raw_os_error(-r)),
-            r => Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("the socket took {r} of {offered} bytes and failed"),
-            )),
-        })
+    /// The send's outcome, once it completed: how many of the bytes it offered the socket
+    /// took, and how many it offered (a cancelled send took none), or why it failed.
+    pub(super) fn take_send(&mut self) -> Option<io::Result<(usize, usize)>> {
+        let (result, offered) = match self.settled_send.take() {
+            Some(settled) => settled,
+            None => {
+                let (id, offered) = self.send?;
+                let result = self.ring.take(id)?;
+                self.send = None;
+                (result, offered)
+            }
+        };
+        let outcome = match result {
+            r if r >= 0 => Ok((r as usize, offered)),
+            r if r == -libc::ECANCELED => Ok((0, offered)),
+            r => Err(io::Error::from_raw_os_error(-r)),
+        };
+        self.socket_full = matches!(outcome, Ok((written, offered)) if written < offered);
+        Some(outcome)
     }
 
     /// The receive's outcome, once it completed: bytes received (0: the server closed), or
     /// `None` also for a receive that was interrupted and received nothing.
     pub(super) fn take_recv(&mut self) -> Option<io::Result<usize>> {
-        let id = self.recv?;
-        let result = self.ring.take(id)?;
-        self.recv = None;
+        let result = match self.settled_recv.take() {
+            Some(settled) => settled,
+            None => {
+                let id = self.recv?;
+                let result = self.ring.take(id)?;
+                self.recv = None;
+                result
+            }
+        };
         match result {
             n if n >= 0 => Some(Ok(n as usize)),
             e if e == -libc::EAGAIN || e == -libc::EINTR || e == -libc::ECANCELED => None,
@@ -121,14 +176,14 @@ impl RingIo {
     }
 
     /// Starts a send of what the core has to send, if none is in flight; `before` runs with the
-    /// byte count right before it is queued. The core counts it sent at once.
+    /// byte count right before it is queued. The core counts it lent until its completion.
     pub(super) fn start_send(
         &mut self,
         core: &mut ConnCore,
         stream: &Stream,
         before: impl FnOnce(usize),
     ) -> io::Result<()> {
-        if self.send.is_some() || !core.has_sendable() {
+        if self.send.is_some() || self.settled_send.is_some() || !core.has_sendable() {
             return Ok(());
         }
         let mut iov = IoVecs::<MAX_IOV>::new();
@@ -140,12 +195,13 @@ impl RingIo {
         before(offered);
         // SAFETY: the entries point into requests of the core's queue (headers and trailers
         // are heap bytes of their `Request`, values caller pages by `RawBuf`'s contract). Each
-        // stays valid until the send's completion: the core counts them sent below, so only a
-        // reply (which the server sends after the kernel has read every byte of the request)
-        // or the loss of the connection (`Conn::sync_socket` reaps this send first) finishes
-        // them. The socket stays open as long (sync_socket again).
-        let id = unsafe { self.ring.send(stream.as_fd().as_raw_fd(), iov.as_slice()) }?;
-        core.on_sent(offered, offered);
+        // stays valid until the send's completion: the core counts them lent below, so neither
+        // a reply (one to a lent request fails the connection), a deadline nor a closing store
+        // finishes them, and the loss of the connection reaps this send first
+        // (`Conn::sync_socket`, before the worker posts any completion or enters the ring
+        // again). The socket stays open as long (sync_socket again).
+        let id = unsafe { self.ring.send(stream.as_fd().as_raw_fd(), iov.as_slice(), self.socket_full) }?;
+        core.on_send_started(offered);
         self.send = Some((id, offered));
         Ok(())
     }
@@ -160,7 +216,7 @@ impl RingIo {
         now: Instant,
         out: &mut Vec<Completion>,
     ) -> Started {
-        if self.recv.is_some() {
+        if self.recv.is_some() || self.settled_recv.is_some() {
             return Started::Yes;
         }
         let fd = stream.as_fd().as_raw_fd();

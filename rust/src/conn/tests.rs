@@ -1603,3 +1603,114 @@ fn a_write_refused_by_a_demoted_primary_is_handed_back_to_find_the_new_one() {
     );
     assert!(rig.out.is_empty() && rig.core.is_empty());
 }
+
+/// What the core offers to send now, handed to a send that completes later (the io_uring
+/// loop): the bytes, and how many were offered.
+fn lend(rig: &mut Rig) -> (Vec<u8>, usize) {
+    let mut iov = IoVecs::<128>::new();
+    rig.core.transmit(&mut iov);
+    let offered = iov.total_len();
+    let mut wire = Vec::new();
+    for entry in iov.as_slice() {
+        // SAFETY: every entry points at a request's header, value or trailer, which live in the
+        // core's queue (or the rig's pages) while the send is lent.
+        wire.extend_from_slice(unsafe { std::slice::from_raw_parts(entry.iov_base as *const u8, entry.iov_len) });
+    }
+    rig.core.on_send_started(offered);
+    (wire, offered)
+}
+
+#[test]
+fn a_reply_that_overtakes_a_partly_written_set_fails_it_as_a_protocol_error_not_a_success() {
+    // The poll loop: the socket took the SET's header and part of its value, and the server
+    // answered +OK already. The SET must not succeed (the server never read the rest), and it
+    // is not sent again (it would meet the same answer).
+    let mut rig = Rig::new();
+    let value = vec![7u8; 100_000];
+    let set = rig.set(b"early", &value);
+    rig.ready();
+    let sent = rig.take_sent(40_000);
+    assert_eq!(sent.len(), 40_000);
+    rig.deliver(b"+OK\r\n", usize::MAX);
+    let err = rig.failure(set);
+    assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+    assert!(
+        err.message()
+            .starts_with("10.0.0.5:6379 answered SET (Simple(\"OK\")) after 40000 of its 100035 bytes were sent"),
+        "{err}"
+    );
+    assert!(err.message().contains("so the SET failed and the connection was dropped"), "{err}");
+    assert_eq!(rig.state(), ConnState::Disconnected);
+    assert!(rig.out.is_empty(), "nothing else completed");
+}
+
+#[test]
+fn a_reply_to_a_set_still_lent_to_the_kernel_fails_it_whatever_it_says() {
+    // The io_uring loop: the whole SET was handed to a send whose completion has not come, so
+    // the kernel may still read the page. A reply now overtook it: the SET fails (and its
+    // page is handed back only after the driver reaped the send), exactly as on the poll loop.
+    let mut rig = Rig::new();
+    let first = rig.set(b"answered", &[1u8; 10]);
+    rig.ready();
+    let (_, offered) = lend(&mut rig);
+    rig.core.on_sent(offered, offered);
+    let value = vec![7u8; 100_000];
+    let set = rig.set(b"early", &value);
+    let (wire, offered) = lend(&mut rig);
+    assert_eq!(wire.len(), offered);
+    assert!(!rig.core.has_sendable(), "nothing more goes out behind a lent send");
+    // The reply to the first SET is fine: its send completed.
+    rig.deliver(b"+OK\r\n", usize::MAX);
+    assert_eq!(rig.outcome(first), Outcome::Done);
+    // The second's reply came before its send's completion.
+    rig.deliver(b"+OK\r\n", usize::MAX);
+    let err = rig.failure(set);
+    assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+    assert!(err.message().contains("answered SET (Simple(\"OK\")) after 0 of its 100035 bytes were sent"), "{err}");
+    assert_eq!(rig.state(), ConnState::Disconnected);
+}
+
+#[test]
+fn a_lent_request_is_on_its_way_never_expired_or_failed_as_unsent() {
+    // While the kernel may read a lent request's memory, a closing store (fail_unsent) and a
+    // passing deadline (expire_unsent) must leave it in the queue: only the driver's reap, or a
+    // dropped connection the driver reaps first, lets it go.
+    let mut rig = Rig::new();
+    let lent = rig.set(b"lent", &vec![3u8; 300_000]);
+    rig.ready();
+    lend(&mut rig);
+    let unsent = rig.set(b"unsent", &[4u8; 10]);
+    rig.core.fail_unsent(&crate::error::Error::closed("the store"), &mut rig.out);
+    assert!(matches!(rig.outcome(unsent), Outcome::Failed(_)), "the request behind it was never lent: it fails");
+    assert!(rig.out.is_empty(), "the lent one stays on its way");
+    assert_eq!(rig.core.outstanding_requests(), 1);
+    // Its deadline passes: the connection is dropped (the driver reaps the send before the
+    // completion goes anywhere), and the SET fails as timed out, never as unsent.
+    rig.advance(TIMEOUT + Duration::from_millis(1));
+    let err = rig.failure(lent);
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(!err.message().contains("before SET could be sent"), "{err}");
+}
+
+#[test]
+fn a_set_the_server_refuses_as_too_long_says_which_setting_and_what_to_do() {
+    // Redis and Valkey answer a bulk string longer than proto-max-bulk-len with this error,
+    // often after reading only its length: the SET fails with the server's words and the
+    // remedy, whether the answer came before or after the value was all sent.
+    let reply = b"-ERR Protocol error: invalid bulk length\r\n";
+    for sent_whole in [false, true] {
+        let mut rig = Rig::new();
+        let set = rig.set(b"big", &vec![9u8; 200_000]);
+        rig.ready();
+        rig.take_sent(if sent_whole { usize::MAX } else { 1000 });
+        rig.deliver(reply, usize::MAX);
+        let err = rig.failure(set);
+        assert_eq!(err.kind(), ErrorKind::Server, "{err}");
+        assert_eq!(
+            err.message(),
+            "ERR Protocol error: invalid bulk length (the SET carried a 200000-byte value, longer than the server's \
+             proto-max-bulk-len: raise it on the server, CONFIG SET proto-max-bulk-len, or store smaller values)",
+            "sent whole: {sent_whole}"
+        );
+    }
+}

@@ -234,6 +234,8 @@ pub struct Engine {
     endpoint: String,
     conns_per_worker: usize,
     placement: Placement,
+    /// Which loop the workers run, and why.
+    io_loop: IoLoopChoice,
     /// Each worker's kernel thread id (0 until the thread has started).
     worker_tids: Arc<[AtomicI32]>,
     /// The process that started the engine: its threads exist only there.
@@ -295,7 +297,7 @@ impl Engine {
             }
         };
         let workers = settings.num_workers;
-        let backend = io_backend(settings.io_backend)?;
+        let (backend, io_loop) = io_backend(settings.io_backend)?;
         let endpoint = match settings.endpoints.as_slice() {
             _ if settings.sentinel.is_some() => {
                 format!(
@@ -333,6 +335,7 @@ impl Engine {
             sealed: AtomicBool::new(false),
             failure: OnceLock::new(),
             metrics,
+            ring_failure: Mutex::new(None),
         });
         let worker_tids: Arc<[AtomicI32]> = (0..workers).map(|_| AtomicI32::new(0)).collect();
         let health = Arc::new(HealthBoard::new(config.probe));
@@ -389,6 +392,7 @@ impl Engine {
             endpoint,
             conns_per_worker: route::conns_per_node(settings) * servers.len(),
             placement,
+            io_loop,
             worker_tids,
             owner_pid: current_pid(),
             refresher: Mutex::new(None),
@@ -450,6 +454,20 @@ impl Engine {
     /// Where the workers run and the page arena's memory lives, and why.
     pub fn placement(&self) -> &Placement {
         &self.placement
+    }
+
+    /// Which loop the workers run, and why: as chosen at start, unless a worker's ring failed
+    /// since (then the workers whose ring failed run the poll loop, and this says why).
+    pub fn io_loop(&self) -> IoLoopChoice {
+        let failure = self.shared.ring_failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        match failure {
+            Some(why) => IoLoopChoice {
+                name: "poll",
+                setting: self.io_loop.setting,
+                why: format!("{}, but {why}: the workers whose ring failed moved to the poll loop", self.io_loop.why),
+            },
+            None => self.io_loop.clone(),
+        }
     }
 
     /// `(kernel thread id, planned CPU)` of each worker.
@@ -660,23 +678,46 @@ fn arena_error(err: ArenaError) -> Error {
 /// The loop the workers run for the `io_backend` setting: `auto` takes io_uring where this
 /// process may use it and otherwise says once, at INFO, why the workers poll; `uring` where it
 /// may not is an error that says why.
-fn io_backend(wanted: crate::settings::IoBackend) -> Result<worker::Backend> {
+fn io_backend(wanted: crate::settings::IoBackend) -> Result<(worker::Backend, IoLoopChoice)> {
     use crate::settings::IoBackend;
+    let chose = |backend, why: String| (backend, IoLoopChoice::new(backend, wanted, why));
     match wanted {
-        IoBackend::Poll => Ok(worker::Backend::Poll),
+        IoBackend::Poll => Ok(chose(worker::Backend::Poll, "io_backend=\"poll\" asks for it".into())),
         IoBackend::Uring => match crate::net::uring::probe() {
-            Ok(()) => Ok(worker::Backend::Uring),
+            Ok(()) => Ok(chose(worker::Backend::Uring, "io_backend=\"uring\" asks for it".into())),
             Err(why) => Err(Error::new(
                 ErrorKind::Os,
                 format!("io_backend=\"uring\" cannot run here: {why}; set io_backend=\"poll\" or \"auto\""),
             )),
         },
         IoBackend::Auto => match crate::net::uring::probe() {
-            Ok(()) => Ok(worker::Backend::Uring),
+            Ok(()) => Ok(chose(worker::Backend::Uring, "io_backend=\"auto\": this process may use io_uring".into())),
             Err(why) => {
                 log::info!(target: "lmcache_resp::engine", "io_backend=auto: {why}; the I/O workers run the poll loop");
-                Ok(worker::Backend::Poll)
+                Ok(chose(worker::Backend::Poll, format!("io_backend=\"auto\": {why}")))
             }
         },
+    }
+}
+
+/// Which loop the I/O workers run, as the engine chose it at start, and why: what reports
+/// (the bindings' `placement`, the benchmark's header) name beside each figure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IoLoopChoice {
+    /// `"poll"` or `"uring"`.
+    pub name: &'static str,
+    /// The `io_backend` setting it was chosen for.
+    pub setting: crate::settings::IoBackend,
+    /// Why: the setting asked for it, or what `auto`'s probe found.
+    pub why: String,
+}
+
+impl IoLoopChoice {
+    fn new(backend: worker::Backend, setting: crate::settings::IoBackend, why: String) -> IoLoopChoice {
+        let name = match backend {
+            worker::Backend::Poll => "poll",
+            worker::Backend::Uring => "uring",
+        };
+        IoLoopChoice { name, setting, why }
     }
 }

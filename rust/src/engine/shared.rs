@@ -10,7 +10,7 @@ use crate::arena::Arena;
 use crate::error::{Error, ErrorKind};
 use crate::net::EventFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// What the workers share with the front-end.
 pub(crate) struct Shared {
@@ -32,6 +32,9 @@ pub(crate) struct Shared {
     pub(super) failure: OnceLock<Error>,
     /// The always-on counters (crate::metrics).
     pub metrics: Arc<crate::metrics::EngineMetrics>,
+    /// Why the first worker whose io_uring the kernel stopped serving moved to the poll loop
+    /// (`net::uring`, "A ring the kernel stops serving"), if one did.
+    pub ring_failure: Mutex<Option<String>>,
 }
 
 impl Shared {

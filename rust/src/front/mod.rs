@@ -26,7 +26,7 @@ pub use crate::capacity::{CapacityStats, TrackedEngine};
 
 use crate::arena::{Arena, PageHandle};
 
-use crate::engine::BatchResult;
+use crate::engine::{BatchResult, IoLoopChoice};
 use crate::error::Result;
 use crate::memory::RawBuf;
 use crate::op::Op;
@@ -41,6 +41,9 @@ pub struct EngineFacts {
     /// Where the I/O threads run and the arena's memory lives, and why. Behind a bridge, it
     /// says that the bridge process runs them.
     pub placement: Placement,
+    /// Which loop the I/O workers run, and why (None behind a bridge: the bridge process's
+    /// engine chose it, and its own placement names it).
+    pub io_loop: Option<IoLoopChoice>,
     /// `(kernel thread id, planned CPU)` of each I/O worker in this process (none behind a
     /// bridge).
     pub worker_threads: Vec<(i32, Option<u32>)>,
@@ -58,6 +61,7 @@ impl EngineFacts {
                 memory_node: None,
                 explanation: vec![format!("the I/O threads run in the bridge process ({endpoint})")],
             },
+            io_loop: None,
             worker_threads: Vec::new(),
             capacity: None,
         }
@@ -201,6 +205,7 @@ impl EngineFront for TrackedEngine {
     fn facts(&self) -> EngineFacts {
         EngineFacts {
             placement: self.placement().clone(),
+            io_loop: Some(self.io_loop()),
             worker_threads: self.worker_threads(),
             capacity: self.capacity(),
         }

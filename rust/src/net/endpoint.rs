@@ -82,10 +82,10 @@ mod tests {
     fn display_names_host_and_port() {
         let v4 = Endpoint::Tcp { host: "127.0.0.1".into(), port: 6380 };
         let v6 = Endpoint::Tcp { host: "::1".into(), port: 6380 };
-        let unix = Endpoint::Unix { path: "/tmp/r.sock".into() };
+        let unix = Endpoint::Unix { path: "/run/r.sock".into() };
         assert_eq!(v4.to_string(), "127.0.0.1:6380");
         assert_eq!(v6.to_string(), "[::1]:6380");
-        assert_eq!(unix.to_string(), "unix:/tmp/r.sock");
+        assert_eq!(unix.to_string(), "unix:/run/r.sock");
     }
 
     #[test]

@@ -421,8 +421,8 @@ mod tests {
         let addresses = resolver.resolve_now(&slow, Duration::from_secs(5)).unwrap();
         assert_eq!(addresses[0].to_string(), "127.0.0.1:7004");
         assert_eq!(calls.load(Ordering::SeqCst), 1, "one lookup for both");
-        let unix = Endpoint::Unix { path: "/tmp/r.sock".into() };
-        assert_eq!(resolver.resolve_now(&unix, Duration::ZERO).unwrap()[0].to_string(), "unix:/tmp/r.sock");
+        let unix = Endpoint::Unix { path: "/run/r.sock".into() };
+        assert_eq!(resolver.resolve_now(&unix, Duration::ZERO).unwrap()[0].to_string(), "unix:/run/r.sock");
     }
 
     #[test]

@@ -6,8 +6,7 @@
 //! its completion (CQE) is seen. Who guarantees that memory for how long:
 //!
 //! - **What the ring owns**: a send's gather list (the `iovec` array and its `msghdr`) lives in
-//!   the operation's slot until its last completion, so the kernel may read it at any time
-//!   before (a send the socket took only in part is resubmitted from the same list).
+//!   the operation's slot until its completion, so the kernel may read it at any time before.
 //! - **What the caller of [`Ring::send`] and [`Ring::recv`] lends**: the bytes the gather list
 //!   points to, and the receive buffer. Those functions are `unsafe`: the caller keeps the
 //!   memory valid, and does not touch a receive buffer, until it has taken the operation's
@@ -17,22 +16,52 @@
 //!   (`Conn::sync_socket`, and `RingIo`'s drop, which runs before the rest of the connection's
 //!   drop); and the completions that release caller pages are only posted by the worker after
 //!   the connection's driver returned, so after that wait.
+//! - **A send is done when its completion says so**: a send completes with what the socket took
+//!   (no `MSG_WAITALL`), and only then are those bytes sent for the connection. The kernel has
+//!   copied every byte a completion counts and reads none of them after it; a reply can only
+//!   answer bytes a completion counted (see "When the kernel runs" below), so a reply to a
+//!   request not yet counted is one that overtook it, which the connection refuses.
 //! - **Engine shutdown, a panic, a failed engine**: every connection is dropped or aborted
 //!   first (each reaps its own operations), and the ring's own drop cancels and reaps whatever
 //!   is left (the doorbell's poll) before the ring's file is closed: closing an io_uring with
 //!   operations in flight would cancel them in the background, after the memory is gone.
 //!
-//! Cancellation is `IORING_OP_ASYNC_CANCEL` followed by waiting for the cancelled operation's
-//! own CQE (it may still complete with data first: the caller is told how much).
+//! **When the kernel runs.** The ring is made with `SINGLE_ISSUER` and `DEFER_TASKRUN` (Linux
+//! 6.1), and its operations are socket sends, receives and polls, which the kernel drives by
+//! readiness. So the kernel reads or writes an operation's memory inside this thread's
+//! `io_uring_enter`: when it issues the operation, or when it runs the operation's deferred work
+//! in the wait. Two things follow. A send's completion is posted in the same step that copied
+//! its last byte, before the work that completes a receive of the server's answer can run:
+//! completions come in causal order. And a cancel queued for an operation is issued in the next
+//! enter's submission, before that enter runs any deferred work, so nothing of a cancelled
+//! operation runs after it. The one exception: an operation the kernel cannot drive by readiness
+//! (nothing here asks for that, but the kernel may do it, short of memory for its poll) runs on
+//! one of the kernel's own threads (io-wq), blocking, whenever it likes. A cancel interrupts it
+//! there too; one that has not ended [`CANCEL_GRACE`] after its cancel has its socket shut down
+//! both ways, which ends any operation on a socket, and is waited for until it ends.
 //!
-//! The ring is made with `SINGLE_ISSUER` and `DEFER_TASKRUN` (Linux 6.1): completions are
-//! processed only when the worker waits, on its own thread, never by interrupting it. Every
-//! method is called from the worker's thread; the mutex only makes the shared handle `Sync`
-//! (it is never contended).
+//! **A ring the kernel stops serving.** Every system call here can be refused (a seccomp filter
+//! installed after the ring was made, a kernel out of memory). [`probe`] enters a ring and reaps
+//! a real operation before any worker uses one, so a process that may not enter one never gets
+//! one. A ring that refuses an enter later, for any reason but an interruption, a full queue or
+//! a timeout, is **dead** ([`Ring::failure`]): it is never entered again, so none of its
+//! operations ever runs again (previous paragraph), and each is reported cancelled
+//! (`-ECANCELED`) with its socket shut down both ways, which also ends one blocked on a kernel
+//! thread, and means a send stopped half-way can never be finished later as a whole (and
+//! wrong) value. Its memory then goes back to its owners, the
+//! worker moves its connections to the poll loop, and the ring's file is never closed (closing it
+//! would start the kernel's teardown of those operations on a kernel thread). Nothing here ends
+//! the process.
+//!
+//! Cancellation is `IORING_OP_ASYNC_CANCEL` followed by waiting for the cancelled operation's
+//! own CQE (it may still complete with data first: the caller is told how much). Every method
+//! is called from the worker's thread; the mutex only makes the shared handle `Sync` (it is
+//! never contended).
 
 use crate::memory::RawBuf;
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use std::io;
+use std::mem::ManuallyDrop;
 use std::os::fd::RawFd;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -42,6 +71,11 @@ use std::time::Duration;
 const ENTRIES: u32 = 256;
 /// The `user_data` of cancel requests, whose own completions say nothing the caller needs.
 const CANCEL_TAG: u64 = u64::MAX;
+/// Transient refusals of an enter (out of memory) tried again before the ring is given up.
+const ENTER_TRIES: u32 = 8;
+/// How long a cancelled operation may take to end before its socket is shut down (see "When the
+/// kernel runs" above); a cancel by readiness ends one at once.
+const CANCEL_GRACE: Duration = Duration::from_millis(500);
 
 /// `IORING_RECVSEND_POLL_FIRST`: wait for readiness before the first try.
 const RECVSEND_POLL_FIRST: u16 = 1;
@@ -51,9 +85,10 @@ const RECVSEND_POLL_FIRST: u16 = 1;
 pub enum RecvWait {
     /// With what is there, once anything is.
     Any,
-    /// Once all of it came (`MSG_WAITALL`: the kernel gathers it, one completion). Only where the
-    /// socket's receive low-water mark is 1: the kernel's retries wait on readiness, which a mark
-    /// above the bytes still to come would never give.
+    /// Once all of it came (`MSG_WAITALL`: the kernel gathers it, one completion; cancelled, it
+    /// reports what it had gathered). Only where the socket's receive low-water mark is 1: the
+    /// kernel's retries wait on readiness, which a mark above the bytes still to come would
+    /// never give.
     All,
     /// Once the socket's receive low-water mark is queued (`IORING_RECVSEND_POLL_FIRST`: no try
     /// before), with what is there then; the caller keeps the mark at most what is to come.
@@ -84,13 +119,16 @@ pub struct Ring {
 }
 
 struct Inner {
-    uring: IoUring,
+    /// Closed by `Ring`'s drop only while the ring is alive (see the module docs).
+    uring: ManuallyDrop<IoUring>,
     slots: Vec<Slot>,
     free: Vec<u32>,
     /// Operations whose last CQE has not been seen.
     in_flight: usize,
     /// Completions read from the queue, kept for its allocation.
     cqes: Vec<(u64, i32, u32)>,
+    /// Why the kernel stopped serving this ring, once it did (see the module docs).
+    dead: Option<String>,
 }
 
 // SAFETY: `Inner` holds raw pointers only inside the gather lists of sends in flight (`Gather`),
@@ -102,7 +140,9 @@ unsafe impl Send for Inner {}
 struct Slot {
     generation: u32,
     state: State,
-    /// A send's gather list, kept until its last completion.
+    /// A send's or a receive's socket (shut down if the ring dies with the operation in flight).
+    fd: Option<RawFd>,
+    /// A send's gather list, kept until its completion.
     gather: Option<Box<Gather>>,
 }
 
@@ -113,25 +153,21 @@ enum State {
     /// Submitted (or queued for submission). `detached`: nobody will take its result (a poll
     /// cancelled because its interest changed); the slot frees itself at its completion.
     InFlight { detached: bool },
-    /// Its last completion came: `result` is the CQE's (bytes, poll events, or -errno); a send
-    /// reports all it sent, over every resubmission.
+    /// Its last completion came: `result` is the CQE's (bytes, poll events, or -errno).
     Done { result: i32 },
 }
 
-/// A send's `msghdr` and gather list, and how far the kernel got.
+/// A send's `msghdr` and gather list.
 struct Gather {
     msg: libc::msghdr,
     iov: Vec<libc::iovec>,
-    fd: RawFd,
-    flags: u32,
-    /// Bytes sent so far, over every submission.
-    sent: usize,
-    total: usize,
 }
 
-/// Why io_uring cannot be used here, if it cannot: tried by making a ring as the workers do.
+/// Why io_uring cannot be used here, if it cannot: tried by making a ring as the workers do,
+/// and entering it as they do (a no-op submitted and reaped in a wait with a timeout): a process
+/// whose filter lets it make a ring but not enter one must not get one.
 pub fn probe() -> Result<(), String> {
-    let ring = build(8).map_err(|err| explain(&err))?;
+    let ring = build(8).map_err(|err| explain("io_uring_setup", &err))?;
     let mut probe = io_uring::Probe::new();
     ring.submitter().register_probe(&mut probe).map_err(|err| format!("io_uring's probe failed: {err}"))?;
     let needed = [
@@ -147,24 +183,38 @@ pub fn probe() -> Result<(), String> {
     if !ring.params().is_feature_ext_arg() {
         return Err("this kernel's io_uring cannot wait with a timeout (IORING_FEAT_EXT_ARG, Linux 5.11)".into());
     }
-    Ok(())
+    enter_once(ring).map_err(|err| explain("io_uring_enter", &err))
+}
+
+/// Submits a no-op to `ring` and reaps it in a wait with a timeout, as a worker waits.
+fn enter_once(mut ring: IoUring) -> io::Result<()> {
+    let nop = opcode::Nop::new().build().user_data(1);
+    // SAFETY: a no-op points to no memory.
+    unsafe { ring.submission().push(&nop) }.map_err(|_| io::Error::other("the probe's queue is full"))?;
+    let timeout = types::Timespec::from(Duration::from_secs(1));
+    ring.submitter().submit_with_args(1, &types::SubmitArgs::new().timespec(&timeout))?;
+    match ring.completion().next() {
+        Some(cqe) if cqe.user_data() == 1 && cqe.result() >= 0 => Ok(()),
+        Some(cqe) => Err(io::Error::from_raw_os_error(-cqe.result())),
+        None => Err(io::Error::other("a no-op did not complete within 1 s")),
+    }
 }
 
 fn build(entries: u32) -> io::Result<IoUring> {
     IoUring::builder().setup_single_issuer().setup_defer_taskrun().setup_cqsize(entries * 4).build(entries)
 }
 
-/// What an `io_uring_setup` failure means for a user.
-fn explain(err: &io::Error) -> String {
-    let why = match err.raw_os_error() {
-        Some(libc::EPERM) | Some(libc::EACCES) => {
+/// What a failed io_uring system call (`call`) means for a user.
+fn explain(call: &str, err: &io::Error) -> String {
+    let why = match (call, err.raw_os_error()) {
+        (_, Some(libc::EPERM) | Some(libc::EACCES)) => format!(
             "forbidden here: kernel.io_uring_disabled is set, or a seccomp filter (Docker's default profile) \
-             refuses io_uring_setup"
-        }
-        Some(libc::ENOSYS) => "not in this kernel, or refused by a seccomp filter",
-        Some(libc::EINVAL) => "this kernel lacks SINGLE_ISSUER or DEFER_TASKRUN (Linux 6.1)",
-        Some(libc::ENOMEM) => "the kernel could not allocate the ring (locked-memory limit?)",
-        _ => "io_uring_setup failed",
+             refuses {call}"
+        ),
+        (_, Some(libc::ENOSYS)) => format!("{call} is not in this kernel, or a seccomp filter refuses it"),
+        ("io_uring_setup", Some(libc::EINVAL)) => "this kernel lacks SINGLE_ISSUER or DEFER_TASKRUN (Linux 6.1)".into(),
+        (_, Some(libc::ENOMEM)) => "the kernel could not allocate the ring (locked-memory limit?)".into(),
+        _ => format!("{call} failed"),
     };
     format!("io_uring is unavailable ({why}: {err})")
 }
@@ -172,9 +222,16 @@ fn explain(err: &io::Error) -> String {
 impl Ring {
     /// A ring for the calling thread (the worker): only that thread may submit to it.
     pub fn new() -> io::Result<Ring> {
-        let uring = build(ENTRIES)?;
+        let uring = ManuallyDrop::new(build(ENTRIES)?);
         Ok(Ring {
-            inner: Mutex::new(Inner { uring, slots: Vec::new(), free: Vec::new(), in_flight: 0, cqes: Vec::new() }),
+            inner: Mutex::new(Inner {
+                uring,
+                slots: Vec::new(),
+                free: Vec::new(),
+                in_flight: 0,
+                cqes: Vec::new(),
+                dead: None,
+            }),
         })
     }
 
@@ -184,30 +241,41 @@ impl Ring {
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Sends the whole gather list `iov` on `fd` (`MSG_NOSIGNAL`, and `MSG_WAITALL`: the kernel
-    /// waits for room in the socket itself; a part taken short is sent on by this ring).
+    /// Why the kernel stopped serving this ring, once it did (then every operation that was in
+    /// flight reports `-ECANCELED`, nothing new can be queued, and the worker moves to the poll
+    /// loop; see the module docs).
+    pub fn failure(&self) -> Option<String> {
+        self.lock().dead.clone()
+    }
+
+    /// Sends the gather list `iov` on `fd` (`MSG_NOSIGNAL`); completes with what the socket
+    /// took, which may be less than all of it (the caller sends the rest in a new send).
+    /// `poll_first`: the socket was just found full; wait until it is writable before the
+    /// first try.
     ///
     /// # Safety
     ///
     /// Every entry of `iov` stays valid for reads until the operation's result is taken
     /// ([`Ring::take`], [`Ring::cancel_and_reap`]); `fd` stays open as long.
-    pub unsafe fn send(&self, fd: RawFd, iov: &[libc::iovec]) -> io::Result<OpId> {
-        let total = iov.iter().map(|entry| entry.iov_len).sum();
+    pub unsafe fn send(&self, fd: RawFd, iov: &[libc::iovec], poll_first: bool) -> io::Result<OpId> {
         // SAFETY: msghdr is plain data; zeroed is "no name, no control data".
         let msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        let gather = Box::new(Gather {
-            msg,
-            iov: iov.to_vec(),
-            fd,
-            flags: (libc::MSG_NOSIGNAL | libc::MSG_WAITALL) as u32,
-            sent: 0,
-            total,
-        });
+        let mut gather = Box::new(Gather { msg, iov: iov.to_vec() });
+        gather.msg.msg_iov = gather.iov.as_mut_ptr();
+        gather.msg.msg_iovlen = gather.iov.len() as _;
         let mut inner = self.lock();
-        let id = inner.open_slot();
+        let id = inner.open_slot(Some(fd))?;
         let slot = &mut inner.slots[id.slot as usize];
+        // The msghdr and the list it points to stay where they are: the Box is moved into the
+        // slot, not its contents.
+        let msg: *const libc::msghdr = &gather.msg;
         slot.gather = Some(gather);
-        let entry = slot.gather.as_mut().expect("just set").entry(id);
+        let ioprio = if poll_first { RECVSEND_POLL_FIRST } else { 0 };
+        let entry = opcode::SendMsg::new(types::Fd(fd), msg)
+            .flags(libc::MSG_NOSIGNAL as u32)
+            .ioprio(ioprio)
+            .build()
+            .user_data(id.user_data());
         inner.queue(id, entry)
     }
 
@@ -229,7 +297,7 @@ impl Ring {
         // wrapping_add: computing the address is not a dereference; the range is in bounds.
         let target = buf.as_ptr().wrapping_add(offset);
         let mut inner = self.lock();
-        let id = inner.open_slot();
+        let id = inner.open_slot(Some(fd))?;
         let entry =
             opcode::Recv::new(types::Fd(fd), target, len).flags(flags).ioprio(ioprio).build().user_data(id.user_data());
         inner.queue(id, entry)
@@ -240,7 +308,8 @@ impl Ring {
     /// wake-up until cancelled (a multishot poll's result is only taken once it ended).
     pub fn poll(&self, fd: RawFd, events: u32, multishot: bool) -> io::Result<OpId> {
         let mut inner = self.lock();
-        let id = inner.open_slot();
+        // A poll borrows no memory: its socket is not shut down if the ring dies.
+        let id = inner.open_slot(None)?;
         let entry = opcode::PollAdd::new(types::Fd(fd), events).multi(multishot).build().user_data(id.user_data());
         inner.queue(id, entry)
     }
@@ -281,19 +350,27 @@ impl Ring {
 
     /// Cancels each of `ids` still in flight and waits for every one's last completion; returns
     /// their results in order (an operation may have completed, with data, before its cancel).
-    /// After this the kernel touches none of their memory.
+    /// After this the kernel touches none of their memory (a ring that dies meanwhile reports
+    /// what it had not completed as `-ECANCELED`: see the module docs).
     pub fn cancel_and_reap(&self, ids: &[OpId]) -> Vec<i32> {
         let mut inner = self.lock();
         for id in ids {
-            if inner.slots.get(id.slot as usize).is_some_and(|s| s.generation == id.generation && s.is_in_flight()) {
+            if inner.is_in_flight(*id) {
                 let cancel = opcode::AsyncCancel::new(id.user_data()).build().user_data(CANCEL_TAG);
-                inner.push_or_die(cancel);
+                // A cancel that cannot be queued killed the ring: its operations are over.
+                let _ = inner.push(cancel);
             }
         }
-        while ids.iter().any(|id| {
-            inner.slots.get(id.slot as usize).is_some_and(|s| s.generation == id.generation && s.is_in_flight())
-        }) {
-            inner.wait_or_die(1, None);
+        let started = std::time::Instant::now();
+        let mut shut = false;
+        while ids.iter().any(|id| inner.is_in_flight(*id)) {
+            if !shut && started.elapsed() >= CANCEL_GRACE {
+                shut = true;
+                inner.shut_down_sockets_of(ids);
+            }
+            if inner.wait(1, Some(CANCEL_GRACE / 5)).is_err() {
+                break;
+            }
         }
         ids.iter()
             .map(|id| match inner.slots.get(id.slot as usize).map(|s| (s.generation, s.state)) {
@@ -307,10 +384,17 @@ impl Ring {
     }
 
     /// Submits what was queued and waits until at least one operation completes or `timeout`
-    /// passes (`None`: no limit): the worker's one system call per round.
+    /// passes (`None`: no limit): the worker's one system call per round. An error: the ring
+    /// died (see [`Ring::failure`]).
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<()> {
         let mut inner = self.lock();
         inner.wait(1, timeout)
+    }
+
+    /// Gives the ring up as the kernel would if it refused an enter (for tests of what follows).
+    #[cfg(test)]
+    pub fn kill_for_test(&self, why: &str) {
+        self.lock().die(why.to_owned());
     }
 
     /// Operations whose last completion has not come, for tests.
@@ -320,42 +404,11 @@ impl Ring {
     }
 }
 
-impl Slot {
-    fn is_in_flight(&self) -> bool {
-        matches!(self.state, State::InFlight { .. })
-    }
-}
-
-impl Gather {
-    /// The SENDMSG entry for what is left of the list.
-    fn entry(&mut self, id: OpId) -> squeue::Entry {
-        self.msg.msg_iov = self.iov.as_mut_ptr();
-        self.msg.msg_iovlen = self.iov.len() as _;
-        opcode::SendMsg::new(types::Fd(self.fd), &self.msg).flags(self.flags).build().user_data(id.user_data())
-    }
-
-    /// Drops the first `n` bytes from the list; whether any are left.
-    fn advance(&mut self, n: usize) -> bool {
-        self.sent += n;
-        let mut n = n;
-        while n > 0 && !self.iov.is_empty() {
-            let first = &mut self.iov[0];
-            if n >= first.iov_len {
-                n -= first.iov_len;
-                self.iov.remove(0);
-            } else {
-                // wrapping_add: an address inside the entry, not a dereference.
-                first.iov_base = (first.iov_base as *mut u8).wrapping_add(n).cast();
-                first.iov_len -= n;
-                n = 0;
-            }
-        }
-        self.sent < self.total
-    }
-}
-
 impl Inner {
-    fn open_slot(&mut self) -> OpId {
+    fn open_slot(&mut self, fd: Option<RawFd>) -> io::Result<OpId> {
+        if let Some(why) = &self.dead {
+            return Err(io::Error::other(why.clone()));
+        }
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {
@@ -366,14 +419,20 @@ impl Inner {
         let entry = &mut self.slots[slot as usize];
         entry.generation = entry.generation.wrapping_add(1);
         entry.state = State::InFlight { detached: false };
+        entry.fd = fd;
         self.in_flight += 1;
-        OpId { slot, generation: entry.generation }
+        Ok(OpId { slot, generation: entry.generation })
+    }
+
+    fn is_in_flight(&self, id: OpId) -> bool {
+        self.slots.get(id.slot as usize).is_some_and(|s| s.generation == id.generation && s.is_in_flight())
     }
 
     fn release(&mut self, slot: u32) {
         let entry = &mut self.slots[slot as usize];
         entry.state = State::Free;
         entry.gather = None;
+        entry.fd = None;
         self.free.push(slot);
     }
 
@@ -382,7 +441,9 @@ impl Inner {
         match self.push(entry) {
             Ok(()) => Ok(id),
             Err(err) => {
-                self.in_flight -= 1;
+                if self.is_in_flight(id) {
+                    self.in_flight -= 1;
+                }
                 self.release(id.slot);
                 Err(err)
             }
@@ -392,56 +453,110 @@ impl Inner {
     /// Queues `entry`, submitting what is queued first when the queue is full.
     fn push(&mut self, entry: squeue::Entry) -> io::Result<()> {
         loop {
+            if let Some(why) = &self.dead {
+                return Err(io::Error::other(why.clone()));
+            }
             // SAFETY: every entry built here points only to memory that outlives the operation:
-            // a gather list this ring owns until the last completion, or memory the caller of
+            // a gather list this ring owns until the completion, or memory the caller of
             // `send`/`recv` vouched for (their safety contracts).
             if unsafe { self.uring.submission().push(&entry) }.is_ok() {
                 return Ok(());
             }
-            match self.uring.submit() {
-                Ok(_) => {}
-                Err(err)
-                    if matches!(err.raw_os_error(), Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)) =>
-                {
-                    self.harvest();
-                }
-                Err(err) => return Err(err),
-            }
-        }
-    }
-
-    fn push_or_die(&mut self, entry: squeue::Entry) {
-        if let Err(err) = self.push(entry) {
-            fatal(&err);
+            self.enter(0, None)?;
         }
     }
 
     /// Submits, waits for `want` completions (or the timeout), and files what came.
     fn wait(&mut self, want: usize, timeout: Option<Duration>) -> io::Result<()> {
+        self.enter(want, timeout)
+    }
+
+    /// One `io_uring_enter` (submit, and wait for `want` completions or `timeout`), then files
+    /// what came. Interruptions, timeouts and a busy queue are no error; a refusal that lasts
+    /// kills the ring (see the module docs) and is returned.
+    fn enter(&mut self, want: usize, timeout: Option<Duration>) -> io::Result<()> {
+        if let Some(why) = &self.dead {
+            return Err(io::Error::other(why.clone()));
+        }
         let ts = timeout.map(types::Timespec::from);
         let args = match &ts {
             Some(ts) => types::SubmitArgs::new().timespec(ts),
             None => types::SubmitArgs::new(),
         };
-        let entered = self.uring.submitter().submit_with_args(want, &args);
-        self.harvest();
-        match entered {
-            Ok(_) => Ok(()),
-            Err(err) if matches!(err.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)) => {
-                Ok(())
+        let mut tries = 0;
+        loop {
+            let entered = self.uring.submitter().submit_with_args(want, &args);
+            self.harvest();
+            let err = match entered {
+                Ok(_) => return Ok(()),
+                Err(err) => err,
+            };
+            match err.raw_os_error() {
+                Some(libc::ETIME) | Some(libc::EINTR) => return Ok(()),
+                // The completion queue is full (what came was just filed, which makes room).
+                Some(libc::EBUSY) | Some(libc::EAGAIN) => return Ok(()),
+                Some(libc::ENOMEM) if tries < ENTER_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(1 << tries));
+                }
+                _ => {
+                    let why = format!("the kernel refused io_uring_enter ({err})");
+                    self.die(why.clone());
+                    return Err(io::Error::new(err.kind(), why));
+                }
             }
-            Err(err) => Err(err),
         }
     }
 
-    fn wait_or_die(&mut self, want: usize, timeout: Option<Duration>) {
-        if let Err(err) = self.wait(want, timeout) {
-            fatal(&err);
+    /// Shuts down, both ways, the sockets of those of `ids` still in flight: a cancelled
+    /// operation that has not ended is blocked on a kernel thread (see the module docs), and
+    /// this ends it. Their connections are being dropped or fail on the next call.
+    fn shut_down_sockets_of(&mut self, ids: &[OpId]) {
+        let fds: Vec<RawFd> =
+            ids.iter().filter(|id| self.is_in_flight(**id)).filter_map(|id| self.slots[id.slot as usize].fd).collect();
+        log::warn!(
+            target: "lmcache_resp::engine",
+            "{} cancelled io_uring operation(s) still running after {CANCEL_GRACE:?}: their socket(s) are shut down to \
+             end them",
+            fds.len()
+        );
+        for fd in fds {
+            // SAFETY: a socket the operation's submitter keeps open until the result is taken.
+            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
         }
     }
 
-    /// Files every completion in the queue into its slot; resubmits sends the socket took only
-    /// in part.
+    /// The ring is never entered again: every operation in flight is over (cancelled, its
+    /// socket shut down both ways). See the module docs for why that is safe.
+    fn die(&mut self, why: String) {
+        if self.dead.is_some() {
+            return;
+        }
+        log::warn!(
+            target: "lmcache_resp::engine",
+            "{why}: this worker's io_uring is given up; {} operation(s) in flight are cancelled, their connections \
+             reopened on the poll loop",
+            self.in_flight
+        );
+        for slot in 0..self.slots.len() {
+            let entry = &mut self.slots[slot];
+            let State::InFlight { detached } = entry.state else { continue };
+            if let Some(fd) = entry.fd {
+                // The operation never runs again (this ring is never entered again); the
+                // shutdown makes sure no later teardown could finish a half-sent value either.
+                // SAFETY: a socket the operation's submitter keeps open until the result is taken.
+                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+            }
+            entry.state = State::Done { result: -libc::ECANCELED };
+            if detached {
+                self.release(slot as u32);
+            }
+        }
+        self.in_flight = 0;
+        self.dead = Some(why);
+    }
+
+    /// Files every completion in the queue into its slot.
     fn harvest(&mut self) {
         let mut cqes = std::mem::take(&mut self.cqes);
         cqes.extend(self.uring.completion().map(|cqe| (cqe.user_data(), cqe.result(), cqe.flags())));
@@ -456,22 +571,8 @@ impl Inner {
                 continue;
             }
             let detached = matches!(slot.state, State::InFlight { detached: true });
-            let result = match slot.gather.as_mut() {
-                Some(gather) => {
-                    if result > 0 && gather.advance(result as usize) {
-                        let entry = gather.entry(id);
-                        if let Err(err) = self.push(entry) {
-                            self.finish(id, self.sent_or(id, -err.raw_os_error().unwrap_or(libc::EIO)));
-                        }
-                        continue;
-                    }
-                    // What was sent, over every submission; a failure after some was sent shows
-                    // as a short count (the connection fails on it).
-                    self.sent_or(id, result)
-                }
-                None => result,
-            };
-            self.finish(id, result);
+            slot.state = State::Done { result };
+            self.in_flight -= 1;
             if detached {
                 self.release(id.slot);
             }
@@ -479,35 +580,20 @@ impl Inner {
         cqes.clear();
         self.cqes = cqes;
     }
-
-    /// A send's result: the bytes it sent, or `error` if it sent none.
-    fn sent_or(&self, id: OpId, error: i32) -> i32 {
-        match self.slots[id.slot as usize].gather.as_ref().map_or(0, |g| g.sent) {
-            0 if error < 0 => error,
-            sent => sent.min(i32::MAX as usize) as i32,
-        }
-    }
-
-    fn finish(&mut self, id: OpId, result: i32) {
-        self.slots[id.slot as usize].state = State::Done { result };
-        self.in_flight -= 1;
-    }
 }
 
-/// The kernel refused to let the worker wait for its own operations, which go on using memory
-/// that is about to be released: going on would corrupt memory. Never seen; a ring this process
-/// made accepts its waits unless the kernel is out of memory.
-fn fatal(err: &io::Error) -> ! {
-    log::error!(target: "lmcache_resp::engine", "io_uring refused a wait for operations still in flight: {err}; aborting");
-    eprintln!("lmcache-resp: io_uring refused a wait for operations still in flight ({err}); aborting the process");
-    std::process::abort()
+impl Slot {
+    fn is_in_flight(&self) -> bool {
+        matches!(self.state, State::InFlight { .. })
+    }
 }
 
 impl Drop for Ring {
     /// Cancels and reaps whatever is still in flight (the doorbell's poll; a connection reaps
-    /// its own before it lets go) before the ring's file closes.
+    /// its own before it lets go) before the ring's file closes. A dead ring's file is never
+    /// closed (see the module docs).
     fn drop(&mut self) {
-        let mut inner = self.lock();
+        let inner = self.inner.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
         let pending: Vec<u64> = inner
             .slots
             .iter()
@@ -517,10 +603,16 @@ impl Drop for Ring {
             .collect();
         for user_data in pending {
             let cancel = opcode::AsyncCancel::new(user_data).build().user_data(CANCEL_TAG);
-            inner.push_or_die(cancel);
+            if inner.push(cancel).is_err() {
+                break;
+            }
         }
-        while inner.in_flight > 0 {
-            inner.wait_or_die(1, None);
+        while inner.in_flight > 0 && inner.dead.is_none() {
+            let _ = inner.wait(1, None);
+        }
+        if inner.dead.is_none() {
+            // SAFETY: dropped once, here, and never used again (the ring is being dropped).
+            unsafe { ManuallyDrop::drop(&mut inner.uring) };
         }
     }
 }
@@ -551,15 +643,17 @@ mod tests {
     fn the_probe_passes_here_and_says_why_where_it_would_not() {
         probe().unwrap();
         let err = io::Error::from_raw_os_error(libc::EPERM);
-        assert!(explain(&err).starts_with("io_uring is unavailable (forbidden here: kernel.io_uring_disabled"));
+        let said = explain("io_uring_enter", &err);
+        assert!(said.starts_with("io_uring is unavailable (forbidden here: kernel.io_uring_disabled"), "{said}");
+        assert!(said.contains("refuses io_uring_enter"), "{said}");
     }
 
     #[test]
-    fn a_gather_list_larger_than_the_socket_goes_out_whole_in_order() {
+    fn a_send_completes_with_what_the_socket_took_and_the_rest_follows_in_order() {
         let ring = Ring::new().unwrap();
         let (ours, mut peer) = UnixStream::pair().unwrap();
         let parts: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; (1 << 20) + 7 * i as usize]).collect();
-        let iov: Vec<libc::iovec> =
+        let mut iov: Vec<libc::iovec> =
             parts.iter().map(|p| libc::iovec { iov_base: p.as_ptr() as *mut _, iov_len: p.len() }).collect();
         let total: usize = parts.iter().map(Vec::len).sum();
         let reader = std::thread::spawn(move || {
@@ -567,11 +661,68 @@ mod tests {
             peer.read_to_end(&mut got).unwrap();
             got
         });
-        // SAFETY: `parts` outlives the send, which is reaped below.
-        let id = unsafe { ring.send(ours.as_raw_fd(), &iov) }.unwrap();
-        assert_eq!(wait_for(&ring, id), total as i32);
+        let (mut sent, mut sends, mut poll_first) = (0, 0, false);
+        while sent < total {
+            // SAFETY: `parts` outlives the send, which is reaped below.
+            let id = unsafe { ring.send(ours.as_raw_fd(), &iov, poll_first) }.unwrap();
+            let n = wait_for(&ring, id);
+            assert!(n > 0, "send failed: {n}");
+            sent += n as usize;
+            sends += 1;
+            poll_first = sent < total;
+            // What the completion counted is gone from the list; the rest goes next.
+            let mut skip = n as usize;
+            while skip > 0 {
+                if skip >= iov[0].iov_len {
+                    skip -= iov.remove(0).iov_len;
+                } else {
+                    iov[0].iov_base = (iov[0].iov_base as *mut u8).wrapping_add(skip).cast();
+                    iov[0].iov_len -= skip;
+                    skip = 0;
+                }
+            }
+        }
+        assert!(sends > 1, "5 MiB through a Unix socket's buffer is more than one send's worth");
         drop(ours);
         assert_eq!(reader.join().unwrap(), parts.concat());
+    }
+
+    #[test]
+    fn a_cancelled_receive_of_all_reports_what_it_had_received() {
+        let ring = Ring::new().unwrap();
+        let (ours, mut peer) = UnixStream::pair().unwrap();
+        let mut page = vec![0u8; 100];
+        // SAFETY: the buffer outlives the receive, which is reaped below.
+        let id = unsafe { ring.recv(ours.as_raw_fd(), raw(&mut page), 0, 100, RecvWait::All) }.unwrap();
+        peer.write_all(&[5; 30]).unwrap();
+        ring.wait(Some(Duration::from_millis(20))).unwrap();
+        assert_eq!(ring.take(id), None, "30 of 100 is not all of it");
+        assert_eq!(ring.cancel_and_reap(&[id]), vec![30], "the 30 bytes in the page are reported");
+        assert_eq!(page[..30], [5; 30]);
+        assert_eq!(page[30..], [0; 70]);
+    }
+
+    #[test]
+    fn a_dead_ring_cancels_what_was_in_flight_shuts_its_sockets_and_takes_nothing_new() {
+        let ring = Ring::new().unwrap();
+        let (ours, mut peer) = UnixStream::pair().unwrap();
+        let mut page = vec![0u8; 64];
+        // SAFETY: the buffer outlives the receive, which is reaped below.
+        let id = unsafe { ring.recv(ours.as_raw_fd(), raw(&mut page), 0, 64, RecvWait::All) }.unwrap();
+        ring.wait(Some(Duration::ZERO)).unwrap();
+        ring.kill_for_test("refused for the test");
+        assert_eq!(ring.failure().as_deref(), Some("refused for the test"));
+        assert_eq!(ring.cancel_and_reap(&[id]), vec![-libc::ECANCELED]);
+        assert_eq!(ring.in_flight(), 0);
+        let err = ring.poll(ours.as_raw_fd(), libc::POLLIN as u32, false).unwrap_err();
+        assert!(err.to_string().contains("refused for the test"), "{err}");
+        assert!(ring.wait(Some(Duration::ZERO)).is_err(), "a dead ring is never entered again");
+        // The socket was shut down both ways: the peer sees its end, and a write to it fails.
+        let mut got = [0u8; 1];
+        assert_eq!(peer.read(&mut got).unwrap(), 0);
+        assert!(peer.write_all(&[1; 8]).is_err() || (&ours).read(&mut got).unwrap() == 0);
+        drop(ring);
+        assert_eq!(page, [0; 64], "nothing was received into the page");
     }
 
     #[test]

@@ -108,7 +108,8 @@ impl Bridge {
 
     #[getter]
     fn placement<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        placement_dict(py, self.server.engine().placement())
+        let engine = self.server.engine();
+        placement_dict(py, engine.placement(), Some(&engine.io_loop()))
     }
 
     /// The bridge engine's counters (every client's batches), as a dict.

@@ -3,19 +3,36 @@
 
 use super::settings::policy_name;
 use crate::capacity::CapacityStats;
+use crate::engine::IoLoopChoice;
 use crate::front::EngineFacts;
 use crate::settings::CapacityConfig;
 use lmcache_resp_numa::Placement;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-/// The placement: `worker_cpus`, `cpuset`, `memory_node`, `explanation`.
-pub fn placement_dict<'py>(py: Python<'py>, placement: &Placement) -> PyResult<Bound<'py, PyDict>> {
+/// The placement: `worker_cpus`, `cpuset`, `memory_node`, `explanation`, and `io_loop`
+/// (`{"loop", "setting", "why"}`, or None behind a bridge).
+pub fn placement_dict<'py>(
+    py: Python<'py>,
+    placement: &Placement,
+    io_loop: Option<&IoLoopChoice>,
+) -> PyResult<Bound<'py, PyDict>> {
     let out = PyDict::new(py);
     out.set_item("worker_cpus", placement.worker_cpus.clone())?;
     out.set_item("cpuset", placement.cpuset.clone())?;
     out.set_item("memory_node", placement.memory_node)?;
     out.set_item("explanation", placement.explanation.clone())?;
+    let io_loop = match io_loop {
+        Some(choice) => {
+            let entry = PyDict::new(py);
+            entry.set_item("loop", choice.name)?;
+            entry.set_item("setting", choice.setting.name())?;
+            entry.set_item("why", &choice.why)?;
+            Some(entry)
+        }
+        None => None,
+    };
+    out.set_item("io_loop", io_loop)?;
     Ok(out)
 }
 
@@ -41,5 +58,5 @@ pub fn capacity_dict<'py>(
 
 /// The placement part of a front's facts.
 pub fn facts_placement<'py>(py: Python<'py>, facts: &EngineFacts) -> PyResult<Bound<'py, PyDict>> {
-    placement_dict(py, &facts.placement)
+    placement_dict(py, &facts.placement, facts.io_loop.as_ref())
 }

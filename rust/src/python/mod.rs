@@ -39,7 +39,7 @@ fn explain_placement<'py>(
             crate::placement::plan(endpoint, &addresses, &settings.cpu_affinity, settings.num_workers, source)
         })
         .map_err(|e| errors::to_py_err(&e))?;
-    facts::placement_dict(py, &placement)
+    facts::placement_dict(py, &placement, None)
 }
 
 #[pymodule(name = "_native")]

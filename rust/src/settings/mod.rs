@@ -425,7 +425,8 @@ impl<'a> Resolver<'a> {
         if !unknown.is_empty() {
             let shown = url::redact(sources.url.unwrap_or_default());
             let mut accepted = QUERY_FIELDS.to_vec();
-            accepted.push("db");
+            // Taken out of the query by `url::parse`.
+            accepted.extend(["db", "username", "password"]);
             return Err(names::unknown(&unknown, &accepted, &format!("parameter(s) in URL {shown:?}")));
         }
         let query = url.query.iter().map(|(k, v)| (k.clone(), Value::Text(v.clone()))).collect();

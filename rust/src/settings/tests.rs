@@ -75,6 +75,21 @@ fn precedence_explicit_over_url_over_env_over_default() {
     assert_eq!(mixed.username.as_deref(), Some("env-user"));
 }
 
+/// Issue #42: credentials in the URL's query (redis-py's form) count as the URL's, below
+/// explicit values and the user information, above the environment.
+#[test]
+fn credentials_in_the_query_are_the_url_s() {
+    let s = resolve(&[], Some("redis://h:1?username=q-user&password=q-pw"), &env()).unwrap();
+    assert_eq!((s.username.as_deref(), s.password), (Some("q-user"), Some(Secret::new("q-pw"))));
+    let s = resolve(&[], Some("redis://u-user:u-pw@h:1?username=q-user&password=q-pw"), &env()).unwrap();
+    assert_eq!((s.username.as_deref(), s.password), (Some("u-user"), Some(Secret::new("u-pw"))));
+    let given = explicit(&[("password", text("arg-pw"))]);
+    let s = resolve(&given, Some("redis://h:1?password=q-pw"), &env()).unwrap();
+    assert_eq!((s.username.as_deref(), s.password.clone()), (Some("env-user"), Some(Secret::new("arg-pw"))));
+    let shown = format!("{s} {s:?}");
+    assert!(!shown.contains("q-pw") && !shown.contains("arg-pw"), "{shown}");
+}
+
 #[test]
 fn empty_host_is_unset_but_empty_credentials_are_none() {
     let given = explicit(&[("host", text("")), ("username", text("")), ("password", text(""))]);
@@ -85,11 +100,11 @@ fn empty_host_is_unset_but_empty_credentials_are_none() {
 
 #[test]
 fn unix_sockets() {
-    let s = resolve(&[], Some("unix:///tmp/r.sock"), &env()).unwrap();
-    assert_eq!(s.endpoints, vec![Endpoint::Unix { path: "/tmp/r.sock".into() }]);
+    let s = resolve(&[], Some("unix:///run/r.sock"), &env()).unwrap();
+    assert_eq!(s.endpoints, vec![Endpoint::Unix { path: "/run/r.sock".into() }]);
     let tcp_wins = explicit(&[("host", text("h")), ("port", Value::Int(1))]);
-    assert_eq!(resolve(&tcp_wins, Some("unix:///tmp/r.sock"), &[]).unwrap().endpoints, vec![tcp("h", 1)]);
-    let both = explicit(&[("host", text("h")), ("unix_path", text("/tmp/x"))]);
+    assert_eq!(resolve(&tcp_wins, Some("unix:///run/r.sock"), &[]).unwrap().endpoints, vec![tcp("h", 1)]);
+    let both = explicit(&[("host", text("h")), ("unix_path", text("/run/x"))]);
     assert!(resolve(&both, None, &[]).unwrap_err().message().contains("not both"));
 }
 
@@ -188,7 +203,13 @@ fn each_bad_field_names_itself_and_its_range() {
             vec![],
             Some("redis://u:hunter2@h:1?num_wrkers=4"),
             vec![],
-            "unknown parameter(s) in URL \"redis://u:***@h:1?num_wrkers=4\": 'num_wrkers' (did you mean 'num_workers'?)",
+            "unknown parameter(s) in URL \"redis://u:***@h:1?num_wrkers=***\": 'num_wrkers' (did you mean 'num_workers'?)",
+        ),
+        (
+            vec![],
+            Some("redis://h:1?password=hunter2&passwd=hunter2"),
+            vec![],
+            "unknown parameter(s) in URL \"redis://h:1?password=***&passwd=***\": 'passwd' (did you mean 'password'?)",
         ),
     ];
     for (given, url, env, message) in cases {
@@ -259,7 +280,7 @@ fn env_of(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 
 #[test]
 fn tls_is_off_by_default_and_for_plaintext_urls() {
-    for url in [None, Some("redis://h"), Some("resp://h:1"), Some("unix:///tmp/r.sock")] {
+    for url in [None, Some("redis://h"), Some("resp://h:1"), Some("unix:///run/r.sock")] {
         let s = resolve(&[], url, &[]).unwrap();
         assert!(s.tls.is_none() && s.connect_options(s.endpoint()).tls.is_none(), "{url:?}");
     }
@@ -349,7 +370,7 @@ fn the_environment_s_tls_files_are_ignored_without_tls() {
         ("LMCACHE_RESP_SSL_CERTFILE", "/nonexistent/client.pem"),
         ("LMCACHE_RESP_SSL_KEYFILE", "/nonexistent/client.key"),
     ]);
-    for url in [None, Some("redis://h"), Some("unix:///tmp/r.sock")] {
+    for url in [None, Some("redis://h"), Some("unix:///run/r.sock")] {
         assert!(resolve(&[], url, &env).unwrap().tls.is_none(), "{url:?}");
     }
     // With TLS on they apply, and a bad one names the variable it came from.
@@ -456,8 +477,8 @@ fn bad_tls_values_name_the_setting() {
         on(&[("ssl_server_name", text("not a name!"))]),
         "ssl_server_name must be a DNS name or an IP address, got 'not a name!'"
     );
-    let message = on(&[("unix_path", text("/tmp/r.sock"))]);
-    assert!(message.starts_with("TLS is on but the server is the Unix socket /tmp/r.sock"), "{message}");
+    let message = on(&[("unix_path", text("/run/r.sock"))]);
+    assert!(message.starts_with("TLS is on but the server is the Unix socket /run/r.sock"), "{message}");
     // redis-py's key passphrase is refused with what to do, never shown.
     for (given, url) in
         [(explicit(&[("ssl_password", text("hunter2"))]), None), (vec![], Some("rediss://h?ssl_password=hunter2"))]

@@ -12,6 +12,12 @@
 //! still found, parsed and redacted: no error message ever shows it. What reads as a query before
 //! that `@` (`?name=`) is refused: `redis://h?key_prefix=a@b` is a query holding `@`, not a
 //! password.
+//!
+//! The credentials may also sit in the query, as redis-py's `parse_url` reads them
+//! (`redis://h:6379?password=...&username=...`): the user information wins where it names one,
+//! the first non-empty value of each counts, and `+` reads as a space (form encoding). They go
+//! into [`ParsedUrl::username`]/[`ParsedUrl::password`], never into [`ParsedUrl::query`]. A URL
+//! shown in a message ([`redact`]) has its password and every query value replaced by `***`.
 
 use crate::error::{Error, Result};
 use crate::secret::Secret;
@@ -19,9 +25,11 @@ use crate::secret::Secret;
 /// What a URL says. Fields it does not mention are `None`/empty.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ParsedUrl {
-    /// The user before the password in the user information, percent-decoded.
+    /// The user before the password in the user information, percent-decoded; else the
+    /// query's `username`.
     pub username: Option<String>,
-    /// The password after the user's `:`, percent-decoded; never shown.
+    /// The password after the user's `:`, percent-decoded; else the query's `password`. Never
+    /// shown.
     pub password: Option<Secret>,
     /// `(host, port)` per server named; the port is `None` where the URL leaves it out.
     pub hosts: Vec<(String, Option<u16>)>,
@@ -29,7 +37,8 @@ pub struct ParsedUrl {
     pub unix_path: Option<String>,
     /// The database: the path (`/3`) or a `db` query parameter, which wins.
     pub db: Option<u32>,
-    /// Query parameters in order, percent-decoded; later ones win.
+    /// Query parameters in order, percent-decoded; later ones win. Never `username` or
+    /// `password`, which go to their fields.
     pub query: Vec<(String, String)>,
     /// The scheme asks for TLS (`rediss://`, `resps://`, `rediss+sentinel://`).
     pub tls: bool,
@@ -45,14 +54,37 @@ const SENTINEL_SCHEME: &str = "redis+sentinel";
 /// The same, with TLS to the data server.
 const SENTINEL_TLS_SCHEME: &str = "rediss+sentinel";
 
-/// The URL with its password replaced by `***`, whatever else is wrong with it.
+/// The URL with its password and every query value replaced by `***`, whatever else is wrong
+/// with it: the query may carry a password (`?password=`), or a secret under a misspelt name.
 pub fn redact(url: &str) -> String {
     let Some(authority_start) = url.find("://").map(|i| i + 3) else { return url.to_owned() };
-    let Some(at) = url[authority_start..].rfind('@').map(|i| authority_start + i) else { return url.to_owned() };
-    match url[authority_start..at].find(':') {
-        Some(colon) => format!("{}***{}", &url[..authority_start + colon + 1], &url[at..]),
-        None => url.to_owned(),
+    let rest = &url[authority_start..];
+    let mut shown = url[..authority_start].to_owned();
+    // The user information as `parse` finds it (up to an '@' that no query precedes); where
+    // every '@' follows a query (a URL `parse` refuses), all from the first ':' to the last '@'
+    // may be a password.
+    let userinfo_end = rest.match_indices('@').map(|(at, _)| at).rev().find(|&at| !sets_something(&rest[..at]));
+    let Some(at) = userinfo_end.or_else(|| rest.rfind('@')) else {
+        shown.push_str(&hide_query_values(rest));
+        return shown;
+    };
+    match rest[..at].find(':') {
+        Some(colon) => shown.push_str(&format!("{}***", &rest[..colon + 1])),
+        None => shown.push_str(&hide_query_values(&rest[..at])),
     }
+    shown.push('@');
+    shown.push_str(&hide_query_values(&rest[at + 1..]));
+    shown
+}
+
+/// `location?k=***&flag`: every value of a query replaced, its names kept.
+fn hide_query_values(text: &str) -> String {
+    let Some((location, query)) = text.split_once('?') else { return text.to_owned() };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| pair.split_once('=').map_or_else(|| pair.to_owned(), |(key, _)| format!("{key}=***")))
+        .collect();
+    format!("{location}?{}", pairs.join("&"))
 }
 
 /// Parses a server URL; errors name the URL with its password redacted. A `db` query
@@ -92,10 +124,29 @@ pub fn parse(url: &str) -> Result<ParsedUrl> {
     };
     let rest = rest.split_once('#').map_or(rest, |(before, _)| before);
     let (location, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (mut query_username, mut query_password) = (None, None);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        parsed.query.push((decode(key, &invalid)?, decode(value, &invalid)?));
+        let key = decode(key, &invalid)?;
+        // redis-py's credentials in the query: form-decoded, the first non-empty value counts.
+        let credential = match key.as_str() {
+            "username" => Some(&mut query_username),
+            "password" => Some(&mut query_password),
+            _ => None,
+        };
+        match credential {
+            Some(slot) => {
+                let value = decode(&value.replace('+', "%20"), &invalid)?;
+                if slot.is_none() && !value.is_empty() {
+                    *slot = Some(value);
+                }
+            }
+            None => parsed.query.push((key, decode(value, &invalid)?)),
+        }
     }
+    // The user information wins, as in redis-py.
+    parsed.username = parsed.username.take().or(query_username);
+    parsed.password = parsed.password.take().or_else(|| query_password.map(Secret::new));
     if scheme == "unix" {
         let path = decode(location, &invalid)?;
         if !path.starts_with('/') {
@@ -263,6 +314,44 @@ mod tests {
         let url = parse("redis://u:p?w@d@h:1?key_prefix=t").unwrap();
         assert_eq!(url.password, Some(Secret::new("p?w@d")));
         assert_eq!((url.hosts[0].0.as_str(), &url.query[0].1[..]), ("h", "t"));
+    }
+
+    /// Issue #42: `?password=` was refused as an unknown parameter by a message showing it.
+    /// redis-py's `parse_url` reads credentials from the query; the user information wins, the
+    /// first non-empty value counts, `+` is a space.
+    #[test]
+    fn credentials_in_the_query_are_read_as_redis_py_reads_them() {
+        let url = parse("redis://h:1/2?password=s3cr%40t&username=bob&num_workers=4").unwrap();
+        assert_eq!((url.username.as_deref(), url.password), (Some("bob"), Some(Secret::new("s3cr@t"))));
+        assert_eq!((url.query, url.db), (vec![("num_workers".into(), "4".into())], Some(2)));
+        let url = parse("redis://alice:pw@h:1?password=other&username=bob").unwrap();
+        assert_eq!((url.username.as_deref(), url.password), (Some("alice"), Some(Secret::new("pw"))));
+        let url = parse("redis://:@h:1?password=&password=first&password=second&username=").unwrap();
+        assert_eq!((url.username, url.password), (None, Some(Secret::new("first"))));
+        assert_eq!(parse("rediss://h?password=a+b%2Bc").unwrap().password, Some(Secret::new("a b+c")));
+        let url = parse("redis+sentinel://s1:26379/mymaster?password=pw").unwrap();
+        assert_eq!((url.password, url.sentinel_service.as_deref()), (Some(Secret::new("pw")), Some("mymaster")));
+    }
+
+    #[test]
+    fn a_shown_url_holds_no_query_value_and_no_password() {
+        for (raw, shown) in [
+            ("redis://u:pw@h:1/2?password=s3cret&num_workers=4", "redis://u:***@h:1/2?password=***&num_workers=***"),
+            ("redis://h:1?passwrd=s3cret&flag", "redis://h:1?passwrd=***&flag"),
+            ("redis://h?key_prefix=s3cret@b", "redis://h?key_prefix=***@b"),
+            ("redis://h:1?key_prefix=s3cret@b", "redis://h:***@b"),
+            ("redis://u:s3cret@h:1?key_prefix=t@x", "redis://u:***@h:1?key_prefix=***"),
+            ("redis://u:s3?a=b@h:1", "redis://u:***@h:1"),
+            ("redis://u:p?w@d@h:1?key_prefix=t", "redis://u:***@h:1?key_prefix=***"),
+            ("unix:///run/r.sock?password=s3cret", "unix:///run/r.sock?password=***"),
+            ("redis://h:1", "redis://h:1"),
+        ] {
+            assert_eq!(redact(raw), shown, "{raw}");
+        }
+        for bad in ["redis://h:99999?password=s3cret", "redis://h/x?password=s3cret", "redis://h?password=s3cret%zz"] {
+            let err = parse(bad).unwrap_err();
+            assert!(!err.message().contains("s3cret"), "{bad}: {err}");
+        }
     }
 
     #[test]

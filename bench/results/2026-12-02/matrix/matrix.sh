@@ -7,8 +7,9 @@
 set -u
 out=${1:?OUTDIR}
 mkdir -p "$out"
-MAIN=${MAIN:-/work/main/.venv/bin/python}
-LMC=${LMC:-/work/lmc-venv/bin/python}
+REPO=${REPO:-$(cd "$(dirname "$0")/../../../.." && pwd)}
+MAIN=${MAIN:-$REPO/.venv/bin/python}                      # a Python with lmcache_resp (scripts/setup.sh)
+LMC=${LMC:-$REPO/target/lmcache-0.5.6/venv/bin/python}    # a Python with LMCache 0.5.6 (scripts/test-lmcache.sh)
 l2() { # name args...
     local name=$1; shift
     echo "### $name: python -m lmcache_resp.bench --compare lmcache-l2 --lmcache-python LMCACHE_PY $*" | tee -a "$out/matrix.log"

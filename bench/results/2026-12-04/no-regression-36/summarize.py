@@ -1,6 +1,9 @@
-import re, glob, statistics as st, sys
+"""summarize.py [DIR]: medians of the runs MODE-SEQ-WHICH.txt in DIR (default: beside this file,
+where the raw outputs are kept), as in summary.txt."""
+import os, re, glob, statistics as st, sys
 rows = {}
-for path in sorted(glob.glob('/tmp/bench36-runs/out/*.txt')):
+folder = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+for path in sorted(glob.glob(os.path.join(folder, '*-*-*.txt'))):
     mode, seq, which = re.match(r'.*/(\w+)-(\d+)-(\w+)\.txt', path).groups()
     text = open(path).read()
     if '# exit status: 0' not in text:

@@ -1,11 +1,13 @@
-"""EXISTS over TLS: keys/s and client CPU per key, one build (run from its source dir)."""
+"""EXISTS over TLS: keys/s and client CPU per key, one build (run from its source dir).
+
+    exists.py PORT WORKERS ROUNDS PER_ROUND CA   (CA: the test CA's certificate, DIR/certs/ca.crt)"""
 import sys, time, statistics
 import lmcache_resp
 from lmcache_resp import PagedRespStore
 print(lmcache_resp.__file__, end=" ")
 port, workers, rounds, per_round = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 store = PagedRespStore(f"rediss://127.0.0.1:{port}", page_size=4096, num_pages=64,
-                       ssl_ca_certs="/tmp/h36tls/tlsserver/certs/ca.crt", num_workers=workers)
+                       ssl_ca_certs=sys.argv[5], num_workers=workers)
 keys = [f"exists-bench:{i:08d}".encode() for i in range(20000)]
 for _ in range(5):
     store.exists(keys)

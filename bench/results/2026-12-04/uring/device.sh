@@ -1,5 +1,5 @@
 #!/bin/bash
-# usage: device.sh WHEEL REDIS_SERVER   (writes to $OUT; about 4 minutes; no network needed)
+# usage: device.sh WHEEL REDIS_SERVER   (writes to $OUT, default a new temporary folder; about 4 minutes; no network needed)
 # On a many-core host: the poll loop against the io_uring loop with idle cores, each with 8
 # workers of 1 connection and with 2 workers of 4 (the same 8 data connections), rotated x4, on one
 # redis-server: 8- and 32-key EXISTS lookups (the thread hand-off's cost), 32 x 256 KiB SET and
@@ -8,7 +8,7 @@
 # batch (voluntary+involuntary, every thread of the client), batches/s. batch.py is beside this.
 set -u
 WHEEL=$1 REDIS=$2
-OUT=${OUT:-/tmp/h38-device}
+OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT/site" "$OUT/redis"
 HERE=$(cd "$(dirname "$0")" && pwd)
 DIV=${DIV:-1}  # DIV=20: a smoke test of the script, not a measurement

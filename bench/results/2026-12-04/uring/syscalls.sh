@@ -8,14 +8,15 @@ set -u
 KIND=$1 OP=$2 N=$3 SIZE=$4
 export INFLIGHT=${5:-1}
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../../../.." && pwd)
-PY=$REPO/.venv/bin/python
-CPP=/tmp/lmcache-peer/bin/python
+REPO=${REPO:-$(cd "$HERE/../../../.." && pwd)}
+PY=${PY:-$REPO/.venv/bin/python}
+CPP=${CPP:?set CPP to a Python that imports LMCache\'s C++ connector (../shared/peers/lmcache-native/setup.sh DIR: DIR/bin/python)}
+WORK=$(mktemp -d)  # the server's port and perf stat's counts
 cd /tmp
-PYTHONPATH=$REPO $PY "$HERE/serve.py" "$KIND" steady > /tmp/h38-serve-sc.port &
-SP=$!; sleep 1.5; PORT=$(head -1 /tmp/h38-serve-sc.port)
+PYTHONPATH=$REPO $PY "$HERE/serve.py" "$KIND" steady > "$WORK/serve.port" &
+SP=$!; sleep 1.5; PORT=$(head -1 "$WORK/serve.port")
 count() {  # who reps -> "syscalls switches"
-  local who=$1 reps=$2 out=/tmp/h38-perf-$1-$2.csv
+  local who=$1 reps=$2 out=$WORK/perf-$1-$2.csv
   case $who in
     poll|uring) OURS_KW="{\"io_backend\": \"$who\"}" PYTHONPATH=$REPO perf stat -x, -o $out -e raw_syscalls:sys_enter,context-switches -- $PY "$HERE/batch.py" ours "$PORT" "$OP" "$N" "$SIZE" "$reps" >/dev/null 2>&1;;
     cpp) perf stat -x, -o $out -e raw_syscalls:sys_enter,context-switches -- $CPP "$HERE/batch.py" cpp "$PORT" "$OP" "$N" "$SIZE" "$reps" >/dev/null 2>&1;;
@@ -28,4 +29,4 @@ for who in poll uring cpp; do
   read s2 c2 < <(count $who 250)
   echo "$who $OP ${N}x$SIZE if$INFLIGHT: syscalls/batch $(( (s2 - s1) / 200 ))  context-switches/batch $(( (c2 - c1) / 200 ))"
 done
-kill $SP; sleep 0.5; redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1; wait 2>/dev/null
+kill $SP; sleep 0.5; redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1; wait 2>/dev/null; rm -rf "$WORK"

@@ -10,10 +10,11 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 URING=$HERE/../../2026-12-04/uring
 REPO=${REPO:-$(cd "$HERE/../../../.." && pwd)}
 PY=${PY:-$REPO/.venv/bin/python}
-CPP=${CPP:-/tmp/lmcache-peer/bin/python}
+CPP=${CPP:?set CPP to a Python that imports LMCache\'s C++ connector (../shared/peers/lmcache-native/setup.sh DIR: DIR/bin/python)}
+PORTFILE=$(mktemp)
 cd /tmp
-PYTHONPATH=$REPO $PY "$URING/serve.py" "$KIND" steady > /tmp/shapes-serve.port &
-SP=$!; sleep 1.5; PORT=$(head -1 /tmp/shapes-serve.port)
+PYTHONPATH=$REPO $PY "$URING/serve.py" "$KIND" steady > "$PORTFILE" &
+SP=$!; sleep 1.5; PORT=$(head -1 "$PORTFILE")
 one() {  # label workers cpw
   LABEL=$1 W=$2 CPW=$3 OURS_KW='{"io_backend": "poll"}' PYTHONPATH=$REPO $PY "$URING/batch.py" ours "$PORT" "$OP" "$N" "$SIZE" "$REPS" 2>&1 | grep -v Warning
   redis-cli -p "$PORT" flushall >/dev/null
@@ -28,4 +29,4 @@ for i in $(seq "$ALTS"); do
     esac
   done
 done
-kill $SP; sleep 0.5; redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1; wait 2>/dev/null
+kill $SP; sleep 0.5; redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1; wait 2>/dev/null; rm -f "$PORTFILE"

@@ -54,6 +54,26 @@ impl IoLoop {
         }
     }
 
+    /// Once the ring died (`net::uring`, "A ring the kernel stops serving"): every connection
+    /// leaves it, and this worker runs the poll loop from then on.
+    pub fn fall_back_if_ring_died(
+        &mut self,
+        index: usize,
+        conns: &mut [Conn],
+        out: &mut Vec<Completion>,
+        told: &std::sync::Mutex<Option<String>>,
+    ) {
+        let IoLoop::Ring(ring) = self else { return };
+        let Some(why) = ring.ring.failure() else { return };
+        log::warn!(target: "lmcache_resp::engine", "I/O worker {index}: {why}; it runs the poll loop from now on");
+        told.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get_or_insert_with(|| why.clone());
+        let now = std::time::Instant::now();
+        for conn in conns {
+            conn.leave_ring(now, &why, out);
+        }
+        *self = IoLoop::Poll { readiness: Vec::new() };
+    }
+
     /// Makes every step connection `c` can make now.
     pub fn drive(&mut self, c: usize, conn: &mut Conn, now: std::time::Instant, out: &mut Vec<Completion>) {
         match self {
@@ -92,9 +112,8 @@ impl RingLoop {
     }
 
     fn wait_at_most(&self, timeout: Option<Duration>) {
-        if let Err(err) = self.ring.wait(timeout) {
-            // As a failed ppoll: the round runs again, and each connection's own deadlines hold.
-            log::debug!(target: "lmcache_resp::engine", "io_uring wait failed: {err}");
-        }
+        // A wait the kernel refuses kills the ring, which said why; the worker then falls back
+        // (IoLoop::fall_back_if_ring_died).
+        let _ = self.ring.wait(timeout);
     }
 }

@@ -72,7 +72,7 @@ pub fn run_guarded(index: usize, worker: Worker) {
     let shared = worker.shared.clone();
     let outcome = catch_unwind(AssertUnwindSafe(move || {
         let io = IoLoop::on_this_thread(worker.backend, index);
-        worker.run(io)
+        worker.run(io, index)
     }));
     let failure = match outcome {
         Ok(Ok(())) => return,
@@ -123,7 +123,7 @@ impl Worker {
         self
     }
 
-    fn run(mut self, mut io: IoLoop) -> Result<(), Error> {
+    fn run(mut self, mut io: IoLoop, index: usize) -> Result<(), Error> {
         loop {
             if let Some(err) = self.shared.failure().cloned() {
                 self.abort(&err);
@@ -174,6 +174,7 @@ impl Worker {
                     ring.wait(&self.doorbell, wake.map(|at| at.saturating_duration_since(Instant::now())));
                 }
             }
+            io.fall_back_if_ring_died(index, &mut self.nodes.conns, &mut self.finished, &self.shared.ring_failure);
         }
     }
 

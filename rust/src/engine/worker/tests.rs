@@ -62,6 +62,7 @@ fn harness(requests: usize, completion_ring: usize, pages: usize) -> Harness {
         sealed: AtomicBool::new(false),
         failure: OnceLock::new(),
         metrics: crate::metrics::EngineMetrics::new("127.0.0.1:9", &servers, SLOTS),
+        ring_failure: std::sync::Mutex::new(None),
     });
     let factory = ConnFactory {
         settings: Arc::new(settings.clone()),

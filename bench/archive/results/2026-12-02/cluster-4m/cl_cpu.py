@@ -2,7 +2,7 @@
 import os, select, statistics, sys, time, socket
 import numpy as np
 from lmcache_resp import RespConnector
-eps = open("/tmp/cluster.eps").read().split()[0]
+eps = open(os.path.join(os.environ["SCRATCH"], "cluster.eps")).read().split()[0]  # SCRATCH: bench/archive/README.md
 n, size, reps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 c = RespConnector(url="redis://" + eps, cluster=True, num_workers=8)
 fd = c.event_fd()

@@ -1,15 +1,19 @@
 #!/bin/bash
 # usage: l2var.sh KIND REGIME SIZEKB KEYS ROUNDS PAIRS 'VARIANT_JSON_PARAMS'... : store/load p50 of ours(default), ours(variant), resp
+# Paths from the environment (bench/archive/README.md): REPO, LMC, SCRATCH.
+REPO=${REPO:-$(cd "$(dirname "$0")/../../../../.." && pwd)}
+LMC=${LMC:-$REPO/target/lmcache-0.5.6/venv/bin/python}
+SCRATCH=${SCRATCH:?set SCRATCH to a folder for this probe\'s own files (bench/archive/README.md)}
 set -u
 KIND=$1 REGIME=$2 KB=$3 KEYS=$4 ROUNDS=$5 PAIRS=$6; shift 6
 cd /tmp
-/work/main/.venv/bin/python /work/scratch/serve.py $KIND $REGIME > /tmp/serve.port &
-SP=$!; sleep 1.5; PORT=$(head -1 /tmp/serve.port)
+$REPO/.venv/bin/python $SCRATCH/serve.py $KIND $REGIME > $SCRATCH/serve.port &
+SP=$!; sleep 1.5; PORT=$(head -1 $SCRATCH/serve.port)
 run() { # label json
   redis-cli -p $PORT flushall async >/dev/null
-  PYTHONPATH=/work/main LMCACHE_TRACK_USAGE=false LMCACHE_DISABLE_BANNER=1 /work/lmc-venv/bin/python -m lmcache.cli.main bench l2 --l2-adapter "$2" --num-keys $KEYS --in-flight 1 --data-size-kb $KB --rounds $ROUNDS --warmup-rounds 1 --no-skip-verify --lookup-max-hit-rate 1.0 --format json --output /tmp/l2var.json >/dev/null 2>&1
+  PYTHONPATH=$REPO LMCACHE_TRACK_USAGE=false LMCACHE_DISABLE_BANNER=1 $LMC -m lmcache.cli.main bench l2 --l2-adapter "$2" --num-keys $KEYS --in-flight 1 --data-size-kb $KB --rounds $ROUNDS --warmup-rounds 1 --no-skip-verify --lookup-max-hit-rate 1.0 --format json --output $SCRATCH/l2var.json >/dev/null 2>&1
   LABEL="$1" python3 -c "
-import json,sys,os; d=json.load(open('/tmp/l2var.json'))['metrics']
+import json,sys,os; d=json.load(open('$SCRATCH/l2var.json'))['metrics']
 r={v['operation']:v['duration_p50_ms'] for k,v in d.items() if isinstance(v,dict) and 'operation' in v}
 print(f\"{os.environ['LABEL']}: store {r.get('Store')} load {r.get('Load')} lookup {r.get('Lookup')}\")"
 }
