@@ -2,7 +2,7 @@
 
 Run in scripts/test-vllm.sh's venv (py-spy installed there), under the exclusive CPU lock:
 
-    flock -x /work/cpu.lock VENV/bin/python bench/vllm_ttft_profile.py OUT_DIR [redis|valkey9] [ours|resp|valkey]
+    flock -x CPU_LOCK VENV/bin/python bench/vllm_ttft_profile.py OUT_DIR [redis|valkey9] [ours|resp|valkey]
 
 One stack (a throwaway server, ``lmcache server`` with the adapter, a fresh engine), three
 recordings, each of every process of the engine (``py-spy record --subprocesses``, collapsed
