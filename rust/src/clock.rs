@@ -15,3 +15,11 @@ pub fn now_ns() -> u64 {
 pub fn instant_at(deadline_ns: u64, now_ns: u64, now: Instant) -> Instant {
     now + Duration::from_nanos(deadline_ns.saturating_sub(now_ns))
 }
+
+/// The earlier of two optional instants (`None`: no instant).
+pub fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}

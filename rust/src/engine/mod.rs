@@ -38,6 +38,7 @@ mod failures;
 mod futex;
 #[cfg(all(test, loom))]
 mod loom_tests;
+mod nodes;
 pub(crate) mod records;
 mod regions;
 mod route;
@@ -49,8 +50,8 @@ mod worker;
 
 pub use batches::BatchResult;
 pub(crate) use failures::FailureLog;
+pub use nodes::WARM_UP_NODES;
 pub use regions::MAX_REGIONS;
-pub use route::WARM_UP_NODES;
 // What the engine's API names from the layers below.
 pub use crate::conn::{Outcome, ReconnectPolicy};
 pub use crate::health::ProbePolicy;
@@ -74,8 +75,9 @@ use buffers::BufferTable;
 use cluster::ClusterView;
 use control::ControlBlock;
 use lmcache_resp_numa::{self as numa, Placement};
+use nodes::{ConnFactory, Nodes};
 use regions::RegionTable;
-use route::{ConnFactory, Nodes, Route};
+use route::Route;
 use shared::Shared;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
@@ -390,7 +392,7 @@ impl Engine {
             next_lane: AtomicUsize::new(0),
             timeout: settings.timeout,
             endpoint,
-            conns_per_worker: route::conns_per_node(settings) * servers.len(),
+            conns_per_worker: nodes::conns_per_node(settings) * servers.len(),
             placement,
             io_loop,
             worker_tids,

@@ -3,8 +3,10 @@
 //!
 //! The loop's steps are methods that take the time and touch no socket of their own (taking
 //! submissions while a connection has room, sealing, settling ranged reads, posting and counting
-//! off completions); only [`Worker::wait`] polls, and only `Conn::drive` does I/O. What becomes
-//! of a request a cluster node hands back is decided in `reroute.rs`. `tests.rs` drives the
+//! off completions); how the worker waits and how its connections move bytes is the I/O loop's
+//! (`io_loop.rs`: the poll loop or the io_uring loop, chosen once when the worker starts), and
+//! only `Conn`'s drivers do I/O. What becomes of a request a cluster node hands back is decided
+//! in `reroute.rs`. `tests.rs` drives the
 //! steps in memory, with real rings and connections that are never driven: no server.
 
 mod io_loop;
@@ -13,8 +15,9 @@ mod reroute;
 mod tests;
 
 use super::buffers::Access;
+use super::nodes::Nodes;
 use super::records::{Descriptor, FLAG_EXACT_LENGTH, Region, Tag, encode_completion};
-use super::route::{Nodes, Route};
+use super::route::Route;
 use super::shared::Shared;
 use crate::clock;
 use crate::cluster::{RedirectKind, read_pick};
@@ -22,16 +25,12 @@ use crate::conn::{Completion, Conn, Handoff, Outcome, PipelineLimits, Request};
 use crate::error::{Error, ErrorKind};
 use crate::memory::RawBuf;
 use crate::net::EventFd;
-use crate::net::Readiness;
-use crate::net::socket::{poll_flags, timeout_until};
 use crate::op::Op;
 use crate::ranged::{self, RangedReads};
 use crate::ring::{Consumer, Producer, PushError};
 pub use io_loop::Backend;
 use io_loop::IoLoop;
 use reroute::{Parked, RETRY_MAX, Reroute, Unparked};
-use rustix::event::{PollFd, PollFlags, poll};
-use std::os::fd::AsFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -167,13 +166,7 @@ impl Worker {
                 return Ok(());
             }
             let wake = self.wake_at();
-            match &mut io {
-                IoLoop::Poll { readiness } => self.wait(wake, readiness),
-                IoLoop::Ring(ring) => {
-                    let wake = self.nodes.conns.iter().fold(wake, |wake, conn| earliest(wake, conn.interest().2));
-                    ring.wait(&self.doorbell, wake.map(|at| at.saturating_duration_since(Instant::now())));
-                }
-            }
+            io.wait(&self.doorbell, &self.nodes.conns, wake);
             io.fall_back_if_ring_died(index, &mut self.nodes.conns, &mut self.finished, &self.shared.ring_failure);
         }
     }
@@ -454,39 +447,6 @@ impl Worker {
         }
         wake
     }
-
-    /// The poll loop's wait: one `ppoll` over the doorbell and every socket, until one is ready
-    /// or `wake` or a connection's own deadline passes.
-    fn wait(&mut self, mut wake: Option<Instant>, readiness: &mut Vec<Readiness>) {
-        readiness.resize(self.nodes.conns.len(), Readiness::OPTIMISTIC);
-        let mut fds = Vec::with_capacity(self.nodes.conns.len() + 1);
-        fds.push(PollFd::from_borrowed_fd(self.doorbell.as_fd(), PollFlags::IN));
-        let mut slots = Vec::with_capacity(self.nodes.conns.len());
-        for conn in &self.nodes.conns {
-            let (fd, interest, conn_wake) = conn.interest();
-            wake = earliest(wake, conn_wake);
-            match fd {
-                Some(fd) if interest.read || interest.write => {
-                    slots.push(Some(fds.len()));
-                    fds.push(PollFd::from_borrowed_fd(fd, poll_flags(interest)));
-                }
-                _ => slots.push(None),
-            }
-        }
-        let timeout = timeout_until(wake, Instant::now());
-        let polled = poll(&mut fds, timeout.as_ref());
-        let doorbell_rang = matches!(polled, Ok(n) if n > 0) && fds[0].revents().contains(PollFlags::IN);
-        for (ready, slot) in readiness.iter_mut().zip(&slots) {
-            *ready = match (polled, slot) {
-                (Ok(n), Some(i)) if n > 0 => Readiness::from_poll(fds[*i].revents()),
-                _ => Readiness::default(),
-            };
-        }
-        drop(fds);
-        if doorbell_rang {
-            self.doorbell.reset();
-        }
-    }
 }
 
 /// The worker's connections as a ranged read sees them.
@@ -566,13 +526,6 @@ fn resolve(shared: &Shared, descriptor: &Descriptor<'_>) -> Result<Option<RawBuf
             .resolve(descriptor.region_id, descriptor.offset, descriptor.len)
             .map(Some)
             .map_err(Error::invalid),
-    }
-}
-
-fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod certificate;
 pub mod config;
 pub mod failure;
+mod handshake;
 pub mod record;
 pub mod session;
 #[cfg(test)]

@@ -3,9 +3,9 @@
 //! [`TlsSession::received`]) and sends what it has sealed ([`TlsSession::pending_output`],
 //! [`TlsSession::output_taken`]); the tests drive it against an in-memory rustls server.
 //!
-//! rustls runs the handshake (its unbuffered API, on this session's buffers), then hands over
-//! the traffic secrets and key schedule to [`super::traffic`], which carries the data in the
-//! records of [`super::record`].
+//! rustls runs the handshake (through [`super::handshake`], the one file that speaks its API,
+//! on this session's buffers), then hands over the traffic secrets and key schedule to
+//! [`super::traffic`], which carries the data in the records of [`super::record`].
 //!
 //! A value goes out in one pass: each record is built by copying up to 16 KiB of the page into
 //! the outgoing buffer and sealing it there. A value comes in the same way: the kernel copies
@@ -15,12 +15,11 @@
 
 use super::config::TlsConfig;
 use super::failure::{self, Failure, handshake_failure, path_fault};
+use super::handshake::{Handshake, Step};
 use super::record::{self, KeyLimit};
 use super::traffic::{Fatal, Opened, Traffic};
 use crate::error::Error;
 use crate::net::{Endpoint, IoVecs};
-use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
-use rustls::unbuffered::{ConnectionState, EncodeError, EncodeTlsData, InsufficientSizeError, UnbufferedStatus};
 use std::io;
 use std::ops::Range;
 use std::sync::Arc;
@@ -59,7 +58,7 @@ pub enum Input {
 }
 
 enum State {
-    Handshaking(Box<UnbufferedClientConnection>),
+    Handshaking(Handshake),
     Established(Box<Traffic>),
     /// A fatal alert was sent or received; nothing more is sealed or opened.
     Failed,
@@ -101,11 +100,11 @@ impl TlsSession {
             Endpoint::Unix { .. } => "localhost",
         };
         let name = config.server_name(host).map_err(|err| Failure::permanent(err.context(endpoint)))?;
-        let conn = UnbufferedClientConnection::new(config.client_config(), name)
+        let conn = Handshake::new(config.client_config(), name)
             .map_err(|err| Failure::permanent(Error::tls(endpoint, err)))?;
         Ok(TlsSession {
             endpoint: endpoint.clone(),
-            state: State::Handshaking(Box::new(conn)),
+            state: State::Handshaking(conn),
             key_limit: config.key_limit(),
             incoming: vec![0; INCOMING_CAPACITY],
             unopened: 0..0,
@@ -194,35 +193,19 @@ impl TlsSession {
         }
         loop {
             let State::Handshaking(conn) = &mut self.state else { unreachable!("checked above") };
-            let UnbufferedStatus { discard, state } =
-                conn.process_tls_records(&mut self.incoming[self.unopened.clone()]);
-            let step = match state {
-                Err(err) => Err(err),
-                Ok(ConnectionState::EncodeTlsData(mut encode)) => {
-                    encode_into(&mut encode, &mut self.outgoing);
-                    Ok(None)
-                }
-                Ok(ConnectionState::TransmitTlsData(transmit)) => {
-                    transmit.done();
-                    Ok(None)
-                }
-                Ok(ConnectionState::BlockedHandshake) => Ok(Some(Progress::Pending)),
-                Ok(ConnectionState::WriteTraffic(_)) => Ok(Some(Progress::Done)),
-                Ok(other) => {
-                    let state = format!("{other:?}");
-                    self.unopened.start += discard;
+            let (discard, step) = conn.step(&mut self.incoming[self.unopened.clone()], &mut self.outgoing);
+            self.unopened.start += discard;
+            match step {
+                Ok(Step::Again) => continue,
+                Ok(Step::Done) => return self.establish(),
+                Ok(Step::Blocked) => return self.blocked(),
+                Ok(Step::Unexpected(state)) => {
                     self.state = State::Failed;
                     return Err(path_fault(
                         &self.endpoint,
                         format!("the server sent {state} before its handshake ended"),
                     ));
                 }
-            };
-            self.unopened.start += discard;
-            match step {
-                Ok(None) => continue,
-                Ok(Some(Progress::Done)) => return self.establish(),
-                Ok(Some(Progress::Pending)) => return self.blocked(),
                 Err(err) => {
                     self.queue_alert_after_failure();
                     self.state = State::Failed;
@@ -252,16 +235,10 @@ impl TlsSession {
         Ok(Progress::Pending)
     }
 
-    /// rustls queued an alert to tell the server why the handshake failed: send it too. It
-    /// hands a queued message out before it reads the buffer again (which must still be the one
-    /// it was reading): one call, no more, or it would read the bad record a second time.
+    /// rustls queued an alert to tell the server why the handshake failed: send it too.
     fn queue_alert_after_failure(&mut self) {
         let State::Handshaking(conn) = &mut self.state else { return };
-        if let Ok(ConnectionState::EncodeTlsData(mut encode)) =
-            conn.process_tls_records(&mut self.incoming[self.unopened.clone()]).state
-        {
-            encode_into(&mut encode, &mut self.outgoing);
-        }
+        conn.alert_after_failure(&mut self.incoming[self.unopened.clone()], &mut self.outgoing);
     }
 
     /// The handshake is complete: the traffic keys and key schedule pass from rustls to
@@ -270,9 +247,8 @@ impl TlsSession {
         let State::Handshaking(conn) = std::mem::replace(&mut self.state, State::Failed) else {
             unreachable!("establish runs once, at the end of the handshake")
         };
-        let (secrets, kernel) = conn
-            .dangerous_into_kernel_connection()
-            .map_err(|err| Failure::permanent(Error::tls(&self.endpoint, err)))?;
+        let (secrets, kernel) =
+            conn.into_traffic().map_err(|err| Failure::permanent(Error::tls(&self.endpoint, err)))?;
         // rustls took every whole record it was given. One still here would hold part of a
         // handshake message rustls kept (a server that split one across the end of its
         // handshake): it cannot be taken over.
@@ -441,19 +417,6 @@ impl TlsSession {
 }
 
 /// Appends the handshake bytes rustls has ready to `out`.
-fn encode_into(encode: &mut EncodeTlsData<'_, ClientConnectionData>, out: &mut Vec<u8>) {
-    let start = out.len();
-    let mut room = 4096;
-    loop {
-        out.resize(start + room, 0);
-        match encode.encode(&mut out[start..]) {
-            Ok(written) => return out.truncate(start + written),
-            Err(EncodeError::InsufficientSize(InsufficientSizeError { required_size })) => room = required_size,
-            Err(EncodeError::AlreadyEncoded) => return out.truncate(start),
-        }
-    }
-}
-
 fn not_established() -> io::Error {
     io::Error::new(io::ErrorKind::NotConnected, "TLS is not established")
 }
