@@ -22,7 +22,7 @@ __all__ = ["KEY_FORMAT", "namespace_of"]
 KEY_FORMAT = 1
 
 
-def namespace_of(file_mapper: type, spec: Any, row_bytes: int) -> tuple[str, dict[str, Any]]:
+def namespace_of(file_mapper: Any, spec: Any, row_bytes: int) -> tuple[str, dict[str, Any]]:
     """``(namespace, identity)`` of an engine: ``spec`` is vLLM's ``OffloadingSpec``,
     ``file_mapper`` vLLM's ``FileMapper`` (built as the file tier builds it: one file per
     chunk, parallelism-agnostic where vLLM allows it)."""

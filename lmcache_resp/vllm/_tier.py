@@ -62,6 +62,8 @@ class RespSecondaryTierImpl(Closeable):
     #: vLLM's classes the tier builds results and metrics with (``_api.VllmApi``); set on the
     #: class ``lmcache_resp.vllm`` builds.
     _api: ClassVar[Any]
+    #: Set by vLLM's base ``__init__`` (the type named in the tier's JSON).
+    tier_type: str
 
     def __init__(
         self,

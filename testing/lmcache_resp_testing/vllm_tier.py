@@ -172,7 +172,7 @@ class PrimaryRegion:
             os.close(fd)
             os.unlink(path)
         self.array = np.frombuffer(self._mmap, dtype=np.int8).reshape(rows, self.row_bytes)
-        self.view = memoryview(self.array)
+        self.view = self.array.data  # memoryview(array): 2-D, format 'b'
 
     def fill(self, rows: Any, seed: int) -> None:
         """Random bytes into ``rows`` (what vLLM's worker's GPU-to-CPU copy would have put there)."""
@@ -180,7 +180,7 @@ class PrimaryRegion:
         self.array[np.asarray(rows)] = data
 
     def row(self, index: int) -> bytes:
-        return self.array[index].tobytes()
+        return bytes(self.array[index].tobytes())
 
     def close(self) -> None:
         self.view.release()
