@@ -64,6 +64,8 @@ MAX_CHUNK_MIB = 512.0  # Redis's proto-max-bulk-len default
 MIN_CHUNK_BYTES = 64
 # --sglang: one page of a Llama-3.1-8B-like model (64 tokens x 32 layers x 8 KV heads x 128 x K,V x bf16).
 SGLANG_PAGE_BYTES = 64 * 32 * 8 * 128 * 2 * 2
+# --vllm-tier: one block of the same model in vLLM (16 tokens x 32 layers x 8 KV heads x 128 x K,V x bf16).
+VLLM_BLOCK_BYTES = 16 * 32 * 8 * 128 * 2 * 2
 
 DESCRIPTION = """\
 Batch SET/GET/EXISTS throughput of lmcache_resp.PagedRespStore against Redis, verified byte for byte.
@@ -90,6 +92,10 @@ the same throwaway server or cluster, flushed before every run, over --l2-cells 
 SGLang's storage path: our RespHiCacheStorage (SGLang's loader and controller), SGLang's own file
 backend on tmpfs, and our PagedRespStore with the same values, ABBA, every byte verified; it needs
 SGLang and torch in this Python (scripts/test-sglang.sh's venv).
+--vllm-tier moves vLLM-shaped rows (16-token blocks of the same model, 2 MiB each, --vllm-blocks a
+row) between vLLM's own shared CPU primary and its secondary tiers, one job per direction: our
+RespSecondaryTierManager, vLLM's own fs tier on tmpfs, and our PagedRespStore with the same values,
+ABBA, every byte verified; it needs vLLM and torch in this Python (scripts/test-vllm-tier.sh's venvs).
 Exit status: 0 all verified, 1 data read back differs (or a run failed), 2 bad configuration,
 130 interrupted.
 """
@@ -340,6 +346,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="--sglang: pages per batch (default 32: 256 MiB)")
     extra.add_argument("--sglang-layout", choices=("page_first", "page_first_direct", "layer_first"), default=None,
                        help="--sglang: SGLang's --hicache-mem-layout of the host pool (default page_first)")
+    extra.add_argument("--vllm-tier", action="store_true",
+                       help="vLLM-shaped rows (16-token blocks of 32 layers x 8 KV heads x 128, bf16) between vLLM's "
+                            "shared CPU primary and its secondary tiers: our RespSecondaryTierManager, vLLM's fs tier on "
+                            "tmpfs and our PagedRespStore, ABBA, verified (needs vLLM in this Python: "
+                            "scripts/test-vllm-tier.sh's venvs)")
+    extra.add_argument("--vllm-rows", type=_int_in(2, 8192), default=None, metavar="N",
+                       help="--vllm-tier: rows (chunks) per job (default 128: 256 MiB)")
+    extra.add_argument("--vllm-blocks", type=_int_in(1, 64), default=None, metavar="B",
+                       help="--vllm-tier: 2 MiB blocks per row, vLLM's blocks per chunk (default 1)")
     extra.add_argument("--sentinel-failover", action="store_true",
                        help="instead of the rounds: start a primary, 2 replicas and 3 Sentinels, SET batches "
                             "through lmcache_resp (redis+sentinel://) and redis-py's Sentinel client while the "
@@ -424,9 +439,10 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
             parser.error(f"--memtier: {args.memtier!r} is not an executable file")
     num_keys = _num_keys(parser, args)
     if args.ours_shape is not None and (args.bridge or args.neighbour_flood or args.dead_server or args.sglang
-                                        or args.sentinel_failover):
+                                        or args.sentinel_failover or args.vllm_tier):
         parser.error("--ours-shape shapes the standard run's store, --sweep's and our adapter in --compare lmcache-l2; "
-                     "it is not used with --bridge, --neighbour-flood, --dead-server, --sglang or --sentinel-failover")
+                     "it is not used with --bridge, --neighbour-flood, --dead-server, --sglang, --sentinel-failover or "
+                     "--vllm-tier")
     if args.clients is not None and not args.bridge:
         parser.error("--clients needs --bridge")
     if args.bridge and (sweep or args.compare or args.ceiling):
@@ -455,6 +471,14 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
                      "--sentinel-failover")
     if args.sglang and args.json:
         parser.error("--sglang prints a table only (no --json)")
+    if (args.vllm_rows is not None or args.vllm_blocks is not None) and not args.vllm_tier:
+        parser.error("--vllm-rows and --vllm-blocks need --vllm-tier")
+    if args.vllm_tier and (given_server or args.cluster or args.shards or args.unix or args.tls or sweep or args.bridge
+                           or args.ceiling or args.dead_server or args.compare or args.sentinel_failover
+                           or args.sglang or args.json):
+        parser.error("--vllm-tier runs its own contenders on one throwaway server over TCP and prints a table: no "
+                     "--host/--port/--url, --cluster, --shards, --unix, --tls, --sweep, --bridge, --ceiling, "
+                     "--dead-server, --compare, --sentinel-failover, --sglang or --json")
     if args.dead_batches is not None and not args.dead_server:
         parser.error("--dead-batches needs --dead-server")
     if args.dead_server:
@@ -521,6 +545,9 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         sglang=args.sglang,
         sglang_pages=args.sglang_pages or 32,
         sglang_layout=args.sglang_layout or "page_first",
+        vllm_tier=args.vllm_tier,
+        vllm_rows=args.vllm_rows or 128,
+        vllm_blocks=args.vllm_blocks or 1,
     )
     problem = _memory_problem(options)
     if problem is not None:
@@ -570,6 +597,10 @@ def _estimate_bytes(options: Options) -> int:
         # The host pool (2 pages per page moved) and its device pool, the server's and the file
         # backend's copies, PagedRespStore's two arenas (4 and 2 pages of half and whole size).
         return 9 * options.sglang_pages * SGLANG_PAGE_BYTES
+    if options.vllm_tier:
+        # The primary (2 rows per row moved), the server's and the fs tier's copies, PagedRespStore's
+        # arena (2 rows per row), and a spare for the server's own buffers.
+        return 7 * options.vllm_rows * options.vllm_blocks * VLLM_BLOCK_BYTES
     if options.sweep:
         batch = max(sweep_keys(options.num_keys, c) * c for c in (*options.sweep_chunks, options.chunk_bytes))
     else:
@@ -634,6 +665,10 @@ def _run(options: Options, stdout: io.StringIO | TextIO) -> int:
         from lmcache_resp.bench.sglang_hicache import run_sglang  # needs SGLang and torch
 
         return run_sglang(options, stdout=stdout, stderr=sys.stderr)
+    if options.vllm_tier:
+        from lmcache_resp.bench.vllm_tier import run_vllm_tier  # needs vLLM and torch
+
+        return run_vllm_tier(options, stdout=stdout, stderr=sys.stderr)
     if options.sentinel_failover:
         from lmcache_resp.bench.sentinel_failover import run_sentinel_failover
 
