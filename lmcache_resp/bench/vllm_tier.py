@@ -16,7 +16,7 @@ other round (ABBA); fresh keys each round, deleted after it. One untimed round f
   and into its own arena pages: the yardstick (``resp`` should move rows at 90% or more of it).
 
 A job is timed from its submission to the ``get_finished_jobs`` call that returns it, polled
-every 100 us (vLLM's manager polls once per scheduler step); its GB/s is the job's bytes over
+every 1 ms (vLLM's tier-poll interval; its manager polls once per scheduler step); its GB/s is the job's bytes over
 that time. Needs vLLM (and torch) in this Python: run it with scripts/test-vllm-tier.sh's venvs.
 """
 
@@ -47,7 +47,7 @@ BLOCK_TOKENS, LAYERS, KV_HEADS, HEAD_DIM = 16, 32, 8, 128
 BLOCK_BYTES = 2 * LAYERS * BLOCK_TOKENS * KV_HEADS * HEAD_DIM * 2
 CONTENDERS = ("resp", "fs", "paged")
 TMPFS = "/dev/shm"
-POLL_S = 0.0001
+POLL_S = 0.001  # vLLM's tier-poll interval (DEFAULT_TIER_POLL_INTERVAL_S); its steps poll less often
 JOB_TIMEOUT_S = 120.0
 
 
