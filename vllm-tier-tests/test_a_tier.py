@@ -153,6 +153,20 @@ def test_settings_from_the_tier_json(redis_server: RedisServer, engines: Any, mo
         Engine(tier_config(redis_server, no_such_setting=1))
 
 
+def test_vllms_backpressure_detector_measures_our_stores(redis_server: RedisServer, engines: Any) -> None:
+    """The tier JSON's "backpressure" builds vLLM's detector (SecondaryTierFactory), which the tier
+    hands to vLLM's base; each completed store updates it with the job's bytes."""
+    engine = engines(tier_config(redis_server, locality="REMOTE",
+                                 backpressure={"backpressure_cls": "EMABackpressureDetector"}))
+    detector = engine.tier.bp_detector
+    assert detector is not None and type(detector).__name__ == "EMABackpressureDetector"
+    assert detector._high == detector.NETWORK_HIGH_WATER_S, "REMOTE locality: the network water marks"
+    for seed in range(3):
+        engine.store(keys_for("pressure", 2, seed), seed=20 + seed)
+        engine.settle()
+    assert detector._completions == 3 and not detector.is_under_pressure()
+
+
 def test_vllms_metrics_carry_the_tiers(redis_server: RedisServer, engines: Any) -> None:
     from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
 
