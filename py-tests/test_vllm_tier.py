@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import RedisServer
+from conftest import RedisServer, free_port
 from lmcache_resp_testing.vllm_tier import PrimaryRegion, StandInTierBase, stand_in_api, stand_in_spec
 
-from lmcache_resp import InvalidInputError, RespSettings
+from lmcache_resp import InvalidInputError, RespConnectionError, RespSettings
 from lmcache_resp.vllm import tier_class_for
 from lmcache_resp.vllm._lookups import Lookups
 
@@ -205,6 +205,15 @@ def test_a_dead_server_fails_jobs_and_lookups_in_milliseconds(
     assert not done[2].success and not done[3].success and done[3].successful_keys is None
     assert look_up(t, keys(2, tag=7)) == [API.lookup_result.MISS] * 2, "vLLM recomputes, never waits"
     assert time.monotonic() - start < 1.0, "in milliseconds, not at the 30 s timeout"
+
+
+def test_a_server_that_does_not_answer_at_start_is_an_error_naming_it(region: PrimaryRegion) -> None:
+    port = free_port()
+    with pytest.raises(RespConnectionError, match=f"cannot connect to 127.0.0.1:{port}"):
+        TIER(stand_in_spec(), region.view, "RespSecondaryTierManager", url=f"redis://127.0.0.1:{port}",
+             connect_timeout=0.5)
+    region.view.release()  # nothing of ours holds the primary
+    region.view = region.array.data
 
 
 def test_drain_jobs_waits_for_every_job(redis_server: RedisServer, tiers: list[Any], region: PrimaryRegion) -> None:

@@ -189,16 +189,23 @@ class RespSecondaryTierImpl(Closeable):
             select.select([fd], [], [], min(left, 0.05))
 
     def shutdown(self) -> None:
-        """Waits for the jobs in flight, lets go of the primary view, closes the connections."""
+        """Waits for the jobs in flight, closes the connections, lets go of the primary view (so
+        that vLLM can unmap it); idempotent."""
         if self._flat is None:
             return
         try:
             if not self._native.closed:
                 self.drain_jobs()
-                self._native.unregister_region(self._region)
         finally:
+            # Closing completes or fails whatever is left: no I/O thread touches the rows after.
             self._native.close()
-            self._flat.release()
+            self._poll()
+            try:
+                self._native.unregister_region(self._region)
+                self._flat.release()
+            except (RespError, BufferError) as exc:
+                logger.warning("%s: the primary view could not be let go of: %s: %s", self.tier_type,
+                               type(exc).__name__, exc)
             self._flat = None
 
     def close(self) -> None:
