@@ -184,6 +184,10 @@ def test_vllms_metrics_carry_the_tiers(redis_server: RedisServer, engines: Any) 
     assert values["vllm:kv_offload_resp_keys"][("store", "ok")] == 5
     assert len(values["vllm:kv_offload_resp_job_seconds"][("store",)]) == 1
     assert values["vllm:kv_offload_resp_endpoint_up"][(f"127.0.0.1:{redis_server.port}",)] == 1
+    # vLLM 0.33+ publishes each tier's static facts on vllm:kv_offload_config_info.
+    if hasattr(engine.manager, "config_info"):
+        assert "resp_endpoint" in TieringOffloadingSpec.config_info_keys(offloading_config(tier).extra_config)
+        assert engine.manager.config_info()[1]["resp_endpoint"] == f"127.0.0.1:{redis_server.port}"
     # vLLM's own tiering metrics count our bytes (transfer_bytes).
     written = sum(v for k, v in values.get("vllm:kv_offload_tiering_write_bytes", {}).items())
     assert written == 5 * engine.spec.kv_bytes_per_chunk
