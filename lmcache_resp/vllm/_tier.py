@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from lmcache_resp import _native, metrics
-from lmcache_resp._lifecycle import Closeable
+from lmcache_resp._front import EngineFront
 from lmcache_resp._placement import log_placement
 from lmcache_resp.errors import InvalidInputError, RespError
 from lmcache_resp.settings import RespSettings
-from lmcache_resp.stats import Stats
 from lmcache_resp.vllm._lookups import Lookups
 from lmcache_resp.vllm._metrics import TierMetrics, definitions
 from lmcache_resp.vllm._namespace import namespace_of
@@ -50,7 +49,7 @@ class _Job:
     submitted: float
 
 
-class RespSecondaryTierImpl(Closeable):
+class RespSecondaryTierImpl(EngineFront[_native.Connector]):
     """A secondary tier of vLLM's ``TieringOffloadingSpec`` on Redis or Valkey; vLLM's
     ``SecondaryTierFactory`` builds it as ``RespSecondaryTierManager(offloading_spec,
     primary_kv_view, tier_type, backpressure_detector, **tier_json)``, where ``tier_json`` is
@@ -246,18 +245,6 @@ class RespSecondaryTierImpl(Closeable):
     def key_of(self, key: bytes) -> str:
         """The server's name for the row of vLLM's ``OffloadKey`` ``key`` (less ``key_prefix@``)."""
         return self.key_prefix + key.hex()
-
-    @property
-    def endpoint(self) -> str:
-        return self._native.endpoint
-
-    @property
-    def closed(self) -> bool:
-        return self._native.closed
-
-    def stats(self) -> Stats:
-        """The engine's counters: docs/observability.md."""
-        return Stats(self._native.stats())
 
     def __repr__(self) -> str:
         state = ", closed" if self._native.closed else ""
