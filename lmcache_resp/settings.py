@@ -32,6 +32,9 @@ live) with the ways in that need Python:
 - :meth:`RespSettings.from_sglang`: SGLang's ``--hicache-storage-backend-extra-config`` JSON
   (as a dict or a string), our settings beside SGLang's own keys, read like LMCache's adapter
   params (empty means "not set", unknown keys are errors).
+- :meth:`RespSettings.from_vllm`: an entry of vLLM's ``secondary_tiers`` (in
+  ``--kv-transfer-config``'s ``kv_connector_extra_config``), our settings beside vLLM's own keys
+  (``type``, ``module_path``, ``backpressure``, ``locality``), read like SGLang's.
 - A namespace and an expiry, as LMCache's ``valkey`` adapter has them: ``key_prefix`` (every
   key goes on the wire as ``<key_prefix>@<key>``; no ``@`` in it) and ``ttl_seconds`` (every
   SET is ``SET key value PX ms``; not with ``max_capacity_gb`` > 0). That adapter's other
@@ -104,6 +107,10 @@ _SGLANG_KEYS = frozenset({
     "file_storage_path",
 })
 
+# vLLM's keys in an entry of secondary_tiers: SecondaryTierFactory's (which class, its
+# backpressure detector) and the tier's locality, which it passes to the tier beside ours.
+_VLLM_KEYS = frozenset({"type", "module_path", "backpressure", "locality"})
+
 
 class RespSettings(_native.Settings):
     """Everything a :class:`~lmcache_resp.RedisClient`, :class:`~lmcache_resp.PagedRespStore`
@@ -155,6 +162,19 @@ class RespSettings(_native.Settings):
         if not isinstance(document, Mapping):
             raise InvalidInputError(f"SGLang's extra config must be a JSON object, not {type(document).__name__}")
         params = {k: v for k, v in document.items() if k not in _SGLANG_KEYS}
+        return cls.from_adapter_params(params, env=env, lmcache_evicts=False)
+
+    @classmethod
+    def from_vllm(cls, config: Mapping[str, Any] | str, *, env: Mapping[str, str] | None = None) -> RespSettings:
+        """An entry of vLLM's ``secondary_tiers`` (a dict or its JSON), or what vLLM's
+        ``SecondaryTierFactory`` passes the tier of it: vLLM's keys (``type``,
+        ``module_path``, ``backpressure``, ``locality``) are vLLM's; the rest are ours, read as
+        :meth:`from_sglang` reads SGLang's (empty means "not set", unknown keys are errors,
+        capacity and eviction are ours: vLLM does not account for what a secondary tier holds)."""
+        document = _parse_json(config, "vLLM secondary tier") if isinstance(config, str) else config
+        if not isinstance(document, Mapping):
+            raise InvalidInputError(f"a vLLM secondary tier must be a JSON object, not {type(document).__name__}")
+        params = {k: v for k, v in document.items() if k not in _VLLM_KEYS}
         return cls.from_adapter_params(params, env=env, lmcache_evicts=False)
 
     @classmethod

@@ -6,12 +6,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lmcache_resp import _native, metrics
-from lmcache_resp.stats import Stats
 from lmcache_resp._completions import CompletionRouter
-from lmcache_resp._lifecycle import Closeable
+from lmcache_resp._front import EngineFront
 from lmcache_resp._native import BatchResult, Page
 from lmcache_resp._placement import log_placement
 from lmcache_resp.errors import ClosedError, InvalidInputError
@@ -29,7 +28,7 @@ logger = logging.getLogger("lmcache_resp")
 Key = str | bytes
 
 
-class PagedRespStore(Closeable):
+class PagedRespStore(EngineFront[_native.PagedStore]):
     """A pool of ``page_size``-byte pages in a shared-memory arena, and batched, pipelined,
     zero-copy GET/SET/EXISTS/DELETE of whole pages (or page prefixes) against Redis/Valkey.
 
@@ -187,10 +186,6 @@ class PagedRespStore(Closeable):
         self._router.close(ClosedError("the store was closed"))
 
     @property
-    def closed(self) -> bool:
-        return self._native.closed
-
-    @property
     def page_size(self) -> int:
         return self._native.page_size
 
@@ -226,29 +221,9 @@ class PagedRespStore(Closeable):
         return self._settings
 
     @property
-    def capacity_stats(self) -> dict[str, Any] | None:
-        """Client-side capacity tracking: capacity_bytes, stored_bytes, reserved_bytes, keys,
-        evictions, evicted_bytes, eviction_runs, policy. None when ``max_capacity_gb`` is 0."""
-        return self._native.capacity_stats
-
-    def stats(self) -> Stats:
-        """The engine's counters (through a bridge, the bridge engine's): docs/observability.md."""
-        return Stats(self._native.stats())
-
-    @property
-    def placement(self) -> dict[str, Any]:
-        """Where the I/O threads run and the arena lives (``worker_cpus``, ``cpuset``,
-        ``memory_node``) and why (``explanation``); which loop they run (``io_loop``:
-        ``{"loop": "poll" or "uring", "setting": io_backend, "why": ...}``, None through a
-        bridge, whose own placement names it)."""
-        return self._native.placement
-
-    @property
     def worker_threads(self) -> list[tuple[int, int | None]]:
         """``(kernel thread id, planned CPU)`` of each I/O worker."""
         return self._native.worker_threads
-
-
 
     def __repr__(self) -> str:
         s = self._settings

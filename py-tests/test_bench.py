@@ -150,6 +150,10 @@ def test_bad_values_are_rejected_naming_the_option(
         (["--replicas", "5"], "--replicas"),
         (["--read-from", "prefer_replica"], "--read-from prefer_replica reads from cluster replicas"),
         (["--read-from", "replicas"], "--read-from"),
+        (["--vllm-rows", "8"], "--vllm-rows and --vllm-blocks need --vllm-tier"),
+        (["--vllm-tier", "--url", "redis://h:1"], "--vllm-tier runs its own contenders"),
+        (["--vllm-tier", "--json"], "--vllm-tier runs its own contenders"),
+        (["--vllm-tier", "--vllm-blocks", "65"], "--vllm-blocks"),
     ],
 )
 def test_settings_that_do_not_fit_are_rejected(capsys: pytest.CaptureFixture[str], argv: list[str], expected: str) -> None:
@@ -157,6 +161,16 @@ def test_settings_that_do_not_fit_are_rejected(capsys: pytest.CaptureFixture[str
         parse_options(argv)
     assert exit_info.value.code == 2
     assert expected in capsys.readouterr().err
+
+
+def test_vllm_tier_without_vllm_says_what_to_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """--vllm-tier needs vLLM in this Python: without it, a usage error naming the venv to use."""
+    options = parse_options(["--vllm-tier", "--vllm-rows", "4", "--vllm-blocks", "2"])
+    assert (options.vllm_tier, options.vllm_rows, options.vllm_blocks) == (True, 4, 2)
+    from lmcache_resp.bench.vllm_tier import run_vllm_tier
+
+    assert run_vllm_tier(options, stdout=sys.stdout, stderr=sys.stderr) == 2
+    assert "--vllm-tier needs vLLM and torch in this Python" in capsys.readouterr().err
 
 
 def test_replicas_imply_a_cluster_and_read_from_is_passed_on() -> None:

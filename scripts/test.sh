@@ -43,7 +43,7 @@ VALKEY_SUITES=(
     test_client.py test_store.py test_connector.py test_reliability.py test_fail_fast.py
     test_scale_out.py test_cluster_harness.py test_bridge.py test_bridge_connector.py
     test_ranged.py test_capacity.py test_interop.py test_servers.py test_tls.py test_sentinel.py
-    test_io_backend.py test_sentinel_hostile.py test_chaos.py test_namespace.py test_regions.py test_sglang.py
+    test_io_backend.py test_sentinel_hostile.py test_chaos.py test_namespace.py test_regions.py test_sglang.py test_vllm_tier.py
     test_observability.py test_lmcache_modes.py test_bridge_access.py test_replica_reads.py
 )
 # Every suite whose calls reach the I/O engine runs on both loops (poll on Redis 7.0, io_uring on

@@ -66,6 +66,8 @@ MAX_CHUNK_MIB = 512.0  # Redis's proto-max-bulk-len default
 MIN_CHUNK_BYTES = 64
 # --sglang: one page of a Llama-3.1-8B-like model (64 tokens x 32 layers x 8 KV heads x 128 x K,V x bf16).
 SGLANG_PAGE_BYTES = 64 * 32 * 8 * 128 * 2 * 2
+# --vllm-tier: one block of the same model in vLLM (16 tokens x 32 layers x 8 KV heads x 128 x K,V x bf16).
+VLLM_BLOCK_BYTES = 16 * 32 * 8 * 128 * 2 * 2
 
 DESCRIPTION = """\
 Batch SET/GET/EXISTS throughput of lmcache_resp.PagedRespStore against Redis, verified byte for byte.
@@ -92,6 +94,10 @@ the same throwaway server or cluster, flushed before every run, over --l2-cells 
 SGLang's storage path: our RespHiCacheStorage (SGLang's loader and controller), SGLang's own file
 backend on tmpfs, and our PagedRespStore with the same values, ABBA, every byte verified; it needs
 SGLang and torch in this Python (scripts/test-sglang.sh's venv).
+--vllm-tier moves vLLM-shaped rows (16-token blocks of the same model, 2 MiB each, --vllm-blocks a
+row) between vLLM's own shared CPU primary and its secondary tiers, one job per direction: our
+RespSecondaryTierManager, vLLM's own fs tier on tmpfs, and our PagedRespStore with the same values,
+ABBA, every byte verified; it needs vLLM and torch in this Python (scripts/test-vllm-tier.sh's venvs).
 Exit status: 0 all verified, 1 data read back differs (or a run failed), 2 bad configuration,
 130 interrupted.
 """
@@ -363,6 +369,15 @@ def build_parser() -> argparse.ArgumentParser:
     extra.add_argument("--vllm-warm-reps", type=_int_in(1, 100), default=None, metavar="N",
                        help=f"--vllm-ttft: warm requests per prompt and engine life, L1 emptied before each (default "
                             f"{DEFAULT_VLLM_WARM_REPS})")
+    extra.add_argument("--vllm-tier", action="store_true",
+                       help="vLLM-shaped rows (16-token blocks of 32 layers x 8 KV heads x 128, bf16) between vLLM's "
+                            "shared CPU primary and its secondary tiers: our RespSecondaryTierManager, vLLM's fs tier on "
+                            "tmpfs and our PagedRespStore, ABBA, verified (needs vLLM in this Python: "
+                            "scripts/test-vllm-tier.sh's venvs)")
+    extra.add_argument("--vllm-rows", type=_int_in(2, 8192), default=None, metavar="N",
+                       help="--vllm-tier: rows (chunks) per job (default 128: 256 MiB)")
+    extra.add_argument("--vllm-blocks", type=_int_in(1, 64), default=None, metavar="B",
+                       help="--vllm-tier: 2 MiB blocks per row, vLLM's blocks per chunk (default 1)")
     extra.add_argument("--sentinel-failover", action="store_true",
                        help="instead of the rounds: start a primary, 2 replicas and 3 Sentinels, SET batches "
                             "through lmcache_resp (redis+sentinel://) and redis-py's Sentinel client while the "
@@ -416,10 +431,10 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
             parser.error("--vllm-ttft takes --l2-adapters only of the --l2-* options")
         if (given_server or args.cluster or args.shards or args.unix or args.tls or args.compare or args.bridge
                 or args.sweep or args.plot is not None or args.dead_server or args.ceiling or args.sglang
-                or args.sentinel_failover):
+                or args.sentinel_failover or args.vllm_tier):
             parser.error("--vllm-ttft runs its own engines against one throwaway server over TCP: no "
                          "--host/--port/--url, --cluster, --shards, --unix, --tls, --compare, --bridge, --sweep, "
-                         "--dead-server, --ceiling, --sglang or --sentinel-failover")
+                         "--dead-server, --ceiling, --sglang, --sentinel-failover or --vllm-tier")
     elif l2_given:
         parser.error(f"{', '.join(l2_given)}: only used with --compare lmcache-l2 or --vllm-ttft")
     if (args.vllm_lengths is not None or args.vllm_warm_reps is not None) and not args.vllm_ttft:
@@ -458,9 +473,10 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
             parser.error(f"--memtier: {args.memtier!r} is not an executable file")
     num_keys = _num_keys(parser, args)
     if args.ours_shape is not None and (args.bridge or args.neighbour_flood or args.dead_server or args.sglang
-                                        or args.sentinel_failover):
+                                        or args.sentinel_failover or args.vllm_tier):
         parser.error("--ours-shape shapes the standard run's store, --sweep's and our adapter in --compare lmcache-l2; "
-                     "it is not used with --bridge, --neighbour-flood, --dead-server, --sglang or --sentinel-failover")
+                     "it is not used with --bridge, --neighbour-flood, --dead-server, --sglang, --sentinel-failover or "
+                     "--vllm-tier")
     if args.clients is not None and not args.bridge:
         parser.error("--clients needs --bridge")
     if args.bridge and (sweep or args.compare or args.ceiling):
@@ -489,6 +505,14 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
                      "--sentinel-failover")
     if args.sglang and args.json:
         parser.error("--sglang prints a table only (no --json)")
+    if (args.vllm_rows is not None or args.vllm_blocks is not None) and not args.vllm_tier:
+        parser.error("--vllm-rows and --vllm-blocks need --vllm-tier")
+    if args.vllm_tier and (given_server or args.cluster or args.shards or args.unix or args.tls or sweep or args.bridge
+                           or args.ceiling or args.dead_server or args.compare or args.sentinel_failover
+                           or args.sglang or args.json):
+        parser.error("--vllm-tier runs its own contenders on one throwaway server over TCP and prints a table: no "
+                     "--host/--port/--url, --cluster, --shards, --unix, --tls, --sweep, --bridge, --ceiling, "
+                     "--dead-server, --compare, --sentinel-failover, --sglang or --json")
     if args.dead_batches is not None and not args.dead_server:
         parser.error("--dead-batches needs --dead-server")
     if args.dead_server:
@@ -558,6 +582,9 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         vllm_ttft=args.vllm_ttft,
         vllm_lengths=tuple(args.vllm_lengths) if args.vllm_lengths else DEFAULT_VLLM_LENGTHS,
         vllm_warm_reps=DEFAULT_VLLM_WARM_REPS if args.vllm_warm_reps is None else args.vllm_warm_reps,
+        vllm_tier=args.vllm_tier,
+        vllm_rows=args.vllm_rows or 128,
+        vllm_blocks=args.vllm_blocks or 1,
     )
     problem = _memory_problem(options)
     if problem is not None:
@@ -610,6 +637,10 @@ def _estimate_bytes(options: Options) -> int:
         # The host pool (2 pages per page moved) and its device pool, the server's and the file
         # backend's copies, PagedRespStore's two arenas (4 and 2 pages of half and whole size).
         return 9 * options.sglang_pages * SGLANG_PAGE_BYTES
+    if options.vllm_tier:
+        # The primary (2 rows per row moved), the server's and the fs tier's copies, PagedRespStore's
+        # arena (2 rows per row), and a spare for the server's own buffers.
+        return 7 * options.vllm_rows * options.vllm_blocks * VLLM_BLOCK_BYTES
     if options.sweep:
         batch = max(sweep_keys(options.num_keys, c) * c for c in (*options.sweep_chunks, options.chunk_bytes))
     else:
@@ -678,6 +709,10 @@ def _run(options: Options, stdout: io.StringIO | TextIO) -> int:
         from lmcache_resp.bench.sglang_hicache import run_sglang  # needs SGLang and torch
 
         return run_sglang(options, stdout=stdout, stderr=sys.stderr)
+    if options.vllm_tier:
+        from lmcache_resp.bench.vllm_tier import run_vllm_tier  # needs vLLM and torch
+
+        return run_vllm_tier(options, stdout=stdout, stderr=sys.stderr)
     if options.sentinel_failover:
         from lmcache_resp.bench.sentinel_failover import run_sentinel_failover
 

@@ -161,6 +161,11 @@ class Options:
     vllm_ttft: bool = False
     vllm_lengths: tuple[int, ...] = DEFAULT_VLLM_LENGTHS
     vllm_warm_reps: int = DEFAULT_VLLM_WARM_REPS
+    # --vllm-tier (vllm_tier.py): vLLM-shaped rows through vLLM's secondary-tier path, our tier
+    # beside vLLM's fs tier and our PagedRespStore; rows per job and blocks per row (chunk).
+    vllm_tier: bool = False
+    vllm_rows: int = 128
+    vllm_blocks: int = 1
 
     def ours_shape_text(self) -> str:
         """lmcache_resp's workers as the reports say them: ``8 I/O workers``, or with

@@ -26,9 +26,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lmcache_resp import _native, metrics
-from lmcache_resp.stats import Stats
 from lmcache_resp._completions import CompletionRouter
-from lmcache_resp._lifecycle import Closeable
+from lmcache_resp._front import EngineFront
 from lmcache_resp._logging import adopt_lmcache_logging
 from lmcache_resp._native import BatchResult
 from lmcache_resp._placement import log_placement
@@ -49,7 +48,7 @@ Completion = tuple[int, bool, str, list[bool] | None]
 _POSITIONAL = ("host", "port", "num_workers", "username", "password")
 
 
-class RespConnector(Closeable):
+class RespConnector(EngineFront[_native.Connector]):
     """LMCache's native connector over Redis/Valkey.
 
     Built the way LMCache builds it, ``RespConnector(**adapter_params)``: ``host``, ``port``,
@@ -158,24 +157,6 @@ class RespConnector(Closeable):
     def settings(self) -> RespSettings | None:
         """The connection settings; None through a bridge, which holds them."""
         return self._settings
-
-    @property
-    def endpoint(self) -> str:
-        return self._native.endpoint
-
-    @property
-    def capacity_stats(self) -> dict[str, Any] | None:
-        """Client-side capacity tracking: capacity_bytes, stored_bytes, reserved_bytes, keys,
-        evictions, evicted_bytes, eviction_runs, policy. None when ``max_capacity_gb`` is 0."""
-        return self._native.capacity_stats
-
-    def stats(self) -> Stats:
-        """The engine's counters (through a bridge, the bridge engine's): docs/observability.md."""
-        return Stats(self._native.stats())
-
-    @property
-    def placement(self) -> dict[str, Any]:
-        return self._native.placement
 
     def __repr__(self) -> str:
         state = ", closed" if self._native.closed else ""

@@ -68,13 +68,11 @@ LMCache is imported when ``RespRemoteConnector`` is first looked up.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
-import threading
-import types
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from lmcache_resp._lazy_base import LazySubclass, import_attribute, module_getattr
 from lmcache_resp._lifecycle import Closeable
 from lmcache_resp._native import BatchResult
 from lmcache_resp.errors import ClosedError, ConnectorError, InvalidInputError
@@ -310,29 +308,9 @@ _LOADER_KEYS = frozenset({"module_path", "class_name"})
 _Objs = list[Any]
 _Strs = list[str]
 
-_class_lock = threading.Lock()
-_built_class: type | None = None
-
-
-def __getattr__(name: str) -> Any:
-    # PEP 562: LMCache's loader does getattr(module, "RespRemoteConnector").
-    if name == PLUGIN_CLASS:
-        return remote_connector_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def remote_connector_class() -> type:
     """``RespRemoteConnector``: built (and LMCache imported) on first use."""
-    global _built_class
-    with _class_lock:
-        if _built_class is None:
-            base = importlib.import_module("lmcache.v1.storage_backend.connector.base_connector")
-            _built_class = types.new_class(
-                PLUGIN_CLASS, (_RespRemoteConnectorImpl, base.RemoteConnector), {},
-                lambda ns: ns.update({"__module__": __name__, "__qualname__": PLUGIN_CLASS,
-                                      "__doc__": _RespRemoteConnectorImpl.__doc__}),
-            )
-        return _built_class
+    return _CLASS.get()
 
 
 # -- configuration -------------------------------------------------------------------------------
@@ -588,3 +566,11 @@ def _releaser(held: Sequence[Any]) -> Callable[[asyncio.Future[Any]], None]:
 
 if TYPE_CHECKING:  # for type checkers and readers: the name LMCache looks up
     RespRemoteConnector = _RespRemoteConnectorImpl
+
+
+_CLASS = LazySubclass(
+    PLUGIN_CLASS, _RespRemoteConnectorImpl, __name__,
+    base=import_attribute("lmcache.v1.storage_backend.connector.base_connector", "RemoteConnector"),
+)
+# PEP 562: LMCache's loader does getattr(module, "RespRemoteConnector").
+__getattr__ = module_getattr(__name__, _CLASS)

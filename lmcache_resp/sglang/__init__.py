@@ -23,44 +23,28 @@ configuration). docs/sglang.md has the keys, the layouts and the measurements.
 
 from __future__ import annotations
 
-import threading
-import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from lmcache_resp._lazy_base import LazySubclass, import_attribute, module_getattr
 from lmcache_resp.sglang._storage import RespHiCacheStorageImpl
 
 __all__ = ["BACKEND_CLASS", "BACKEND_MODULE", "RespHiCacheStorage", "storage_class"]
 
 BACKEND_MODULE = "lmcache_resp.sglang"
 BACKEND_CLASS = "RespHiCacheStorage"
-_BASE_MODULE = "sglang.srt.mem_cache.hicache_storage"
 
-_class_lock = threading.Lock()
-_built_class: type | None = None
-
-
-def __getattr__(name: str) -> Any:
-    # PEP 562: SGLang's loader does getattr(importlib.import_module(module_path), class_name).
-    if name == BACKEND_CLASS:
-        return storage_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_CLASS = LazySubclass(
+    BACKEND_CLASS, RespHiCacheStorageImpl, __name__,
+    base=import_attribute("sglang.srt.mem_cache.hicache_storage", "HiCacheStorage"),
+)
+# PEP 562: SGLang's loader does getattr(importlib.import_module(module_path), class_name).
+__getattr__ = module_getattr(__name__, _CLASS)
 
 
 def storage_class() -> type:
     """``RespHiCacheStorage``: our implementation under SGLang's ``HiCacheStorage`` (imported
     here, on first use)."""
-    global _built_class
-    with _class_lock:
-        if _built_class is None:
-            import importlib
-
-            base = importlib.import_module(_BASE_MODULE).HiCacheStorage
-            _built_class = types.new_class(
-                BACKEND_CLASS, (RespHiCacheStorageImpl, base), {},
-                lambda ns: ns.update({"__module__": __name__, "__qualname__": BACKEND_CLASS,
-                                      "__doc__": RespHiCacheStorageImpl.__doc__}),
-            )
-        return _built_class
+    return _CLASS.get()
 
 
 if TYPE_CHECKING:  # for type checkers and readers: the name SGLang looks up

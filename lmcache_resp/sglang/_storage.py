@@ -26,12 +26,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from lmcache_resp import _native, metrics
-from lmcache_resp._lifecycle import Closeable
+from lmcache_resp._front import EngineFront
 from lmcache_resp._placement import log_placement
 from lmcache_resp.errors import ClosedError, InvalidInputError, RespError
 from lmcache_resp.settings import RespSettings
 from lmcache_resp.sglang._layout import PoolLayout, namespace_digest
-from lmcache_resp.stats import Stats
 
 __all__ = ["RespHiCacheStorageImpl"]
 
@@ -46,7 +45,7 @@ SKIP_EXISTING = "skip_existing"
 NAMESPACE_FORMAT = 2
 
 
-class RespHiCacheStorageImpl(Closeable):
+class RespHiCacheStorageImpl(EngineFront[_native.Connector]):
     """SGLang HiCache's L3 storage on Redis/Valkey; SGLang builds it as
     ``RespHiCacheStorage(storage_config, kwargs)`` (its ``dynamic`` backend loader).
 
@@ -222,10 +221,6 @@ class RespHiCacheStorageImpl(Closeable):
         self._unregister(list(self._regions), quietly=True)
 
     @property
-    def closed(self) -> bool:
-        return self._native.closed
-
-    @property
     def settings(self) -> RespSettings:
         return self._settings
 
@@ -238,22 +233,6 @@ class RespHiCacheStorageImpl(Closeable):
     def key_prefix(self) -> str:
         """``sgl:<namespace>:``, what every page key starts with (after ``key_prefix@``)."""
         return self._prefix.decode()
-
-    @property
-    def endpoint(self) -> str:
-        return self._native.endpoint
-
-    @property
-    def placement(self) -> dict[str, Any]:
-        return self._native.placement
-
-    @property
-    def capacity_stats(self) -> dict[str, Any] | None:
-        return self._native.capacity_stats
-
-    def stats(self) -> Stats:
-        """The engine's counters: docs/observability.md."""
-        return Stats(self._native.stats())
 
     def __repr__(self) -> str:
         state = ", closed" if self._native.closed else ""
