@@ -27,12 +27,12 @@ export PATH="$HOME/.cargo/bin:$PATH"
 echo "==> rustfmt --check (rustfmt.toml; a file out of format fails here, not in review)"
 cargo fmt --all -- --check
 
-# Which server a pass runs: the launcher reads $REDIS_TEST_SERVER (lmcache_resp.bench.servers.binaries,
-# under the test-support package every suite uses, testing/lmcache_resp_testing).
+# Which server a pass runs: the launcher reads $REDIS_TEST_SERVER (lmcache_resp_servers.binaries, which
+# the benchmark and every suite start their servers with).
 server_name() {
     .venv/bin/python -c '
 import os, sys
-from lmcache_resp.bench.servers.binaries import server_binary, server_version
+from lmcache_resp_servers.binaries import server_binary, server_version
 binary = server_binary(sys.argv[1])
 print(f"{sys.argv[1]}: {os.path.basename(binary)} {server_version(binary)} ({binary})")' "$1"
 }
