@@ -165,7 +165,9 @@ pytest_valkeys() {
 
 rust_tests() {
     echo "==> cargo test (workspace: codec, rings, arena, engine, numa, bindings, real-server tests, fuzz corpus replay); server $REDIS; the poll loop"
-    "${POLL[@]}" REDIS_TEST_SERVER=redis cargo test --workspace "${RUST_TEST_FEATURES[@]}" --quiet
+    # The real-server tests start their servers on the system's python3 with lmcache_resp shadowed:
+    # the launcher needs nothing built (scripts/with-stdlib-launcher.sh).
+    "${POLL[@]}" REDIS_TEST_SERVER=redis scripts/with-stdlib-launcher.sh cargo test --workspace "${RUST_TEST_FEATURES[@]}" --quiet
     # The Rust real-server tests run again against Valkey 9.1 only: Valkey 8.1 reads and replies
     # as Redis 7.0 does (pieces, the reply copy), and its pytest pass still covers every front on
     # it.
