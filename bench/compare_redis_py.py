@@ -51,9 +51,11 @@ def main() -> None:
     keys = [f"bench:compare:{i}" for i in range(args.keys)]
     total_bytes = size * args.keys
 
-    from lmcache_resp.bench.embedded import EmbeddedRedis
+    from lmcache_resp.bench.target import recommended_io_threads
+    from lmcache_resp_servers import RedisServer
 
-    with EmbeddedRedis() if args.host is None else _given(args.host, args.port) as server:
+    throwaway = RedisServer(io_threads=recommended_io_threads(), server="redis") if args.host is None else None
+    with throwaway or _given(args.host, args.port) as server:
         host, port = server.host, server.port
         ours = lmcache_resp.RedisClient(host, port, timeout=60)
         theirs = redis.Redis(host=host, port=port, socket_timeout=60)

@@ -3,7 +3,7 @@ import statistics, sys, time
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 import numpy as np
 from lmcache_resp import PagedRespStore
-from lmcache_resp.bench.servers.server import RedisServer  # the benchmark's throwaway server
+from lmcache_resp_servers.server import RedisServer  # the benchmark's throwaway server
 MiB = 1 << 20
 
 def run(kind, sizes, pieces, rounds=int(__import__("os").environ.get("ROUNDS", "3")), batch_bytes=1 << 30, workers=8, inflight=None):

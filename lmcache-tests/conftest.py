@@ -1,7 +1,7 @@
 """Fixtures for the tests against a real LMCache 0.5.6 (run by scripts/test-lmcache.sh only).
 
-Every test talks to a real, throwaway redis-server on a free port (never 6379), started by
-the test-support package (lmcache_resp_testing.servers) like the rest of the project's tests.
+Every test talks to a real, throwaway redis-server on a free port (never 6379), started by the
+launcher (lmcache_resp_servers) like the rest of the project's tests.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from lmc_helpers import RESP_ENV, RedisServer
+from lmcache_resp_testing.servers import redis_py
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +26,7 @@ def redis_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSer
 @pytest.fixture
 def redis_server(redis_session: RedisServer) -> RedisServer:
     """The session's server, emptied for this test."""
-    redis_session.redis_py().flushall()
+    redis_py(redis_session).flushall()
     return redis_session
 
 

@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from lmcache_resp_servers import RedisServer, free_port
 from lmcache_resp_testing import pattern
-from lmcache_resp_testing.servers import RedisServer, free_port
 
 __all__ = [
     "ADAPTER_CREATED",

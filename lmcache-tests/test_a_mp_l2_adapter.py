@@ -43,6 +43,7 @@ from lmcache.v1.memory_management import MemoryFormat, MemoryObjMetadata, Tensor
 from lmcache.v1.platform import consume_fd
 
 from lmcache_resp import RespConnector, RespSettings
+from lmcache_resp_testing.servers import redis_py
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 NO_LAYOUT = {0: MemoryLayoutDesc(shapes=[], dtypes=[])}
@@ -176,7 +177,7 @@ def test_store_lookup_load_verifies_every_byte(mp_adapter: Any, redis_server: Re
     payloads = [pattern(size, seed) for seed, size in enumerate(sizes)]
     store(mp_adapter, keys, [memory_obj(p) for p in payloads])
 
-    server = redis_server.redis_py()
+    server = redis_py(redis_server)
     for key, payload in zip(keys, payloads, strict=True):
         assert server.get(wire_key(key)) == payload  # raw KV bytes under LMCache's key, no header
     missing = [object_key(1000), object_key(1001)]
@@ -194,7 +195,7 @@ def test_store_lookup_load_verifies_every_byte(mp_adapter: Any, redis_server: Re
 
 def test_a_longer_stored_value_is_a_miss(mp_adapter: Any, redis_server: RedisServer) -> None:
     key = object_key(5)
-    redis_server.redis_py().set(wire_key(key), pattern(4097, 1))
+    redis_py(redis_server).set(wire_key(key), pattern(4097, 1))
     target = memory_obj(4096)
     assert load(mp_adapter, [key], [target]) == [False]
     assert bytes(target.byte_array) == b"\xee" * 4096
@@ -202,7 +203,7 @@ def test_a_longer_stored_value_is_a_miss(mp_adapter: Any, redis_server: RedisSer
 
 def test_a_shorter_stored_value_is_a_miss(mp_adapter: Any, redis_server: RedisServer) -> None:
     key = object_key(6)
-    redis_server.redis_py().set(wire_key(key), pattern(4095, 2))
+    redis_py(redis_server).set(wire_key(key), pattern(4095, 2))
     target = memory_obj(4096)
     assert load(mp_adapter, [key], [target]) == [False]
     assert bytes(target.byte_array) == b"\xee" * 4096
@@ -223,7 +224,7 @@ def test_lmcache_owns_eviction_and_deletes_through_the_connector(redis_server: R
         keys = [object_key(i) for i in range(10)]
         for i, key in enumerate(keys):  # one batch each: LRU order = store order
             store(adapter, [key], [memory_obj(pattern(chunk, i))])
-        server = redis_server.redis_py()
+        server = redis_py(redis_server)
         deadline = time.monotonic() + 30
         while adapter.get_usage().usage_fraction >= 0.8 and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -244,7 +245,7 @@ def test_adapter_delete_removes_the_keys(mp_adapter: Any, redis_server: RedisSer
     keys = [object_key(i) for i in range(4)]
     store(mp_adapter, keys, [memory_obj(pattern(1000, i)) for i in range(4)])
     mp_adapter.delete(keys[:3])
-    server = redis_server.redis_py()
+    server = redis_py(redis_server)
     assert [bool(server.exists(wire_key(k))) for k in keys] == [False, False, False, True]
     assert mp_adapter.get_usage().total_bytes_used == 1000
 
@@ -284,7 +285,7 @@ def test_the_lmcache_server_loads_the_example(redis_server: RedisServer, tmp_pat
             assert process.poll() is None, log_path.read_text(errors="replace")[-4000:]
             assert time.monotonic() < deadline, "the server did not build the adapter within 180 s"
             time.sleep(0.5)
-        clients = redis_server.redis_py().client_list()
+        clients = redis_py(redis_server).client_list()
         assert len(clients) >= 1 + 8  # ours (redis-py) + the connector's 8 I/O workers
     finally:
         stop_process_group(process)
@@ -303,7 +304,7 @@ def test_the_mp_adapter_through_a_bridge_verifies_every_byte(redis_server: Redis
             keys = [object_key(200 + i) for i in range(len(sizes))]
             payloads = [pattern(size, 50 + i) for i, size in enumerate(sizes)]
             store(adapter, keys, [memory_obj(p) for p in payloads])
-            server = redis_server.redis_py()
+            server = redis_py(redis_server)
             assert [server.get(wire_key(k)) for k in keys] == payloads
             missing = [object_key(999)]
             assert lookup(adapter, keys + missing) == [True] * len(keys) + [False]

@@ -16,6 +16,7 @@ from lmc_helpers import RedisServer, run_on
 from lmcache.v1.storage_backend.native_clients.connector_client_base import ConnectorClientBase
 
 from lmcache_resp import RespConnector, RespConnectorClient
+from lmcache_resp_testing.servers import redis_py
 
 
 class SlowRegistration(RespConnector):
@@ -65,7 +66,7 @@ def test_our_client_keeps_it(redis_server: RedisServer, lmcache_loop: Any) -> No
     connector = SlowRegistration(host="127.0.0.1", port=redis_server.port, num_workers=1, cpu_affinity="none")
     client = RespConnectorClient(connector, lmcache_loop)
     try:
-        redis_server.redis_py().set("k", b"v")
+        redis_py(redis_server).set("k", b"v")
         assert client.batch_exists_sync(["k", "nope"]) == [True, False]
     finally:
         client.close()
@@ -77,7 +78,7 @@ def test_lmcaches_client_reports_a_get_miss_like_a_hit(redis_server: RedisServer
     report a missing key as a False bit in an ok batch, so a miss and a hit look the same,
     and LMCache's RESPConnector._get (redis_connector.py:76-89) returns the unfilled buffer."""
     connector = RespConnector(host="127.0.0.1", port=redis_server.port, num_workers=1, cpu_affinity="none")
-    redis_server.redis_py().set("hit", b"x" * 64)
+    redis_py(redis_server).set("hit", b"x" * 64)
 
     async def scenario() -> tuple[Any, Any]:
         client = ConnectorClientBase(connector, asyncio.get_running_loop())

@@ -31,6 +31,7 @@ from lmcache.v1.storage_backend.connector import CreateConnector
 
 from lmcache_resp import InvalidInputError, RespSettings
 from lmcache_resp.lmcache.non_mp import RespRemoteConnector, settings_from_lmcache_config
+from lmcache_resp_testing.servers import redis_py
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 KV_SHAPE = (4, 2, 256, 2, 64)  # layers, K/V, chunk tokens, heads, head size: 512 KiB per bf16 chunk
@@ -142,7 +143,7 @@ def test_chunks_round_trip_byte_for_byte(engine: Engine, redis_server: RedisServ
     engine.remote.submit_put_task(keys[4], chunks[4])  # put
     engine.wait_puts(chunks[:5])  # LMCache's serializer and our I/O give back their references
 
-    server = redis_server.redis_py()
+    server = redis_py(redis_server)
     for key, data in zip(keys[:5], expected, strict=False):
         assert server.get(key.to_string()) == data  # raw KV bytes (remote_serde: naive), no header
 
@@ -177,19 +178,19 @@ def test_remove_deletes_the_key(engine: Engine, redis_server: RedisServer) -> No
     engine.remote.submit_put_task(key, chunk)
     engine.wait_puts([chunk])
     assert engine.remote.remove(key) is True
-    assert not redis_server.redis_py().exists(key.to_string())
+    assert not redis_py(redis_server).exists(key.to_string())
     assert engine.remote.get_blocking(key) is None
 
 
 def test_a_longer_stored_value_is_a_miss(engine: Engine, redis_server: RedisServer) -> None:
     key = cache_key(1)
-    redis_server.redis_py().set(key.to_string(), b"\x01" * (CHUNK_BYTES + 1))
+    redis_py(redis_server).set(key.to_string(), b"\x01" * (CHUNK_BYTES + 1))
     assert engine.remote.get_blocking(key) is None
 
 
 def test_a_shorter_stored_value_is_a_miss(engine: Engine, redis_server: RedisServer) -> None:
     key = cache_key(2)
-    redis_server.redis_py().set(key.to_string(), b"\x01" * (CHUNK_BYTES - 2))
+    redis_py(redis_server).set(key.to_string(), b"\x01" * (CHUNK_BYTES - 2))
     assert engine.own(engine.remote.get_blocking(key)) is None
 
 
@@ -208,7 +209,7 @@ def test_the_connector_owns_capacity_in_non_mp_mode(
             chunk = engine.chunk(i)
             engine.remote.submit_put_task(key, chunk)
             engine.wait_puts([chunk])
-        server = redis_server.redis_py()
+        server = redis_py(redis_server)
         deadline = time.monotonic() + 30
         while (stats := connector.capacity_stats)["stored_bytes"] > 0.8 * stats["capacity_bytes"]:
             assert time.monotonic() < deadline, stats

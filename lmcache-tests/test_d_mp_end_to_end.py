@@ -48,6 +48,8 @@ from lmcache.integration.vllm.vllm_multi_process_adapter import (
     LoadStoreOp,
     ParallelStrategy,
 )
+from lmcache_resp_testing.certs import make_test_certs
+from lmcache_resp_testing.servers import pause, redis_py
 
 MODEL = "lmcache-resp/e2e-model"
 CHUNK_TOKENS = 16  # --chunk-size, and vLLM's block size here: one block per chunk
@@ -219,7 +221,7 @@ def tokens_for(chunks: int, base: int) -> list[int]:
 
 def wait_for_keys(redis: RedisServer, count: int, timeout: float = 30) -> list[bytes]:
     """LMCache writes L1 to L2 in the background: until Redis holds ``count`` keys of the model."""
-    client = redis.redis_py()
+    client = redis_py(redis)
     deadline = time.monotonic() + timeout
     while len(keys := client.keys(f"{MODEL}@*")) < count:
         assert time.monotonic() < deadline, f"Redis holds {len(keys)} of {count} chunks after {timeout:g} s"
@@ -228,7 +230,7 @@ def wait_for_keys(redis: RedisServer, count: int, timeout: float = 30) -> list[b
 
 
 def reads(redis: RedisServer) -> int:
-    stats = redis.redis_py().info("commandstats")
+    stats = redis_py(redis).info("commandstats")
     return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("get", "getrange"))
 
 
@@ -243,7 +245,7 @@ def round_trip(engine: Engine, redis: RedisServer, *, base: int, seed: int, exis
     engine.store(tokens, source)
     keys = wait_for_keys(redis, existing + CHUNKS)
     chunk_bytes = LAYERS * 2 * CHUNK_TOKENS * HEADS * HEAD_SIZE * 2
-    assert {redis.redis_py().strlen(k) for k in keys} == {chunk_bytes}  # raw KV bytes, no header
+    assert {redis_py(redis).strlen(k) for k in keys} == {chunk_bytes}  # raw KV bytes, no header
     engine.clear_l1()
     engine.zero()
     before = reads(redis)
@@ -316,7 +318,7 @@ def test_redis_killed_mid_retrieve_then_restarted(redis_server: RedisServer, tmp
             engine.clear_l1()
             engine.zero()
 
-            redis_server.pause()
+            pause(redis_server)
             request = engine.request_id()
             engine.scheduler.maybe_submit_lookup_request(request, tokens)
             time.sleep(0.5)  # the lookup's EXISTS/GETs are now on the wire, unanswered
@@ -357,7 +359,7 @@ def test_redis_killed_mid_retrieve_then_restarted(redis_server: RedisServer, tmp
                     # a later one must work.
                     if time.monotonic() > deadline:
                         raise
-                    redis_server.redis_py().flushall()
+                    redis_py(redis_server).flushall()
                     time.sleep(1)
         finally:
             engine.close()
@@ -396,7 +398,7 @@ def test_mp_server_over_mutual_tls_retrieves_every_byte(tmp_path: Path) -> None:
     certificates: the CA and the client's files in adapter_params under redis-py's names, every
     byte stored and retrieved over TLS, and the settings line shows the TLS paths, never a key."""
     server_dir = tmp_path / "redis-tls"
-    with RedisServer(server_dir, tls=True, tls_auth_clients="yes") as redis:
+    with RedisServer(server_dir, tls=make_test_certs(server_dir / "certs"), tls_auth_clients="yes") as redis:
         assert redis.certs is not None
         document = direct_adapter(redis)
         params = document["adapter_params"]

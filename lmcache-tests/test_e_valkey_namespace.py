@@ -14,6 +14,7 @@ from lmc_helpers import RedisServer, pattern
 from test_a_mp_l2_adapter import load, lookup, memory_obj, object_key, parse, store, wire_key
 
 from lmcache.v1.distributed.l2_adapters import create_l2_adapter
+from lmcache_resp_testing.servers import redis_py
 
 SIZES = [4096, 100_000, 1 << 20, 3, 77_777]
 
@@ -46,7 +47,7 @@ def test_one_adapter_stores_and_the_other_loads_every_byte_in_the_same_namespace
         keys = [object_key(i, salt="s1" if i == 4 else "") for i in range(len(SIZES))]
         payloads = [pattern(size, 40 + i) for i, size in enumerate(SIZES)]
         store(writer, keys, [memory_obj(p) for p in payloads])
-        server = redis_server.redis_py()
+        server = redis_py(redis_server)
         # The wire format both adapters share: <prefix>@<LMCache's key>, the raw bytes as the value.
         assert sorted(server.keys("*")) == sorted(f"tenantA@{wire_key(k)}".encode() for k in keys)
         for key, payload in zip(keys, payloads, strict=True):
@@ -79,7 +80,7 @@ def test_lmcaches_eviction_through_our_adapter_stays_in_its_namespace(redis_serv
         store(theirs, keys, [memory_obj(pattern(1000, i)) for i in range(4)])
         store(ours, keys, [memory_obj(pattern(1000, 10 + i)) for i in range(4)])
         ours.delete(keys)
-        server = redis_server.redis_py()
+        server = redis_py(redis_server)
         assert [server.exists(f"tenantA@{wire_key(k)}") for k in keys] == [0] * 4
         assert [server.get(f"tenantB@{wire_key(k)}") for k in keys] == [pattern(1000, i) for i in range(4)]
         assert lookup(theirs, keys) == [True] * 4
@@ -95,7 +96,7 @@ def test_a_ttl_from_either_adapter_reaches_the_server(redis_server: RedisServer)
         "ours": {"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp", "class_name": "RespConnector",
                  "adapter_params": {**params(port, "ttl"), "ttl_seconds": 300}},
     }
-    server = redis_server.redis_py()
+    server = redis_py(redis_server)
     for i, (kind, document) in enumerate(documents.items()):
         adapter = create_l2_adapter(parse(json.dumps(document)))
         try:

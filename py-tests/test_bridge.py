@@ -29,6 +29,7 @@ from lmcache_resp import (
     RespError,
     RespTimeoutError,
 )
+from lmcache_resp_testing.servers import redis_py
 
 def client_round_trip(socket_path: str, name: str, rounds: int, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     """One client process: its own keys, every byte checked, several rounds."""
@@ -60,7 +61,7 @@ def test_several_client_processes_share_one_bridge(bridge: BridgeProcess, redis_
     for client in clients:
         client.join(30)
     assert outcomes == {f"c{i}": "ok" for i in range(4)}, outcomes
-    assert redis_server.redis_py().dbsize() == 32
+    assert redis_py(redis_server).dbsize() == 32
     with PagedRespStore.attach(bridge.socket) as store:
         assert store.free_pages == PAGES, "every client's pages went back to the pool"
 
@@ -316,7 +317,7 @@ def test_credentials_stay_in_the_bridge(secure_server: RedisServer, tmp_path: Pa
             page = store.allocate_many(1)
             page[0].write_bytes(b"x" * PAGE)
             store.put(["through-the-bridge"], page)
-        assert secure_server.redis_py().get("through-the-bridge") == b"x" * PAGE
+        assert redis_py(secure_server).get("through-the-bridge") == b"x" * PAGE
         assert "s3cret" not in process.log.read_text()
     finally:
         process.stop(signal.SIGKILL)

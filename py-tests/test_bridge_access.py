@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 from conftest import PAGE, REPO, BridgeProcess, RedisServer, pattern
 from lmcache_resp_testing import cli
+from lmcache_resp_testing.servers import redis_py
 
 from lmcache_resp import PagedRespStore, bridge as bridge_cli
 
@@ -121,7 +122,7 @@ def run_client(
 def assert_round_trip(out: dict[str, Any], redis_server: RedisServer, key: str, seed: int) -> None:
     assert out["outcome"] == "ok", out
     assert out["hits"] == [True] and out["same_bytes"] is True, out
-    assert redis_server.redis_py().get(key) == pattern(PAGE, seed), "the bytes the child wrote are in redis"
+    assert redis_py(redis_server).get(key) == pattern(PAGE, seed), "the bytes the child wrote are in redis"
 
 
 def assert_served_here(socket_path: Path, redis_server: RedisServer, key: str, seed: int, timeout: float = 10.0) -> None:
@@ -134,7 +135,7 @@ def assert_served_here(socket_path: Path, redis_server: RedisServer, key: str, s
         page[0].write_bytes(bytes(PAGE))
         assert store.get([key], page) == [True]
         assert bytes(page[0].byte_array) == pattern(PAGE, seed)
-    assert redis_server.redis_py().get(key) == pattern(PAGE, seed)
+    assert redis_py(redis_server).get(key) == pattern(PAGE, seed)
 
 
 def assert_refused_by_peercred(out: dict[str, Any], socket_path: Path, served: str) -> None:
@@ -220,7 +221,7 @@ def test_another_uid_is_refused_by_peercred_even_on_a_world_connectable_socket(
     assert_refused_by_peercred(out, path, f"uid {os.geteuid()}")
     line = log_line(process, f"uid {NOBODY} (pid {out['pid']}) may not attach")
     assert "bridge: refused an attach" in line
-    assert redis_server.redis_py().exists("refused") == 0 and redis_server.redis_py().dbsize() == 0
+    assert redis_py(redis_server).exists("refused") == 0 and redis_py(redis_server).dbsize() == 0
 
     # The pid is the kernel's too: a peer claiming another (in a Hello the bridge never needs
     # to read: it refuses the uid as it accepts) is answered with the real one.
@@ -323,7 +324,7 @@ def test_the_systemd_layout_admits_the_group_and_keeps_others_out(
     outsider = run_client(path, key="outsider", seed=5)
     assert_permission_denied(outsider, path)
     assert f"pid {outsider['pid']}" not in process.log.read_text(), "it never reached the bridge"
-    assert redis_server.redis_py().exists("outsider") == 0
+    assert redis_py(redis_server).exists("outsider") == 0
 
 
 @needs_root
@@ -343,7 +344,7 @@ def test_without_allow_gid_a_group_member_connects_but_is_refused(
     member = run_client(path, groups=(GROUP,), key="member", seed=6)
     assert_refused_by_peercred(member, path, f"uid {os.geteuid()}")
     log_line(process, f"bridge: refused an attach: uid {NOBODY} (pid {member['pid']}) may not attach")
-    assert redis_server.redis_py().exists("member") == 0
+    assert redis_py(redis_server).exists("member") == 0
 
 
 # -- the socket's mode: --socket-mode, whatever the umask ------------------------------------------

@@ -13,6 +13,7 @@ import pytest
 from conftest import PAGE, PAGES, BridgeProcess, LMCacheLikeDriver, RedisServer, pattern
 
 from lmcache_resp import InvalidInputError, PagedRespStore, PageError, RespConnectionError, RespConnector, RespConnectorClient
+from lmcache_resp_testing.servers import redis_py
 
 
 def test_set_get_exists_delete_through_the_bridge_byte_for_byte(bridge: BridgeProcess, redis_server: RedisServer) -> None:
@@ -23,7 +24,7 @@ def test_set_get_exists_delete_through_the_bridge_byte_for_byte(bridge: BridgePr
         driver = LMCacheLikeDriver(connector)
         future = connector.submit_batch_set(keys, [memoryview(bytearray(v)) for v in values])
         assert driver.wait(future)[1:3] == (True, "")
-        stored = redis_server.redis_py()
+        stored = redis_py(redis_server)
         assert [stored.get(k) for k in keys] == values, "stored raw, as LMCache's own connector stores them"
 
         buffers = [bytearray(size) for size in sizes]

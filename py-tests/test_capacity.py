@@ -9,6 +9,7 @@ import numpy as np
 from conftest import RedisServer, pattern
 
 from lmcache_resp import RespSettings, PagedRespStore, RespConnector
+from lmcache_resp_testing.servers import redis_py
 
 EVICTION = {"eviction_policy": "LRU", "trigger_watermark": 0.8, "eviction_ratio": 0.2}
 
@@ -37,7 +38,7 @@ def test_past_the_watermark_the_least_recently_used_keys_leave_the_server(
     connector = RespConnector.from_settings(RespSettings.resolve(
         host="127.0.0.1", port=redis_server.port, num_workers=2, max_capacity_gb=2**-10, eviction=EVICTION
     ))
-    other = redis_server.redis_py()
+    other = redis_py(redis_server)
     values = [np.frombuffer(pattern(100_000, i), dtype=np.uint8).copy() for i in range(9)]
     keys = [f"cap:{i}" for i in range(9)]
     assert complete(connector, connector.submit_batch_set(keys[:8], [memoryview(v) for v in values[:8]]))[1]
@@ -74,7 +75,7 @@ def test_usage_stays_within_capacity_under_a_put_heavy_run(redis_server: RedisSe
             assert stats["stored_bytes"] + stats["reserved_bytes"] <= capacity, (batch, stats)
         stats = store.capacity_stats
         assert stats is not None and stats["evictions"] > 0
-        other = redis_server.redis_py()
+        other = redis_py(redis_server)
         wait_until(lambda: other.dbsize() == stats["keys"], "the server to hold exactly the tracked keys")
         assert sum(other.strlen(k) for k in other.keys("heavy:*")) <= capacity
 
@@ -89,7 +90,7 @@ def test_noop_tracks_without_deleting(redis_server: RedisServer, clean_env) -> N
             store.put([f"noop:{batch}:0", f"noop:{batch}:1"], pages)
         stats = store.capacity_stats
         assert stats is not None and stats["stored_bytes"] == 1_000_000 and stats["evictions"] == 0
-        assert redis_server.redis_py().dbsize() == 10
+        assert redis_py(redis_server).dbsize() == 10
         assert store.delete(["noop:0:0"]) == [True]
         stats = store.capacity_stats
         assert stats is not None and (stats["keys"], stats["stored_bytes"]) == (9, 900_000)

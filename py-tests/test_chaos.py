@@ -21,6 +21,7 @@ import pytest
 from conftest import RedisServer, wait_until_up
 
 from lmcache_resp import BatchError, EngineFailedError, Page, PagedRespStore, RespError
+from lmcache_resp_testing.servers import pause, redis_py, resume
 
 PAGE = 64 * 1024
 TIMEOUT = 2.0
@@ -176,16 +177,16 @@ def test_chaos_no_hang_no_wrong_byte_one_outcome_per_key(redis_server: RedisServ
             if fault == "restart":
                 redis_server.restart()
             elif fault == "stall":
-                redis_server.pause()
+                pause(redis_server)
                 time.sleep(rng.uniform(0.3, TIMEOUT + 0.5))
-                redis_server.resume()
+                resume(redis_server)
             elif fault == "kill-clients":
                 try:
-                    redis_server.redis_py().client_kill_filter(_type="normal", skipme=True)
+                    redis_py(redis_server).client_kill_filter(_type="normal", skipme=True)
                 except Exception:  # noqa: BLE001 - a restart may race it; the fault is best effort
                     pass
     finally:
-        redis_server.resume()
+        resume(redis_server)
         stop.set()
         for thread in threads:
             thread.join(TIMEOUT + MARGIN + 5)

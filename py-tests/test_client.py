@@ -24,6 +24,7 @@ from lmcache_resp import (
     ServerError,
     ValueTooLargeError,
 )
+from lmcache_resp_testing.servers import pause, redis_py, resume
 
 
 def client_for(server: RedisServer, **kwargs: object) -> RedisClient:
@@ -39,7 +40,7 @@ def test_set_get_round_trip_byte_exact(redis_server: RedisServer, size: int) -> 
         assert client.get("k", dest) == size
         assert bytes(dest[:size]) == value
         assert dest[size:] == b"\xee" * 7
-        assert redis_server.redis_py().get("k") == value
+        assert redis_py(redis_server).get("k") == value
 
 
 def test_every_buffer_kind(redis_server: RedisServer, tmp_path) -> None:
@@ -47,7 +48,7 @@ def test_every_buffer_kind(redis_server: RedisServer, tmp_path) -> None:
         floats = np.arange(1000, dtype=np.float32)
         client.set(b"floats", floats)
         # Length in bytes, not items: all 4000 bytes are stored.
-        assert redis_server.redis_py().strlen("floats") == 4000
+        assert redis_py(redis_server).strlen("floats") == 4000
         out = np.zeros(1000, dtype=np.float32)
         assert client.get(b"floats", out) == 4000
         np.testing.assert_array_equal(out, floats)
@@ -75,7 +76,7 @@ def test_every_buffer_kind(redis_server: RedisServer, tmp_path) -> None:
 def test_get_into_read_only_or_non_contiguous_buffer_is_refused_before_any_io(redis_server: RedisServer) -> None:
     with client_for(redis_server) as client:
         client.set("k", b"x" * 100)
-        observer = redis_server.redis_py()
+        observer = redis_py(redis_server)
         commands_before = observer.info("stats")["total_commands_processed"]
         immutable = bytes(200)
         with pytest.raises(InvalidInputError, match="read-only"):
@@ -115,10 +116,10 @@ def test_exists_delete_and_key_types(redis_server: RedisServer) -> None:
     with client_for(redis_server) as client:
         binary_key = b"\x00\xff\r\nkey"
         client.set(binary_key, b"v")
-        assert redis_server.redis_py().get(binary_key) == b"v"
+        assert redis_py(redis_server).get(binary_key) == b"v"
         assert client.exists(binary_key)
         client.set("ключ", b"unicode")
-        assert redis_server.redis_py().get("ключ".encode()) == b"unicode"
+        assert redis_py(redis_server).get("ключ".encode()) == b"unicode"
         assert client.delete(binary_key) is True
         assert client.delete(binary_key) is False
         assert client.exists(binary_key) is False
@@ -131,7 +132,7 @@ def test_key_lengths(redis_server: RedisServer) -> None:
         for length in (1, 200, 65_536):
             key = b"k" * length
             client.set(key, b"v%d" % length)
-            assert redis_server.redis_py().get(key) == b"v%d" % length
+            assert redis_py(redis_server).get(key) == b"v%d" % length
         with pytest.raises(InvalidInputError, match="longer than the limit"):
             client.set(b"k" * (256 * 1024 + 1), b"v")
 
@@ -181,13 +182,13 @@ def test_environment_fallbacks(redis_server: RedisServer, clean_env: pytest.Monk
     clean_env.setenv("LMCACHE_RESP_PORT", str(redis_server.port))
     with RedisClient() as client:
         client.set("via-env", b"1")
-    assert redis_server.redis_py().get("via-env") == b"1"
+    assert redis_py(redis_server).get("via-env") == b"1"
     clean_env.setenv("LMCACHE_RESP_PORT", str(secure_server.port))
     clean_env.setenv("LMCACHE_RESP_USERNAME", "alice")
     clean_env.setenv("LMCACHE_RESP_PASSWORD", "s3cret-alice-pw")
     with RedisClient() as client:
         client.set("via-env-acl", b"2")
-    assert secure_server.redis_py().get("via-env-acl") == b"2"
+    assert redis_py(secure_server).get("via-env-acl") == b"2"
     # An explicit argument wins over the environment.
     clean_env.setenv("LMCACHE_RESP_PORT", "1")
     clean_env.delenv("LMCACHE_RESP_USERNAME")
@@ -201,11 +202,11 @@ def test_urls(redis_server: RedisServer, unix_server: RedisServer, secure_server
         client.set("resp-url", b"a")
     with RedisClient.from_url(f"redis://127.0.0.1:{redis_server.port}/3") as client:
         client.set("db3", b"b")
-    assert redis_server.redis_py(db=3).get("db3") == b"b"
-    assert redis_server.redis_py(db=0).get("db3") is None
+    assert redis_py(redis_server, db=3).get("db3") == b"b"
+    assert redis_py(redis_server, db=0).get("db3") is None
     with RedisClient.from_url(f"unix://{unix_server.unix_path}") as client:
         client.set("unix", pattern(100_000, 3))
-    assert unix_server.redis_py().get("unix") == pattern(100_000, 3)
+    assert redis_py(unix_server).get("unix") == pattern(100_000, 3)
     with RedisClient.from_url(f"redis://alice:s3cret-alice-pw@127.0.0.1:{secure_server.port}/0") as client:
         assert "s3cret" not in repr(client)
         client.ping()
@@ -234,7 +235,7 @@ def test_tcp_nodelay(redis_server: RedisServer) -> None:
 
 def test_timeout_bounds_every_call_and_releases_the_gil(redis_server: RedisServer) -> None:
     with client_for(redis_server, timeout=0.5) as client:
-        redis_server.pause()
+        pause(redis_server)
         try:
             with ThreadTicks() as ticks:
                 started = time.monotonic()
@@ -242,13 +243,13 @@ def test_timeout_bounds_every_call_and_releases_the_gil(redis_server: RedisServe
                     client.get("k", bytearray(10))
                 elapsed = time.monotonic() - started
         finally:
-            redis_server.resume()
+            resume(redis_server)
         assert isinstance(info.value, TimeoutError)
         assert 0.5 <= elapsed < 1.0
         # The other thread ran while the call waited: the GIL was released.
         assert ticks.count > 100
         client.set("after", b"recovered")
-        assert redis_server.redis_py().get("after") == b"recovered"
+        assert redis_py(redis_server).get("after") == b"recovered"
 
 
 def test_server_restart_then_next_call_reconnects(redis_server: RedisServer) -> None:
@@ -260,11 +261,11 @@ def test_server_restart_then_next_call_reconnects(redis_server: RedisServer) -> 
         except RespConnectionError:
             client.ping()
         client.set("k2", b"v2")
-        assert redis_server.redis_py().get("k2") == b"v2"
+        assert redis_py(redis_server).get("k2") == b"v2"
 
 
 def test_server_errors_carry_the_message(redis_server: RedisServer) -> None:
-    redis_server.redis_py().lpush("a-list", "x")
+    redis_py(redis_server).lpush("a-list", "x")
     with client_for(redis_server) as client:
         with pytest.raises(ServerError, match="WRONGTYPE") as info:
             client.get("a-list", bytearray(10))

@@ -10,13 +10,14 @@ import time
 
 import pytest
 from conftest import ClusterNode, RedisCluster
+from lmcache_resp_testing.servers import redis_py
 
 SLOTS = 16384
 
 
 def slot_owners(cluster: RedisCluster) -> dict[int, int]:
     """Slot -> port of the primary serving it, as the first live primary's CLUSTER SLOTS says."""
-    with cluster.redis_py(cluster.primaries()[0]) as client:
+    with redis_py(cluster, cluster.primaries()[0]) as client:
         ranges = client.execute_command("CLUSTER SLOTS")
     owners: dict[int, int] = {}
     # [start, end, [ip, port, id, metadata], replica...] per range.
@@ -28,7 +29,7 @@ def slot_owners(cluster: RedisCluster) -> dict[int, int]:
 
 
 def cluster_state(cluster: RedisCluster, node: ClusterNode) -> str:
-    with cluster.redis_py(node) as client:
+    with redis_py(cluster, node) as client:
         return str(client.cluster("INFO")["cluster_state"])
 
 
@@ -50,7 +51,7 @@ def test_every_slot_is_served_and_keys_land_where_the_slot_table_says(redis_clus
         assert redis_cluster.cli("SET", key, f"value-{i}").strip() == "OK"
         owner = owners[key_slot(key.encode())]
         for node in redis_cluster.nodes:
-            with redis_cluster.redis_py(node) as client:
+            with redis_py(redis_cluster, node) as client:
                 assert client.execute_command("CLUSTER KEYSLOT", key) == key_slot(key.encode())
                 if node.port == owner:
                     assert client.get(key) == f"value-{i}".encode(), (key, node.port)
@@ -75,7 +76,7 @@ def test_a_replica_is_promoted_when_its_primary_is_killed(redis_cluster_replicas
     primaries, replicas = cluster.primaries(), cluster.replicas()
     assert primaries == cluster.nodes[:3] and replicas == cluster.nodes[3:]
     victim = primaries[1]
-    with cluster.redis_py(victim) as client:
+    with redis_py(cluster, victim) as client:
         heirs = [int(r["port"]) for r in client.info("replication").values() if isinstance(r, dict)]
     assert len(heirs) == 1, heirs
     heir = next(node for node in replicas if node.port == heirs[0])
@@ -83,7 +84,7 @@ def test_a_replica_is_promoted_when_its_primary_is_killed(redis_cluster_replicas
     owners = slot_owners(cluster)
     key = next(f"survivor-{i}" for i in range(10000) if owners[key_slot(f"survivor-{i}".encode())] == victim.port)
     assert cluster.cli("SET", key, "kept").strip() == "OK"
-    with cluster.redis_py(victim) as client:
+    with redis_py(cluster, victim) as client:
         assert client.execute_command("WAIT", 1, 5000) == 1, "the replica acknowledged the write"
 
     cluster.kill(victim)

@@ -12,6 +12,7 @@ import pytest
 from conftest import LMCacheLikeDriver, RedisServer, free_port, lmcache_pool, pattern
 
 from lmcache_resp import AuthenticationError, ClosedError, InvalidInputError, RespConnectionError, RespConnector
+from lmcache_resp_testing.servers import redis_py
 
 
 def connector_for(server: RedisServer, **kwargs: object) -> RespConnector:
@@ -31,7 +32,7 @@ def test_round_trip_with_sizes_differing_per_key(redis_server: RedisServer) -> N
     keys = [f"meta-llama/Llama-3.1-8B@{i:08x}@0@{'ab' * 32}" for i in range(len(sizes))]
     fid = connector.submit_batch_set(keys, views)
     assert driver.wait(fid) == (fid, True, "", None)
-    assert redis_server.redis_py().get(keys[3]) == data[3]
+    assert redis_py(redis_server).get(keys[3]) == data[3]
     _pool2, outs = lmcache_pool(sizes)
     fid = connector.submit_batch_get(keys, outs)
     assert driver.wait(fid) == (fid, True, "", [True] * 5)
@@ -46,7 +47,7 @@ def test_round_trip_with_sizes_differing_per_key(redis_server: RedisServer) -> N
 def test_a_miss_is_a_false_bit_never_a_hang_or_batch_error(redis_server: RedisServer) -> None:
     connector = connector_for(redis_server)
     driver = LMCacheLikeDriver(connector)
-    redis_server.redis_py().set("present", b"p" * 100)
+    redis_py(redis_server).set("present", b"p" * 100)
     _pool, views = lmcache_pool([100, 100, 4096])
     fid = connector.submit_batch_get(["absent-1", "present", "absent-2"], views)
     future_id, ok, error, per_key = driver.wait(fid)
@@ -58,8 +59,8 @@ def test_a_miss_is_a_false_bit_never_a_hang_or_batch_error(redis_server: RedisSe
 def test_per_key_failures_are_reported_with_the_key(redis_server: RedisServer) -> None:
     connector = connector_for(redis_server)
     driver = LMCacheLikeDriver(connector)
-    redis_server.redis_py().lpush("a-list", b"x")
-    redis_server.redis_py().set("fits", b"y" * 4096)
+    redis_py(redis_server).lpush("a-list", b"x")
+    redis_py(redis_server).set("fits", b"y" * 4096)
     _pool, views = lmcache_pool([4096, 4096])
     fid = connector.submit_batch_get(["a-list", "fits"], views)
     _id, ok, error, per_key = driver.wait(fid)
@@ -78,9 +79,9 @@ def test_a_value_of_another_length_than_its_chunk_is_a_miss_as_lmcache_reports_i
     stays untouched (a shorter value is never a hit over a half-filled buffer)."""
     connector = connector_for(redis_server)
     driver = LMCacheLikeDriver(connector)
-    redis_server.redis_py().set("shorter", b"s" * 1000)
-    redis_server.redis_py().set("longer", b"l" * 3000)
-    redis_server.redis_py().set("exact", b"e" * 2000)
+    redis_py(redis_server).set("shorter", b"s" * 1000)
+    redis_py(redis_server).set("longer", b"l" * 3000)
+    redis_py(redis_server).set("exact", b"e" * 2000)
     pool, views = lmcache_pool([2000, 2000, 2000])
     pool[:] = 7
     fid = connector.submit_batch_get(["shorter", "longer", "exact"], views)
@@ -96,7 +97,7 @@ def test_lengths_are_bytes_and_writability_is_checked(redis_server: RedisServer)
     floats = np.arange(256, dtype=np.float32)
     fid = connector.submit_batch_set(["floats"], [memoryview(floats)])
     assert driver.wait(fid)[1]
-    assert redis_server.redis_py().strlen("floats") == 1024
+    assert redis_py(redis_server).strlen("floats") == 1024
     immutable = bytes(1024)
     with pytest.raises(InvalidInputError, match="buffer 0: .*read-only"):
         connector.submit_batch_get(["floats"], [immutable])

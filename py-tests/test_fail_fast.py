@@ -17,6 +17,7 @@ import pytest
 
 from conftest import LMCacheLikeDriver, BridgeProcess, RedisServer, lmcache_pool, pattern
 from lmcache_resp import BatchError, PagedRespStore, RedisClient, RespConnectionError, RespConnector
+from lmcache_resp_testing.servers import redis_py
 
 PAGE = 64 * 1024
 KEYS = [f"ff-{i}" for i in range(100)]
@@ -196,10 +197,10 @@ def test_one_dead_shard_of_three_fails_only_its_keys(tmp_path: Path) -> None:
         with PagedRespStore(url, page_size=PAGE, num_pages=300, num_workers=2, timeout=TIMEOUT) as store:
             front = store_front(store)
             front.put()
-            on = [int(s.redis_py().dbsize()) for s in servers]
+            on = [int(redis_py(s).dbsize()) for s in servers]
             assert sum(on) == len(KEYS) and all(on), on
             dead = servers[1]
-            dead_keys = {k for k in KEYS if dead.redis_py().exists(k)}
+            dead_keys = {k for k in KEYS if redis_py(dead).exists(k)}
             dead.kill()
             for round_ in range(4):
                 took, result = elapsed(lambda: store.exists(KEYS))

@@ -1,7 +1,11 @@
 """No module of lmcache_resp imports itself back through others: the package's import graph is a
 DAG (shared pieces live in modules of their own, below everything that uses them: the bench's
 options.py and errors.py, the package's errors.py and settings.py). Imports inside functions and
-``if TYPE_CHECKING:`` blocks count too: a circle there is a circle a reader must untangle.
+``if TYPE_CHECKING:`` blocks count too: a circle there is a circle a reader must untangle. The
+same holds for lmcache_resp_servers, the throwaway-server launcher beside it in the wheel, which
+imports the standard library and nothing else (the benchmark imports it, never the other way),
+and for the test-support package's command line, which the Rust tests run before anything is
+built.
 
 Importing a submodule runs its parent packages' ``__init__`` first; that is Python's doing, not
 an edge (``from lmcache_resp import RespSettings`` is one: it needs the package's __init__).
@@ -10,19 +14,26 @@ an edge (``from lmcache_resp import RespSettings`` is one: it needs the package'
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1] / "lmcache_resp"
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "lmcache_resp"
+LAUNCHER = "lmcache_resp_servers"
 TEST_SUPPORT = "lmcache_resp_testing"
+# What the test-support package's command line (python -m lmcache_resp_testing) imports.
+TEST_SUPPORT_CLI = ("__init__", "__main__", "cli", "certs", "servers")
 
 
-def module_names() -> dict[str, Path]:
-    """Every module of the package by dotted name (a package by its own name: its __init__),
-    the native module by its stub."""
+def module_names(package: str = PACKAGE) -> dict[str, Path]:
+    """Every module of ``package`` (lmcache_resp, lmcache_resp_servers) by dotted name (a package
+    by its own name: its __init__), the native module by its stub."""
+    package_dir = REPO / package
     modules: dict[str, Path] = {}
-    for path in sorted(PACKAGE_DIR.rglob("*.py")) + sorted(PACKAGE_DIR.glob("_native.pyi")):
-        parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+    for path in sorted(package_dir.rglob("*.py")) + sorted(package_dir.glob("_native.pyi")):
+        parts = list(path.relative_to(REPO).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         modules[".".join(parts)] = path
@@ -43,16 +54,16 @@ def imported_names(path: Path) -> list[tuple[str, list[str]]]:
     return found
 
 
-def package_imports() -> dict[str, set[str]]:
+def package_imports(package: str = PACKAGE) -> dict[str, set[str]]:
     """Module -> the package's modules it imports. ``from lmcache_resp.bench import pattern``
     imports the module ``lmcache_resp.bench.pattern``; ``from lmcache_resp import RespSettings``
     imports ``lmcache_resp`` itself."""
-    modules = module_names()
+    modules = module_names(package)
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         edges: set[str] = set()
         for module, names in imported_names(path):
-            if module != PACKAGE and not module.startswith(PACKAGE + "."):
+            if module != package and not module.startswith(package + "."):
                 continue
             targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in modules]
             if len(targets) < len(names) or not names:
@@ -98,17 +109,63 @@ def test_the_checker_sees_a_cycle() -> None:
 def test_the_graph_resolves_submodules_and_attributes() -> None:
     graph = package_imports()
     assert {"lmcache_resp", "lmcache_resp.lmcache", "lmcache_resp.lmcache.mp", "lmcache_resp._native",
-            "lmcache_resp.bench.servers.cluster"} <= set(graph)
+            "lmcache_resp.bench.target"} <= set(graph)
     # ``from lmcache_resp import _native, metrics``: two modules; ``... import RespSettings``: the package.
     assert {"lmcache_resp._native", "lmcache_resp.metrics"} <= graph["lmcache_resp.client"]
     assert "lmcache_resp" in graph["lmcache_resp.bench.cli"]
     assert "lmcache_resp.lmcache.mp" in graph["lmcache_resp.lmcache.non_mp"]
 
 
-def test_the_package_imports_form_a_dag() -> None:
-    graph = package_imports()
+@pytest.mark.parametrize("package", [PACKAGE, LAUNCHER])
+def test_the_package_imports_form_a_dag(package: str) -> None:
+    graph = package_imports(package)
+    assert len(graph) > 10, graph
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_the_launchers_modules_import_those_below_them_not_the_package() -> None:
+    """``from lmcache_resp_servers import X`` in one of its own modules would run the package's
+    __init__, which imports every module: a circle."""
+    graph = package_imports(LAUNCHER)
+    assert {"lmcache_resp_servers.server", "lmcache_resp_servers.cluster", "lmcache_resp_servers.sentinel"} <= set(graph)
+    assert "lmcache_resp_servers.server" in graph["lmcache_resp_servers.cluster"]
+    importers = [m for m, edges in graph.items() if LAUNCHER in edges]
+    assert importers == [], importers
+
+
+def foreign_imports(path: Path, allowed: set[str]) -> list[str]:
+    """The modules ``path`` imports that are neither the standard library nor under ``allowed``."""
+    return [
+        module for module, _ in imported_names(path)
+        if module.split(".")[0] not in sys.stdlib_module_names and module.split(".")[0] not in allowed
+    ]
+
+
+def test_the_launcher_imports_the_standard_library_only() -> None:
+    """Nothing of lmcache_resp (so no compiled module) and no third-party package: the benchmark,
+    the suites and the Rust tests start servers with it before, or without, anything built."""
+    modules = module_names(LAUNCHER)
+    assert len(modules) > 10, modules
+    for name, path in modules.items():
+        assert foreign_imports(path, {LAUNCHER}) == [], name
+
+
+def test_the_test_support_command_line_needs_only_the_launcher() -> None:
+    """``python -m lmcache_resp_testing``, which the Rust tests start every server with: the
+    standard library, the launcher and its own modules, never lmcache_resp."""
+    for name in TEST_SUPPORT_CLI:
+        path = REPO / "testing" / TEST_SUPPORT / f"{name}.py"
+        foreign = foreign_imports(path, {LAUNCHER, TEST_SUPPORT})
+        assert foreign == [], f"{name}.py imports {foreign}"
+        own = {module for module, _ in imported_names(path) if module.split(".")[0] == TEST_SUPPORT}
+        assert own <= {TEST_SUPPORT, *(f"{TEST_SUPPORT}.{m}" for m in TEST_SUPPORT_CLI)}, f"{name}.py imports {own}"
+
+
+def test_the_checks_see_a_foreign_import(tmp_path: Path) -> None:
+    module = tmp_path / "module.py"
+    module.write_text("import os\nfrom lmcache_resp import _native\ndef f():\n    import numpy\n")
+    assert foreign_imports(module, {LAUNCHER}) == ["lmcache_resp", "numpy"]
 
 
 def test_a_cycle_through_the_package_init_is_caught() -> None:
@@ -129,6 +186,6 @@ def test_the_bench_command_line_is_the_top_of_the_bench() -> None:
 
 def test_nothing_shipped_imports_the_test_support_package() -> None:
     """The wheel holds no test fixture, so nothing in it may need one."""
-    for name, path in module_names().items():
+    for name, path in {**module_names(PACKAGE), **module_names(LAUNCHER)}.items():
         for module, _ in imported_names(path):
             assert module.split(".")[0] != TEST_SUPPORT, f"{name} imports {module}"

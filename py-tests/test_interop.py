@@ -6,10 +6,11 @@ import numpy as np
 from conftest import RedisServer, pattern
 
 from lmcache_resp import RedisClient
+from lmcache_resp_testing.servers import redis_py
 
 
 def test_redis_py_reads_what_we_write_and_we_read_what_it_writes(redis_server: RedisServer) -> None:
-    other = redis_server.redis_py()
+    other = redis_py(redis_server)
     with RedisClient("127.0.0.1", redis_server.port) as client:
         for i, size in enumerate([1, 1000, 256 * 1024, 4 << 20]):
             ours = pattern(size, i)

@@ -28,6 +28,7 @@ from conftest import RedisServer, lmcache_pool, pattern
 
 from lmcache_resp import ClosedError, InvalidInputError, RespConnector, RespSettings, _native
 from lmcache_resp import ConnectorError, RespConnectorClient
+from lmcache_resp_testing.servers import pause, redis_py, resume
 
 T = TypeVar("T")
 
@@ -79,7 +80,7 @@ def test_non_mp_round_trip_hits_misses_and_singles(redis_server: RedisServer, cl
             await client.exists("single")
 
     run(scenario)
-    assert redis_server.redis_py().get(keys[1]) == data[1]
+    assert redis_py(redis_server).get(keys[1]) == data[1]
 
 
 def test_non_mp_sync_variants_from_other_threads(redis_server: RedisServer, clean_env: pytest.MonkeyPatch) -> None:
@@ -132,7 +133,7 @@ def test_non_mp_per_key_failure_is_a_false_bit_and_a_warning_without_the_passwor
     password = "s3cret-default-pw"
     settings = RespSettings.resolve(host="127.0.0.1", port=secure_server.port, password=password, num_workers=2)
 
-    secure_server.redis_py().lpush("a-list", b"x")
+    redis_py(secure_server).lpush("a-list", b"x")
 
     async def scenario() -> list[bool]:
         async with RespConnectorClient.from_settings(settings) as client:
@@ -154,14 +155,14 @@ def test_non_mp_failed_batches_raise_for_set_and_give_false_bits_for_get(
         client = RespConnectorClient.from_settings(url_of(redis_server, timeout=0.5))
         buf = memoryview(bytearray(1024))
         await client.set("before", buf)
-        redis_server.pause()
+        pause(redis_server)
         try:
             with pytest.raises(ConnectorError, match="batch_set: ") as info:
                 await client.set("stalled", buf)
             assert isinstance(info.value, RuntimeError), "LMCache code catching RuntimeError still works"
             assert await client.batch_get(["before"], [buf]) == [False]
         finally:
-            redis_server.resume()
+            resume(redis_server)
         client.close()
 
     run(scenario)

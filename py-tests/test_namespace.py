@@ -25,6 +25,7 @@ from lmcache_resp import (
     ServerError,
 )
 from lmcache_resp.lmcache import non_mp
+from lmcache_resp_testing.servers import redis_py
 
 PAGE = 64 * 1024
 KEYS = [f"Qwen/Qwen3-14B@{i:08x}@0@{'ab' * 32}" for i in range(4)]
@@ -43,12 +44,12 @@ def complete(connector: RespConnector, future_id: int) -> tuple[int, bool, str, 
 def seed_other_namespace(server: RedisServer) -> dict[str, bytes]:
     """The same keys under another prefix and with none: what a namespace must never see."""
     other = {f"tenantB@{k}": pattern(100, 7) for k in KEYS} | {k: pattern(100, 8) for k in KEYS}
-    server.redis_py().mset(other)
+    redis_py(server).mset(other)
     return other
 
 
 def assert_namespace_kept(server: RedisServer, values: list[bytes], others: dict[str, bytes]) -> None:
-    r = server.redis_py()
+    r = redis_py(server)
     for key, value in zip(KEYS, values):
         assert r.get(f"tenantA@{key}") == value, key
     for key, value in others.items():
@@ -77,7 +78,7 @@ def test_paged_store_sync_and_async_stay_in_their_namespace(redis_server: RedisS
         assert store.delete(KEYS[:2]) == [True, True]
         assert asyncio.run(store.adelete(KEYS[:2])) == [False, False]
         assert store.exists(KEYS) == [False, False, True, True]
-    r = redis_server.redis_py()
+    r = redis_py(redis_server)
     assert sorted(k.decode() for k in r.keys("tenantA@*")) == sorted(f"tenantA@{k}" for k in KEYS[2:])
     for key, value in others.items():
         assert r.get(key) == value, key
@@ -91,7 +92,7 @@ def test_another_namespace_s_keys_are_invisible(redis_server: RedisServer, clean
         assert store.exists(KEYS) == [False] * len(KEYS)
         assert store.get(KEYS, pages) == [False] * len(KEYS)
         assert store.delete(KEYS) == [False] * len(KEYS)
-    r = redis_server.redis_py()
+    r = redis_py(redis_server)
     assert {k: r.get(k) for k in others} == others
 
 
@@ -106,7 +107,7 @@ def test_redis_client_uses_the_namespace(redis_server: RedisServer, clean_env) -
         dest = bytearray(2000)
         assert client.get(KEYS[1], dest) == len(values[1]) and bytes(dest[: len(values[1])]) == values[1]
         assert client.delete(KEYS[0]) is True and client.exists(KEYS[0]) is False
-    r = redis_server.redis_py()
+    r = redis_py(redis_server)
     assert all(0 < r.pttl(f"tenantA@{k}") <= 600_000 for k in KEYS[1:])
     assert all(r.pttl(k) == -1 for k in others), "other namespaces' keys keep no expiry"
 
@@ -148,7 +149,7 @@ def test_mp_connector_and_non_mp_plugin_from_their_configs(redis_server: RedisSe
 
     assert asyncio.run(asyncio.wait_for(scenario(), 30)) == [True] * len(KEYS)
     assert_namespace_kept(redis_server, values, others)
-    r = redis_server.redis_py()
+    r = redis_py(redis_server)
     assert all(0 < r.pttl(f"tenantA@{k}") <= 600_000 for k in KEYS)
 
 
@@ -165,7 +166,7 @@ def test_a_bridge_serves_its_namespace_to_every_client(redis_server: RedisServer
             store.put(KEYS, pages, lengths=[1000] * len(KEYS))
             assert store.exists(KEYS) == [True] * len(KEYS)
         assert_namespace_kept(redis_server, values, others)
-        r = redis_server.redis_py()
+        r = redis_py(redis_server)
         assert all(0 < r.pttl(f"tenantA@{k}") <= 600_000 for k in KEYS)
     finally:
         bridge.stop()
@@ -184,7 +185,7 @@ def test_the_cluster_routes_by_the_whole_prefixed_key(redis_cluster, clean_env) 
         # Slots are those of `tenantA@<key>`, the server's own: not one request was redirected.
         assert store.stats().moved == 0
     # Every key lies on the node that owns its prefixed name's slot.
-    stored = {k.decode() for node in redis_cluster.primaries() for k in redis_cluster.redis_py(node).keys("*")}
+    stored = {k.decode() for node in redis_cluster.primaries() for k in redis_py(redis_cluster, node).keys("*")}
     assert stored == {f"tenantA@{k}" for k in keys}
 
 
@@ -216,7 +217,7 @@ def test_no_key_name_reaches_another_namespace_s_keys(redis_server: RedisServer,
     its SETs under those names land in its own namespace. Every tenant's bytes stay as they were.
     (Why no name can work: a prefix holds no '@', so the first '@' of a wire key ends its prefix;
     `settings/namespace.rs` has the proof as a property test.)"""
-    r = redis_server.redis_py()
+    r = redis_py(redis_server)
     clients = {t: RedisClient("127.0.0.1", redis_server.port, key_prefix=t) for t in TENANTS}
     owned = {(t, k): pattern(300, 17 * i + j) for i, t in enumerate(TENANTS) for j, k in enumerate(TENANT_KEYS)}
     for (tenant, key), value in owned.items():
@@ -269,7 +270,7 @@ def test_a_client_without_a_prefix_shares_every_namespace(redis_server: RedisSer
 def test_capacity_eviction_never_touches_another_namespace(
     redis_server: RedisServer, clean_env, prefix: str, foreign_keys: list[str]
 ) -> None:
-    r = redis_server.redis_py()
+    r = redis_py(redis_server)
     foreign = {key: pattern(100_000, i) for i, key in enumerate(foreign_keys)}
     r.mset(foreign)
     connector = RespConnector.from_settings(RespSettings.resolve(
@@ -299,7 +300,7 @@ def test_capacity_eviction_never_touches_another_namespace(
 
 
 def test_every_stored_key_carries_its_ttl_and_expires(redis_server: RedisServer, clean_env) -> None:
-    r = redis_server.redis_py()
+    r = redis_py(redis_server)
     r.set("no-ttl", b"x")
     with PagedRespStore(f"redis://127.0.0.1:{redis_server.port}?ttl_seconds=2", page_size=PAGE, num_pages=8,
                         num_workers=2) as store:
@@ -320,7 +321,7 @@ def test_every_stored_key_carries_its_ttl_and_expires(redis_server: RedisServer,
 
 
 def test_volatile_lru_evicts_ttl_keys_where_keys_without_one_fill_the_server(redis_server: RedisServer) -> None:
-    r = redis_server.redis_py()
+    r = redis_py(redis_server)
     r.config_set("maxmemory", str(8 << 20))
     r.config_set("maxmemory-policy", "volatile-lru")
     try:

@@ -13,6 +13,7 @@ import pytest
 from conftest import RedisServer
 
 from lmcache_resp import InvalidInputError, RespSettings, _native
+from lmcache_resp_testing.servers import pause, redis_py, resume
 
 
 def connector(server: RedisServer) -> _native.Connector:
@@ -29,7 +30,7 @@ def test_ranges_go_out_and_come_back_into_other_ranges(redis_server: RedisServer
     region = c.register_region(pool)
     out = spans((0, 4096), (8192, 4096), (65536, 1000), (100_000, 1000))
     assert c.run_ranges("set", region, ["a", "b"], out, [":k", ":v"], "ns:").hits == [True] * 4
-    assert redis_server.redis_py().get("ns:b:v") == pool[100_000:101_000].tobytes()
+    assert redis_py(redis_server).get("ns:b:v") == pool[100_000:101_000].tobytes()
     back = spans((500_000, 4096), (600_000, 4096), (700_000, 1000), (800_000, 1000))
     assert c.run_ranges("get", region, ["a", "b"], back, [":k", ":v"], "ns:").hits == [True] * 4
     for (o, n), (p, _) in zip(out.tolist(), back.tolist()):
@@ -47,13 +48,13 @@ def test_a_region_in_use_cannot_be_unregistered(redis_server: RedisServer) -> No
     c = connector(redis_server)
     pool = np.zeros(1 << 16, dtype=np.uint8)
     region = c.register_region(pool)
-    redis_server.pause()
+    pause(redis_server)
     try:
         c.submit_ranges("get", region, ["k"], spans((0, 1024)))
         with pytest.raises(InvalidInputError, match=f"region {region} is in use by 1 batch"):
             c.unregister_region(region)
     finally:
-        redis_server.resume()
+        resume(redis_server)
     results = []
     while not results:
         select.select([c.event_fd()], [], [], 5)
@@ -78,7 +79,7 @@ def test_bad_ranges_and_buffers_are_refused_before_anything_is_sent(redis_server
         c.run_ranges("set", region, ["a"], spans((0, 8)), [":k", ":v"])
     with pytest.raises(InvalidInputError, match="read-only"):
         c.register_region(b"immutable bytes")
-    assert redis_server.redis_py().dbsize() == 0, "nothing was sent"
+    assert redis_py(redis_server).dbsize() == 0, "nothing was sent"
     c.close()
 
 
@@ -98,7 +99,7 @@ def test_a_registration_holds_its_buffer_until_unregistered(redis_server: RedisS
     gc.collect()
     assert holder() is not None, "the registration keeps the array alive"
     assert c.run_ranges("set", region, ["held"], spans((0, 4096))).hits == [True]
-    assert redis_server.redis_py().get("held") == expected
+    assert redis_py(redis_server).get("held") == expected
     c.unregister_region(region)
     gc.collect()
     assert holder() is None, "unregistering lets go of it"

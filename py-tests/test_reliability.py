@@ -26,6 +26,7 @@ from lmcache_resp import (
     RespError,
     RespSettings,
 )
+from lmcache_resp_testing.servers import pause, redis_py, resume
 
 
 def store_for(server: RedisServer, **kwargs: object) -> PagedRespStore:
@@ -54,7 +55,7 @@ def test_garbage_written_over_the_whole_shared_arena_cannot_steer_the_store(redi
             page.write_bytes(bytes(4096))
         assert store.get(keys, pages) == [True] * 4
         assert [bytes(page.byte_array) for page in pages] == [pattern(4096, i) for i in range(4)]
-        assert redis_server.redis_py().get("k2") == pattern(4096, 2)
+        assert redis_py(redis_server).get("k2") == pattern(4096, 2)
 
 
 # -- 3. fork ----------------------------------------------------------------------------------------
@@ -99,7 +100,7 @@ def test_a_forked_child_gets_a_clear_error_and_the_parent_is_unaffected(redis_se
         store.put(["parent"], pages[:1])
         assert store.get(["parent"], pages[1:]) == [True]
         assert bytes(pages[1].byte_array) == pattern(4096, 1)
-        assert redis_server.redis_py().exists("from-child") == 0
+        assert redis_py(redis_server).exists("from-child") == 0
 
 
 def _client_in_child(client: RedisClient, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
@@ -130,7 +131,7 @@ def test_a_dead_worker_fails_the_store_at_once_with_a_resp_error(redis_server: R
     pages = store.allocate_many(2)
 
     async def in_flight() -> BaseException | None:
-        redis_server.pause()
+        pause(redis_server)
         try:
             pending = asyncio.ensure_future(store.aget(["a"], pages[:1]))
             await asyncio.sleep(0.1)
@@ -144,7 +145,7 @@ def test_a_dead_worker_fails_the_store_at_once_with_a_resp_error(redis_server: R
                 return exc
             return None
         finally:
-            redis_server.resume()
+            resume(redis_server)
 
     failure = asyncio.run(in_flight())
     assert isinstance(failure, RespError), "the batch in flight completes with an error"
@@ -224,7 +225,7 @@ def test_duplicate_keys_in_one_put_or_delete_are_refused_before_any_io(redis_ser
             store.put(["k", "other", "k"], pages)
         with pytest.raises(InvalidInputError, match="in one DEL batch"):
             store.delete(["k", "k"])
-        assert redis_server.redis_py().dbsize() == 0
+        assert redis_py(redis_server).dbsize() == 0
         store.put(["k", "other"], pages[:2])
         assert store.get(["k", "k"], pages[1:]) == [True, True], "reading a key twice is fine"
 
@@ -255,7 +256,7 @@ def test_ambiguous_arguments_are_refused(redis_server: RedisServer, call: object
 def test_closing_waits_for_the_workers_without_holding_the_gil(redis_server: RedisServer, how: str) -> None:
     store = store_for(redis_server, timeout=2)
     pages = store.allocate_many(1)
-    redis_server.pause()
+    pause(redis_server)
     try:
         store.submit_get(["slow"], pages)
         time.sleep(0.1)
@@ -268,7 +269,7 @@ def test_closing_waits_for_the_workers_without_holding_the_gil(redis_server: Red
                 del store
             took = time.monotonic() - started
     finally:
-        redis_server.resume()
+        resume(redis_server)
     assert took > 0.5, "close waited for the GET on the wire"
     assert ticks.count > 100, f"another Python thread ran only {ticks.count} times while close() waited: the GIL was held"
 
@@ -280,7 +281,7 @@ def test_authentication_errors_still_name_the_user_not_the_password(secure_serve
 
 
 def test_settings_from_a_url_with_a_raw_slash_in_the_password_connect(secure_server: RedisServer) -> None:
-    secure_server.redis_py().config_set("requirepass", "pa/ss#w?rd")
+    redis_py(secure_server).config_set("requirepass", "pa/ss#w?rd")
     settings = RespSettings.resolve(f"redis://:pa/ss#w?rd@127.0.0.1:{secure_server.port}", env={})
     with RedisClient(url=f"redis://:pa/ss#w?rd@127.0.0.1:{secure_server.port}") as client:
         client.ping()

@@ -13,11 +13,10 @@ import types
 
 import pytest
 from conftest import RedisCluster
-from lmcache_resp_testing.servers import SentinelGroup, SentinelUnsupported
+from lmcache_resp_servers import SentinelGroup, SentinelUnsupported
 
 from lmcache_resp import PagedRespStore, PartialReadError, RespSettings
-from lmcache_resp.bench.servers import wire
-from lmcache_resp.bench.servers.replication import wait_for_replicas
+from lmcache_resp_servers import wait_for_replicas, wire
 from lmcache_resp.lmcache.non_mp import settings_from_lmcache_config
 
 PAGE = 64 << 10

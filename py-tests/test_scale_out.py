@@ -11,6 +11,7 @@ import pytest
 from conftest import LMCacheLikeDriver, RedisCluster, RedisServer, lmcache_pool, pattern
 
 from lmcache_resp import InvalidInputError, PagedRespStore, RespConnectionError, RespConnector, RespSettings
+from lmcache_resp_testing.servers import redis_py
 
 PAGE = 8192
 
@@ -66,11 +67,11 @@ def test_the_store_on_a_cluster(redis_cluster: RedisCluster, how: str) -> None:
         assert store.exists(keys) == [True] * 48
     holders = {n.port: set() for n in redis_cluster.nodes}
     for node in redis_cluster.nodes:
-        with redis_cluster.redis_py(node) as client:
+        with redis_py(redis_cluster, node) as client:
             holders[node.port] = {k.decode() for k in client.keys("model@*")}
     assert set().union(*holders.values()) == set(keys)
     assert sum(len(h) for h in holders.values()) == 48, "every key on exactly one primary"
-    with redis_cluster.redis_py(redis_cluster.nodes[0]) as client:
+    with redis_py(redis_cluster, redis_cluster.nodes[0]) as client:
         owners = {int(s): p for s, e, (_ip, p, *_), *_ in client.execute_command("CLUSTER SLOTS") for s in range(s, e + 1)}
     for key in keys:
         assert key in holders[owners[slot_of(key)]], f"{key} is not on its slot's primary"
@@ -110,7 +111,7 @@ def test_independent_servers_share_the_keys_by_a_stable_hash(tmp_path_factory: p
         with PagedRespStore(url, page_size=PAGE, num_pages=60, num_workers=2) as store:
             assert store.settings.endpoints == [f"127.0.0.1:{s.port}" for s in servers]
             round_trip(store, keys)
-        counts = [s.redis_py().dbsize() for s in servers]
+        counts = [redis_py(s).dbsize() for s in servers]
         assert sum(counts) == 60 and all(c >= 8 for c in counts), counts
         # The same list in another order routes every key to the same server.
         reordered = "redis://" + ",".join(f"127.0.0.1:{s.port}" for s in reversed(servers))
@@ -135,4 +136,4 @@ def test_unix_sockets_for_the_store_and_the_connector(unix_server: RedisServer) 
     _, ok, _, hits = driver.wait(connector.submit_batch_get([f"unix-{i}" for i in range(4)], views))
     assert ok and hits == [True] * 4 and bytes(views[3]) == pattern(PAGE, 3)
     connector.close()
-    assert zlib.crc32(unix_server.redis_py().get("unix-0") or b"") == zlib.crc32(pattern(PAGE, 0))
+    assert zlib.crc32(redis_py(unix_server).get("unix-0") or b"") == zlib.crc32(pattern(PAGE, 0))

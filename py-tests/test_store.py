@@ -21,6 +21,7 @@ from lmcache_resp import (
     RespTimeoutError,
     ValueTooLargeError,
 )
+from lmcache_resp_testing.servers import pause, redis_py, resume
 
 
 def make_store(server: RedisServer, **kwargs: object) -> PagedRespStore:
@@ -98,7 +99,7 @@ def test_put_get_round_trip_and_variable_lengths(redis_server: RedisServer) -> N
         keys = [f"rt:{i}" for i in range(10)]
         lengths = [p.size - i * 1000 for i, p in enumerate(pages)]
         store.put(keys, pages, lengths)
-        assert redis_server.redis_py().get("rt:3") == data[3][: lengths[3]]
+        assert redis_py(redis_server).get("rt:3") == data[3][: lengths[3]]
         for p in pages:
             memoryview(p)[:] = b"\0" * p.size
         assert store.get_lengths(keys, pages) == lengths
@@ -127,11 +128,11 @@ def test_ten_thousand_keys_of_mixed_sizes_byte_exact(redis_server: RedisServer) 
             view = memoryview(page)
             assert bytes(view[: sizes[i]]) == expected[i], f"key {i}"
             assert bytes(view[sizes[i] : sizes[i] + 1]) in (b"\xff", b""), "nothing written past the value"
-        assert redis_server.redis_py().dbsize() == 10_000
+        assert redis_py(redis_server).dbsize() == 10_000
 
 
 def test_misses_hits_and_wrong_sizes_in_one_batch(redis_server: RedisServer) -> None:
-    other = redis_server.redis_py()
+    other = redis_py(redis_server)
     other.set("small", b"s" * 100)
     other.set("exact", b"e" * 4096)
     other.set("large", b"l" * 5000)
@@ -159,7 +160,7 @@ def test_key_sizes(redis_server: RedisServer) -> None:
         pages = store.allocate_many(3)
         data = [fill(p, 10 + i) for i, p in enumerate(pages)]
         store.put(keys, pages)
-        assert [redis_server.redis_py().get(k) for k in keys] == data
+        assert [redis_py(redis_server).get(k) for k in keys] == data
         with pytest.raises(InvalidInputError, match="longer than the limit"):
             store.exists([b"k" * (256 * 1024 + 1)])
         with pytest.raises(TypeError, match="str or bytes"):
@@ -327,14 +328,14 @@ def test_async_close_resolves_waiting_futures(redis_server: RedisServer) -> None
 def test_stalled_server_fails_within_the_timeout(redis_server: RedisServer) -> None:
     with make_store(redis_server, timeout=0.5) as store:
         pages = store.allocate_many(4)
-        redis_server.pause()
+        pause(redis_server)
         started = time.monotonic()
         try:
             with pytest.raises(BatchError) as info:
                 store.get(["a", "b", "c", "d"], pages)
         finally:
             elapsed = time.monotonic() - started
-            redis_server.resume()
+            resume(redis_server)
         assert 0.5 <= elapsed < 1.5
         assert all(isinstance(e, RespTimeoutError) for e in info.value.errors.values())
         assert store.get(["a"], pages[:1]) == [False]

@@ -19,6 +19,14 @@ from lmcache_resp_testing import hooks, stub_surface
 REPO = Path(__file__).resolve().parents[1]
 STUB = REPO / "lmcache_resp" / "_native.pyi"
 TESTING = REPO / "testing"
+# What the wheel holds: the package, and the throwaway-server launcher beside it.
+SHIPPED = ("lmcache_resp", "lmcache_resp_servers")
+
+
+def shipped_sources() -> list[Path]:
+    """Every Python source and stub of the packages the wheel holds."""
+    return [path for package in SHIPPED for suffix in ("*.py", "*.pyi")
+            for path in sorted((REPO / package).rglob(suffix))]
 
 
 def test_the_development_build_has_the_test_hooks() -> None:
@@ -93,10 +101,11 @@ OLDEST_PYTHON = (3, 10)
 
 @pytest.mark.parametrize("target", [None, OLDEST_PYTHON], ids=["this-python", "py3.10"])
 def test_package_type_checks(target: tuple[int, int] | None) -> None:
-    """The package, and the test-support package beside it (testing/, on MYPYPATH)."""
+    """The packages the wheel holds, and the test-support package beside them (testing/, on MYPYPATH)."""
     version = [] if target is None else ["--python-version", "%d.%d" % target]
+    packages = [arg for package in (*SHIPPED, "lmcache_resp_testing") for arg in ("-p", package)]
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", *version, "-p", "lmcache_resp", "-p", "lmcache_resp_testing"],
+        [sys.executable, "-m", "mypy", "--strict", *version, *packages],
         capture_output=True, text=True, cwd=REPO, env={**os.environ, "MYPYPATH": str(TESTING)},
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -117,26 +126,27 @@ def python_3_10() -> str | None:
 
 
 def test_package_compiles_under_python_3_10() -> None:
-    """Where a 3.10 is installed, its own compiler reads every file of the package (nothing is
-    written: no __pycache__ left behind)."""
+    """Where a 3.10 is installed, its own compiler reads every file of the packages the wheel
+    holds (nothing is written: no __pycache__ left behind)."""
     python = python_3_10()
     if python is None:
         pytest.skip("no CPython 3.10 here (PATH or pyenv): the grammar check below still runs")
     script = (
         "import pathlib, sys\n"
-        "files = sorted(pathlib.Path(sys.argv[1]).rglob('*.py')) + sorted(pathlib.Path(sys.argv[1]).rglob('*.pyi'))\n"
+        "files = [pathlib.Path(name) for name in sys.argv[1:]]\n"
         "for path in files: compile(path.read_text(), str(path), 'exec', dont_inherit=True)\n"
         "print(sys.version_info[:2], len(files))\n"
     )
-    result = subprocess.run([python, "-I", "-c", script, str(REPO / "lmcache_resp")], capture_output=True, text=True)
+    files = [str(path) for path in shipped_sources()]
+    result = subprocess.run([python, "-I", "-c", script, *files], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     version, count = result.stdout.rsplit(")", 1)
     assert version == "(3, 10" and int(count) > 20, result.stdout
 
 
 def test_package_parses_with_the_oldest_supported_grammar() -> None:
-    files = sorted((REPO / "lmcache_resp").rglob("*.py")) + sorted((REPO / "lmcache_resp").rglob("*.pyi"))
-    assert len(files) > 20
+    files = shipped_sources()
+    assert len(files) > 20 and any(path.parent.name == "lmcache_resp_servers" for path in files)
     for path in files:
         # Raises SyntaxError for what 3.10 cannot parse (except*, PEP 695 generics, ...).
         ast.parse(path.read_text(), filename=str(path), feature_version=OLDEST_PYTHON)

@@ -52,6 +52,7 @@ from lmcache_resp import (
     TlsError,
 )
 from lmcache_resp.lmcache.non_mp import _RespRemoteConnectorImpl
+from lmcache_resp_testing.servers import redis_py
 
 T = TypeVar("T")
 
@@ -119,7 +120,7 @@ def test_redis_client_round_trips_every_buffer_kind(form: str, tls_server: Redis
         assert client.delete("c:bytes") is True and client.delete("c:bytes") is False
         untouched = bytearray(b"\x55" * 16)
         assert client.get("c:bytes", untouched) is None and untouched == b"\x55" * 16
-    observer = tls_server.redis_py()
+    observer = redis_py(tls_server)
     assert observer.get("c:mv") == pattern(100_000, 2)
     assert observer.get("c:np") == floats.tobytes()
     assert observer.exists("c:bytes") == 0
@@ -145,7 +146,7 @@ def test_paged_store_round_trips_sync_and_asyncio(form: str, tls_server: RedisSe
             data = bytes(page.byte_array)
             assert data[: lengths[i]] == pattern(PAGE, i)[: lengths[i]], f"key {i}"
             assert data[lengths[i] :] == b"\x5a" * (PAGE - lengths[i]), "nothing written past the value"
-        assert tls_server.redis_py().get("store:3") == pattern(PAGE, 3)[: lengths[3]]
+        assert redis_py(tls_server).get("store:3") == pattern(PAGE, 3)[: lengths[3]]
         assert store.exists([*keys, "absent"]) == [True] * 8 + [False]
         assert store.delete([*keys[:4], "absent"]) == [True] * 4 + [False]
 
@@ -162,7 +163,7 @@ def test_paged_store_round_trips_sync_and_asyncio(form: str, tls_server: RedisSe
             assert await store.adelete(akeys[:2]) == [True, True]
 
         run(scenario)
-    observer = tls_server.redis_py()
+    observer = redis_py(tls_server)
     assert observer.get("astore:7") == pattern(PAGE, 107)
     assert observer.exists("astore:0", "store:0") == 0
 
@@ -179,7 +180,7 @@ def connector_round_trip(connector: RespConnector, server: RedisServer, largest:
     keys = [f"meta-llama/Llama-3.1-8B@{i:08x}@0@{'ab' * 32}" for i in range(len(sizes))]
     fid = connector.submit_batch_set(keys, views)
     assert driver.wait(fid) == (fid, True, "", None)
-    assert server.redis_py().get(keys[3]) == data[3]
+    assert redis_py(server).get(keys[3]) == data[3]
     _pool2, outs = lmcache_pool(sizes)
     fid = connector.submit_batch_get(keys, outs)
     assert driver.wait(fid) == (fid, True, "", [True] * len(sizes))
@@ -192,7 +193,7 @@ def connector_round_trip(connector: RespConnector, server: RedisServer, largest:
     assert driver.wait(fid) == (fid, True, "", [True] * len(sizes) + [False])
     fid = connector.submit_batch_delete([keys[0], "absent"])
     assert driver.wait(fid) == (fid, True, "", [True, False])
-    assert server.redis_py().exists(keys[0]) == 0
+    assert redis_py(server).exists(keys[0]) == 0
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -232,7 +233,7 @@ def test_connector_client_round_trips_on_asyncio(form: str, tls_server: RedisSer
             assert await client.get("single", memoryview(out)) is True and out == b"s" * 10
 
     run(scenario)
-    assert tls_server.redis_py().get(keys[2]) == data[2]
+    assert redis_py(tls_server).get(keys[2]) == data[2]
 
 
 # The non-MP plugin without LMCache: what remote_connector_class() builds, on a stand-in for
@@ -333,7 +334,7 @@ def test_non_mp_plugin_round_trips_lmcache_memory_objects(
     run(scenario)
     misses = [obj for obj in backend.handed_out if obj.refs == 0]
     assert all(obj.refs in (0, 1) for obj in backend.handed_out) and misses, "misses went back to the allocator"
-    assert tls_server.redis_py().get("plugin:3") == values[3]
+    assert redis_py(tls_server).get("plugin:3") == values[3]
 
 
 MP_ADAPTER = {"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp", "class_name": "RespConnector"}
@@ -383,7 +384,7 @@ def test_the_bridge_holds_the_tls_material_and_its_clients_attach_without_it(
                 page.write_bytes(bytes(PAGE))
             assert store.get([*keys, "absent"], [*pages, store.allocate()]) == [True] * 8 + [False]
             assert [bytes(page.byte_array) for page in pages] == [pattern(PAGE, 200 + i) for i in range(8)]
-            assert mtls_server.redis_py().get("bridged:5") == pattern(PAGE, 205)
+            assert redis_py(mtls_server).get("bridged:5") == pattern(PAGE, 205)
         with RespConnector(bridge=str(bridge.socket)) as connector:
             assert connector.settings is None
             connector_round_trip(connector, mtls_server, largest=PAGE)
@@ -419,11 +420,11 @@ def test_a_32_mib_value_through_the_store_in_ranged_pieces(tls_server: RedisServ
         dst.write_bytes(b"\xa5" * size)
         assert store.get_lengths(["big-short"], [dst]) == [short]
         assert dst.byte_array[:short] == value[:short] and dst.byte_array[short:] == b"\xa5" * (size - short)
-    assert tls_server.redis_py().strlen("big") == size
+    assert redis_py(tls_server).strlen("big") == size
 
 
 def getrange_calls(server: RedisServer) -> int:
-    return int(server.redis_py().info("commandstats").get("cmdstat_getrange", {}).get("calls", 0))
+    return int(redis_py(server).info("commandstats").get("cmdstat_getrange", {}).get("calls", 0))
 
 
 # -- 3. mutual TLS ---------------------------------------------------------------------------------
@@ -566,7 +567,7 @@ def test_a_plaintext_server_behind_rediss_is_a_tls_error_at_half_the_connect_tim
         assert text == (f"TLS with 127.0.0.1:{redis_server.port} failed: this port does not speak TLS: the server left "
                         "the TLS hello unanswered and answered a plaintext PING on a second connection with "
                         '"+PONG\\r\\n"; use redis:// for it, or the server\'s tls-port for rediss://'), name
-    assert redis_server.redis_py().ping(), "the plaintext server is unharmed"
+    assert redis_py(redis_server).ping(), "the plaintext server is unharmed"
 
 
 def version_one(directory: Path, certs: TestCerts, name: str, cn: str) -> tuple[Path, Path]:
@@ -600,7 +601,7 @@ def test_a_version_one_client_certificate_is_sent_and_a_version_one_server_one_r
         client.set("v1", pattern(20_000, 3))
         out = bytearray(20_000)
         assert client.get("v1", out) == 20_000 and out == pattern(20_000, 3)
-    assert mtls.redis_py().get("v1") == pattern(20_000, 3)
+    assert redis_py(mtls).get("v1") == pattern(20_000, 3)
     server = tls_server_factory(version_one(tmp_path, tls_certs, "server", "localhost"))
     for name, build in fronts(server.url, ssl_ca_certs=str(tls_certs.ca)).items():
         text = fails_twice_alike(build, TlsError, FAST)
@@ -753,7 +754,7 @@ def test_a_tls_server_restarted_mid_batch_costs_no_byte_and_recovers(tls_server:
             page.write_bytes(sentinel)
         assert store.get(keys, dst) == [True] * count
         assert all(page.byte_array == value for page, value in zip(dst, expected))
-    assert tls_server.redis_py().get("restart:7") == expected[7]
+    assert redis_py(tls_server).get("restart:7") == expected[7]
 
 
 # -- 7. a TLS cluster -------------------------------------------------------------------------------
@@ -803,7 +804,7 @@ def test_every_protocol_and_suite_the_record_layer_speaks_against_openssl(
     server = tls_server_factory(conf=conf)
     for directive in conf:
         name, value = directive.split()
-        assert server.redis_py().config_get(name) == {name: value}, "the server offers only this one"
+        assert redis_py(server).config_get(name) == {name: value}, "the server offers only this one"
     with RedisClient("127.0.0.1", server.port, **server.tls_kwargs()) as client:
         for size in (0, 1, 16383, 16384, 16385, 3 * 16384 + 7, 1 << 20):
             value = pattern(size, size + 11)
@@ -811,4 +812,4 @@ def test_every_protocol_and_suite_the_record_layer_speaks_against_openssl(
             out = bytearray(size + 1)
             assert client.get(b"suite", out) == size
             assert bytes(out[:size]) == value and out[size] == 0
-        assert server.redis_py().get(b"suite") == pattern(1 << 20, (1 << 20) + 11)
+        assert redis_py(server).get(b"suite") == pattern(1 << 20, (1 << 20) + 11)

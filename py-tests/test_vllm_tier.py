@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import RedisServer, free_port
+from lmcache_resp_testing.servers import pause, redis_py, resume
 from lmcache_resp_testing.vllm_tier import PrimaryRegion, StandInTierBase, stand_in_api, stand_in_spec
 
 from lmcache_resp import InvalidInputError, RespConnectionError, RespSettings
@@ -123,7 +124,7 @@ def test_rows_go_out_and_come_back_into_other_rows_byte_for_byte(
     assert t.has_pending_work()
     stored = finish(t, {1})[1]
     assert (stored.success, stored.successful_keys, stored.transfer_bytes) == (True, None, 4 * region.row_bytes)
-    client = redis_server.redis_py()
+    client = redis_py(redis_server)
     assert [client.get(t.key_of(k)) for k in ks] == [written[k] for k in ks], "one value per row, the row's bytes"
     untouched = {r: region.row(r) for r in range(region.rows) if r not in dst}
     t.submit_load(Job(2, ks, dst, is_promotion=True))
@@ -147,7 +148,7 @@ def test_lookups_answer_retry_until_our_exists_is_in_and_never_wait(
     asked = stored + keys(2, tag=9)
     assert [other.lookup(k, context) for k in asked] == [API.lookup_result.RETRY] * 5
     # A frozen server: lookups keep answering RETRY at once, under vLLM's lock, never waiting.
-    redis_server.pause()
+    pause(redis_server)
     try:
         other.on_schedule_end(None)
         start = time.monotonic()
@@ -156,7 +157,7 @@ def test_lookups_answer_retry_until_our_exists_is_in_and_never_wait(
         assert time.monotonic() - start < 0.5
         assert other.has_pending_work()
     finally:
-        redis_server.resume()
+        resume(redis_server)
     assert look_up(other, asked) == [API.lookup_result.HIT] * 3 + [API.lookup_result.MISS] * 2
     other.on_request_finished(context)
     assert not other.has_pending_work()
@@ -172,7 +173,7 @@ def test_a_partial_load_reports_exactly_the_rows_that_arrived(
     t.submit_store(Job(1, ks, np.arange(5)))
     finish(t, {1})
     assert look_up(t, ks) == [API.lookup_result.HIT] * 5
-    client = redis_server.redis_py()
+    client = redis_py(redis_server)
     client.delete(t.key_of(ks[1]))
     client.set(t.key_of(ks[3]), b"a row of another engine's length")  # a miss, never read in
     region.array[5:10] = 0
@@ -224,7 +225,7 @@ def test_drain_jobs_waits_for_every_job(redis_server: RedisServer, tiers: list[A
     t.drain_jobs()
     assert not t.has_pending_work()
     assert sorted(r.job_id for r in t.get_finished_jobs()) == list(range(6))
-    assert len(redis_server.redis_py().keys("*")) == 12
+    assert len(redis_py(redis_server).keys("*")) == 12
 
 
 def test_keys_carry_vllms_fingerprint_of_the_deployment(
@@ -252,9 +253,9 @@ def test_settings_key_prefix_ttl_and_locality(redis_server: RedisServer, tiers: 
     region.fill([0], seed=6)
     t.submit_store(Job(1, keys(1), np.arange(1)))
     finish(t, {1})
-    names = [k.decode() for k in redis_server.redis_py().keys("*")]
+    names = [k.decode() for k in redis_py(redis_server).keys("*")]
     assert names == ["tenantA@" + t.key_of(keys(1)[0])]
-    assert 0 < redis_server.redis_py().ttl(names[0]) <= 60
+    assert 0 < redis_py(redis_server).ttl(names[0]) <= 60
     with pytest.raises(InvalidInputError, match='locality must be "LOCAL" or "REMOTE"'):
         tier(tiers, redis_server, region, locality="nearby")
     with pytest.raises(InvalidInputError, match="no_such_setting"):
@@ -307,7 +308,7 @@ def test_shutdown_lets_go_of_the_primary(redis_server: RedisServer, region: Prim
     region.fill([0, 1], seed=9)
     t.submit_store(Job(1, keys(2), np.arange(2)))
     t.shutdown()  # with the job in flight: it completes first
-    assert redis_server.redis_py().get(t.key_of(keys(2)[1])) == region.row(1)
+    assert redis_py(redis_server).get(t.key_of(keys(2)[1])) == region.row(1)
     assert t.closed
     t.shutdown()  # again: nothing
     # No buffer of ours is still exported from the primary: vLLM can unmap it.

@@ -6,10 +6,11 @@
 #   scripts/check-wheel.sh [x86_64|aarch64|all]     # default: x86_64 (what CI runs)
 #
 # For every wheel (cp311-abi3 and cp310, per architecture) it fails unless:
-#   - it holds what users run and no test fixture: its files are listed, and none is of the
-#     test-support package (testing/lmcache_resp_testing) or a test folder, a conftest.py or
-#     test module, a certificate, key or passphrase file, or a module importing the test-support
-#     package;
+#   - it holds what users run and no test fixture: its files are listed, its top level is
+#     lmcache_resp, lmcache_resp_servers (the benchmark's throwaway servers) and the dist-info,
+#     and none is of the test-support package (testing/lmcache_resp_testing) or a test folder, a
+#     conftest.py or test module, a certificate, key or passphrase file, or a module importing the
+#     test-support package;
 #   - the file name and the WHEEL metadata carry the expected tags (cp311-abi3 or cp310-cp310,
 #     manylinux_2_28_<arch>), and pip accepts the wheel for that platform and Python;
 #   - the module is an ELF shared object for that architecture whose NEEDED entries are all
@@ -152,10 +153,13 @@ with zipfile.ZipFile(sys.argv[1]) as wheel:
                            else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
                 if any(module.split(".")[0] == "lmcache_resp_testing" for module in modules):
                     problems.append(f"{name}: imports the test-support package (line {node.lineno})")
+top = {PurePosixPath(name).parts[0] for name in names if not PurePosixPath(name).parts[0].endswith(".dist-info")}
+if top != {"lmcache_resp", "lmcache_resp_servers"}:
+    problems.append(f"its top level is {sorted(top)}, not lmcache_resp and lmcache_resp_servers")
 if problems:
-    print("error: the wheel holds test fixtures:\n  " + "\n  ".join(problems), file=sys.stderr)
+    print("error: the wheel holds test fixtures or misses a package:\n  " + "\n  ".join(problems), file=sys.stderr)
     sys.exit(1)
-print("    no test fixture among them")
+print("    lmcache_resp and lmcache_resp_servers, no test fixture among them")
 PY
 }
 

@@ -82,12 +82,14 @@ if [ ! -d "$UPSTREAM/tests" ]; then
 fi
 
 echo "==> pytest lmcache-tests (real LMCache $LMCACHE_VERSION, throwaway redis-servers)"
-# The tests' servers come from the test-support package (testing/lmcache_resp_testing, never
-# installed: pyproject.toml's pytest `pythonpath` puts testing/ on the path), on the installed
-# lmcache_resp's launcher. Checked here the same way: testing/ first, not the repository root.
+# The tests' servers come from the installed launcher (lmcache_resp_servers, in the wheel beside
+# lmcache_resp), what only tests add from the test-support package (testing/lmcache_resp_testing,
+# never installed: pyproject.toml's pytest `pythonpath` puts testing/ on the path). Checked here
+# the same way: testing/ first, not the repository root.
 PYTHONPATH="$REPO/testing" "$VENV/bin/python" -P -c "
-import torch, lmcache, lmcache_resp, lmcache_resp_testing.servers
+import torch, lmcache, lmcache_resp, lmcache_resp_servers, lmcache_resp_testing.servers
 assert '$REPO/lmcache_resp' not in lmcache_resp.__file__, lmcache_resp.__file__
+assert '$REPO/lmcache_resp_servers' not in lmcache_resp_servers.__file__, lmcache_resp_servers.__file__
 print('torch', torch.__version__, '| lmcache', '$LMCACHE_VERSION', '| lmcache_resp', lmcache_resp.__version__,
       '| test support', lmcache_resp_testing.__file__)"
 export LMCACHE_UPSTREAM_TESTS=$UPSTREAM LMCACHE_TRACK_USAGE=false LMCACHE_DISABLE_BANNER=1

@@ -71,8 +71,9 @@ echo "==> pytest sglang-tests (real SGLang $SGLANG_VERSION classes on CPU, throw
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$VENV/torch_extensions}
 export PATH="$VENV/bin:$PATH"   # torch's extension builder runs `ninja`
 PYTHONPATH="$REPO/testing" "$VENV/bin/python" -P -c "
-import torch, sglang, lmcache_resp, lmcache_resp_testing.servers
+import torch, sglang, lmcache_resp, lmcache_resp_servers, lmcache_resp_testing.servers
 assert '$REPO/lmcache_resp' not in lmcache_resp.__file__, lmcache_resp.__file__
+assert '$REPO/lmcache_resp_servers' not in lmcache_resp_servers.__file__, lmcache_resp_servers.__file__
 print('torch', torch.__version__, '| sglang', sglang.__version__, '| lmcache_resp', lmcache_resp.__version__)"
 # The pytest entry point, not `python -m pytest`: the repository root must not shadow the
 # installed lmcache_resp (its source tree has no built extension).

@@ -87,8 +87,9 @@ for release in $RELEASES; do
     # The installed lmcache_resp, not the repository's source tree (-P, and pytest's entry point:
     # no repository root on the path); vLLM from its own folder, first.
     PYTHONPATH="$site:$REPO/testing" "$venv/bin/python" -P -c "
-import importlib.metadata as m, torch, vllm, lmcache_resp
+import importlib.metadata as m, torch, vllm, lmcache_resp, lmcache_resp_servers
 assert '$REPO/lmcache_resp' not in lmcache_resp.__file__, lmcache_resp.__file__
+assert '$REPO/lmcache_resp_servers' not in lmcache_resp_servers.__file__, lmcache_resp_servers.__file__
 print('torch', torch.__version__, '| vllm', vllm.__version__, '| lmcache_resp', lmcache_resp.__version__)" 2>&1 | grep -v "^W[0-9]"
     if ! PYTHONPATH="$site:$REPO/testing" "$venv/bin/pytest" -q -p no:cacheprovider -o timeout=600 \
         -o log_cli=false -W ignore::UserWarning -W ignore::DeprecationWarning vllm-tier-tests "$@"; then

@@ -27,12 +27,12 @@ export PATH="$HOME/.cargo/bin:$PATH"
 echo "==> rustfmt --check (rustfmt.toml; a file out of format fails here, not in review)"
 cargo fmt --all -- --check
 
-# Which server a pass runs: the launcher reads $REDIS_TEST_SERVER (lmcache_resp.bench.servers.binaries,
-# under the test-support package every suite uses, testing/lmcache_resp_testing).
+# Which server a pass runs: the launcher reads $REDIS_TEST_SERVER (lmcache_resp_servers.binaries, which
+# the benchmark and every suite start their servers with).
 server_name() {
     .venv/bin/python -c '
 import os, sys
-from lmcache_resp.bench.servers.binaries import server_binary, server_version
+from lmcache_resp_servers.binaries import server_binary, server_version
 binary = server_binary(sys.argv[1])
 print(f"{sys.argv[1]}: {os.path.basename(binary)} {server_version(binary)} ({binary})")' "$1"
 }
@@ -165,7 +165,9 @@ pytest_valkeys() {
 
 rust_tests() {
     echo "==> cargo test (workspace: codec, rings, arena, engine, numa, bindings, real-server tests, fuzz corpus replay); server $REDIS; the poll loop"
-    "${POLL[@]}" REDIS_TEST_SERVER=redis cargo test --workspace "${RUST_TEST_FEATURES[@]}" --quiet
+    # The real-server tests start their servers on the system's python3 with lmcache_resp shadowed:
+    # the launcher needs nothing built (scripts/with-stdlib-launcher.sh).
+    "${POLL[@]}" REDIS_TEST_SERVER=redis scripts/with-stdlib-launcher.sh cargo test --workspace "${RUST_TEST_FEATURES[@]}" --quiet
     # The Rust real-server tests run again against Valkey 9.1 only: Valkey 8.1 reads and replies
     # as Redis 7.0 does (pieces, the reply copy), and its pytest pass still covers every front on
     # it.

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import torch
 
-from lmcache_resp_testing.servers import RedisServer
+from lmcache_resp_servers import RedisServer
+from lmcache_resp_testing.servers import redis_py
 
 PAGE = 64  # tokens per page, SGLang's --page-size in its examples
 MHA = dict(head_num=2, head_dim=16, layer_num=3)
@@ -35,7 +36,7 @@ def redis_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSer
 @pytest.fixture
 def redis_server(redis_session: RedisServer) -> RedisServer:
     """The session's server, emptied for this test."""
-    redis_session.redis_py().flushall()
+    redis_py(redis_session).flushall()
     return redis_session
 
 

@@ -23,7 +23,8 @@ import torch
 from conftest import PAGE, host_pool, page_bytes
 
 from lmcache_resp import InvalidInputError
-from lmcache_resp_testing.servers import RedisServer
+from lmcache_resp_servers import RedisServer
+from lmcache_resp_testing.servers import redis_py
 from sglang.srt.managers.cache_controller import HiCacheController
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
@@ -124,7 +125,7 @@ def test_a_prefetch_stops_at_the_first_missing_page(redis_server: RedisServer, s
     token_ids = tokens(4, seed=1)
     keys = get_storage_hash_str(token_ids, None, page_size=PAGE)
     assert HiCacheController._page_set_zero_copy(ctrl, keys, slots([0, 1, 2, 3])) is True
-    redis_server.redis_py().delete(f"{store.key_prefix}{keys[2]}:v")
+    redis_py(redis_server).delete(f"{store.key_prefix}{keys[2]}:v")
     assert hit_query(ctrl, token_ids) == 2 * PAGE, "page 2 lost its V: two pages are usable"
     assert HiCacheController._page_get_zero_copy(ctrl, prefetch(), keys, slots([4, 5, 6, 7])) == 2
     assert [page_bytes(pool, p) for p in (4, 5)] == [page_bytes(pool, p) for p in (0, 1)]
@@ -226,4 +227,4 @@ def test_a_page_hash_twice_in_one_backup_is_stored_once(redis_server: RedisServe
     store = stores.make(redis_server, pool, "mla", "page_first")
     keys = get_storage_hash_str(tokens(1, seed=7), None, page_size=PAGE)
     assert HiCacheController._page_set_zero_copy(controller(store, pool), keys * 2, slots([0, 1])) is True
-    assert redis_server.redis_py().get(f"{store.key_prefix}{keys[0]}:kv") == page_bytes(pool, 0)
+    assert redis_py(redis_server).get(f"{store.key_prefix}{keys[0]}:kv") == page_bytes(pool, 0)

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lmcache_resp_testing.servers import RedisServer
+from lmcache_resp_servers import RedisServer
+from lmcache_resp_testing.servers import redis_py
 
 TIER = {"type": "RespSecondaryTierManager", "module_path": "lmcache_resp.vllm"}
 LAYERS = 28
@@ -50,7 +51,7 @@ def redis_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSer
 @pytest.fixture
 def redis_server(redis_session: RedisServer) -> RedisServer:
     """The session's server, emptied for this test."""
-    redis_session.redis_py().flushall()
+    redis_py(redis_session).flushall()
     return redis_session
 
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from conftest import TIER, Engine, keys_for, offloading_config, tier_config
 
-from lmcache_resp_testing.servers import RedisServer
+from lmcache_resp_servers import RedisServer
+from lmcache_resp_testing.servers import redis_py
 
 
 def test_vllms_factory_loads_our_tier_from_its_module_path(redis_server: RedisServer, engines: Any) -> None:
@@ -42,7 +43,7 @@ def test_rows_go_to_the_server_leave_the_primary_and_come_back_byte_for_byte(
     written = engine.store(keys, seed=1)
     engine.settle()
     # On the server: one value per row, its bytes exactly the row's.
-    client = redis_server.redis_py()
+    client = redis_py(redis_server)
     for key in keys:
         assert client.get(engine.tier.key_of(key)) == written[key]
     # Evicted from the primary by 16 other rows (vLLM's LRU), the keys are only in the tier now.
@@ -92,7 +93,7 @@ def test_a_partial_load_reports_exactly_the_rows_that_arrived(redis_server: Redi
         engine.step()
         time.sleep(0.001)
     assert answers == [LookupResult.HIT_PENDING] * 4, "all four found: their promotion is queued"
-    redis_server.redis_py().delete(engine.tier.key_of(keys[2]))
+    redis_py(redis_server).delete(engine.tier.key_of(keys[2]))
     engine.settle()
     # vLLM kept the three that arrived (successful_keys) and dropped the one that did not.
     answers = engine.look_up(keys, context)
@@ -134,7 +135,7 @@ def test_reset_cache_waits_for_the_tiers_jobs(redis_server: RedisServer, engines
     # Jobs in flight: vLLM's reset_cache calls drain_jobs, then asserts nothing is left.
     engine.manager.reset_cache()
     assert not engine.manager.has_pending_work()
-    client = redis_server.redis_py()
+    client = redis_py(redis_server)
     assert [client.get(engine.tier.key_of(k)) for k in keys] == [written[k] for k in keys]
 
 
@@ -146,9 +147,9 @@ def test_settings_from_the_tier_json(redis_server: RedisServer, engines: Any, mo
     keys = keys_for("settings", 1)
     engine.store(keys, seed=10)
     engine.settle()
-    names = [k.decode() for k in redis_server.redis_py().keys("*")]
+    names = [k.decode() for k in redis_py(redis_server).keys("*")]
     assert names == ["tenantA@" + engine.tier.key_of(keys[0])]
-    assert 0 < redis_server.redis_py().ttl(names[0]) <= 60
+    assert 0 < redis_py(redis_server).ttl(names[0]) <= 60
     with pytest.raises(Exception, match="no_such_setting"):
         Engine(tier_config(redis_server, no_such_setting=1))
 

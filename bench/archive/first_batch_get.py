@@ -18,7 +18,7 @@ import sys
 import textwrap
 
 from lmcache_resp import PagedRespStore
-from lmcache_resp.bench.embedded import EmbeddedRedis
+from lmcache_resp_servers import RedisServer
 
 OURS = textwrap.dedent(
     """
@@ -88,7 +88,7 @@ def main() -> None:
         "LMCache C++, touched buffers": (args.lmcache_python, PEER, True),
     }
     samples: dict[str, list[float]] = {name: [] for name in runs}
-    with EmbeddedRedis(io_threads=1) as server:
+    with RedisServer(io_threads=1, server="redis") as server:
         with PagedRespStore(f"resp://127.0.0.1:{server.port}", page_size=chunk, num_pages=args.keys) as store:
             pages = store.allocate_many(args.keys)
             for i, page in enumerate(pages):

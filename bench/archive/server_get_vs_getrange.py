@@ -1,7 +1,7 @@
 """Server-side GET vs GETRANGE pieces with redis-benchmark (8 clients), same stored value."""
 import re, subprocess, sys, time
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
-from lmcache_resp.bench.servers.server import RedisServer  # the benchmark's throwaway server
+from lmcache_resp_servers.server import RedisServer  # the benchmark's throwaway server
 import redis
 
 MiB = 1 << 20

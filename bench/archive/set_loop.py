@@ -3,7 +3,7 @@ profiler to attach to: prints its pid when ready, then the throughput and the cl
 import os, sys, time
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 from lmcache_resp import PagedRespStore
-from lmcache_resp.bench.servers.server import RedisServer  # the benchmark's throwaway server
+from lmcache_resp_servers.server import RedisServer  # the benchmark's throwaway server
 MiB = 1 << 20
 n = int(os.environ.get("N", "128")); size = int(float(os.environ.get("MB", "4")) * MiB)
 with RedisServer() as s:

@@ -2,7 +2,7 @@
 sendmsg straight from one buffer, 8 threads, same server, medians of 3 rounds."""
 import socket, statistics, sys, threading, time
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
-from lmcache_resp.bench.servers.server import RedisServer  # the benchmark's throwaway server
+from lmcache_resp_servers.server import RedisServer  # the benchmark's throwaway server
 MiB = 1 << 20
 
 def cmd(*args):

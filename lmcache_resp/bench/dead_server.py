@@ -38,8 +38,8 @@ from lmcache_resp.bench.options import Options
 from lmcache_resp.bench.target import Target
 from lmcache_resp.bench.workload import Workload
 from lmcache_resp.errors import RespError
-from lmcache_resp.bench.servers.ports import HOST
-from lmcache_resp.bench.servers.server import RedisServer
+from lmcache_resp_servers.ports import HOST
+from lmcache_resp_servers.server import RedisServer
 
 __all__ = [
     "OUTCOMES",

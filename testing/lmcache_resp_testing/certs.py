@@ -14,11 +14,10 @@ certs DIR``).
 from __future__ import annotations
 
 import os
-import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lmcache_resp.bench.servers.certs import CertMaker, ServerCerts, make_once
+from lmcache_resp_servers.certs import CertMaker, ServerCerts, make_once
 
 __all__ = ["TEST_KEY_PASSPHRASE", "TestCerts", "make_test_certs"]
 
@@ -44,9 +43,10 @@ authorityKeyIdentifier = keyid
 _EXPIRED = ("20200101000000Z", "20200201000000Z")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TestCerts(ServerCerts):
-    """The files make_test_certs writes. The good ones: ``ca`` signs ``server_cert`` (SAN
+    """The files make_test_certs writes: ServerCerts (what the launcher takes, its client
+    certificate too) with the bad ones beside. The good ones: ``ca`` signs ``server_cert`` (SAN
     localhost, 127.0.0.1, ::1) and ``client_cert``. The bad ones: ``expired_cert`` (same SAN,
     by the same CA, valid only in January 2020), ``wrong_host_cert`` (by the same CA, valid only
     for wrong.example), ``other_client_cert`` (by ``other_ca``, which no server trusts),
@@ -54,8 +54,9 @@ class TestCerts(ServerCerts):
 
     __test__ = False  # not a pytest test class, whatever its name
 
-    client_cert: Path
-    client_key: Path
+    # ServerCerts' own, made here for every set: no longer optional (field(): no default).
+    client_cert: Path = field()
+    client_key: Path = field()
     expired_cert: Path
     expired_key: Path
     wrong_host_cert: Path
@@ -78,25 +79,6 @@ class TestCerts(ServerCerts):
             other_ca=d / "other-ca.crt", other_client_cert=d / "other-client.crt",
             other_client_key=d / "other-client.key", encrypted_client_key=d / "client-encrypted.key",
         )
-
-    def client_context(self, *, client_cert: bool = True, verify: bool = True) -> ssl.SSLContext:
-        """A stdlib TLS client context trusting ``ca`` only (host names checked), presenting
-        ``client_cert`` unless told not to (a server not asking for one never sees it).
-        ``verify=False``: no check of the server's certificate at all."""
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        if verify:
-            context.load_verify_locations(cafile=str(self.ca))
-        else:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if client_cert:
-            context.load_cert_chain(str(self.client_cert), str(self.client_key))
-        return context
-
-    def cli_args(self) -> list[str]:
-        """redis-cli's TLS options: trust the test CA, present the client certificate (a server
-        that does not ask for one never sees it)."""
-        return [*super().cli_args(), "--cert", str(self.client_cert), "--key", str(self.client_key)]
 
 
 def make_test_certs(directory: Path) -> TestCerts:

@@ -20,7 +20,7 @@ server: kill it to stop the server.
 
 ``cluster start`` starts PRIMARIES * (1 + N) servers on 127.0.0.1, ports P, P+1, ... (without
 --base-port free ones are picked), joins them and waits until the cluster is ready (the
-benchmark launcher's contract, lmcache_resp.bench.servers.cluster). Then it prints "PORT PID" per
+launcher's contract, lmcache_resp_servers.cluster). Then it prints "PORT PID" per
 server, primaries first (also written to DIR/pids), exits 0, and the servers keep running.
 ``cluster stop DIR`` (or killing those pids) ends them; with --owner PID a watcher process also
 ends them once that process is gone, so a test run that dies without cleaning up leaves no
@@ -61,12 +61,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lmcache_resp.bench.servers.binaries import SERVER_ENV, cli_binary, server_binary, server_version
-from lmcache_resp.bench.servers.cluster import start_cluster, start_cluster_on_free_ports, stop_cluster
-from lmcache_resp.bench.servers.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, LaunchError, TlsUnsupported
-from lmcache_resp.bench.servers.memory import KEEP_FREED_MALLOC_CONF, MALLOC_CONF_VARS, keep_freed_memory_env
+from lmcache_resp_servers.binaries import SERVER_ENV, cli_binary, server_binary, server_version
+from lmcache_resp_servers.cluster import start_cluster, start_cluster_on_free_ports, stop_cluster
+from lmcache_resp_servers.config import TLS_AUTH_CLIENTS, ServerConfig
+from lmcache_resp_servers.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, LaunchError, TlsUnsupported
+from lmcache_resp_servers.memory import KEEP_FREED_MALLOC_CONF, MALLOC_CONF_VARS, keep_freed_memory_env
+from lmcache_resp_servers.processes import server_supports_tls
 from lmcache_resp_testing.certs import make_test_certs
-from lmcache_resp_testing.servers import TLS_AUTH_CLIENTS, TestServerConfig, server_supports_tls
+from lmcache_resp_testing.servers import acl_user_line
 
 __all__ = ["ACL_USER_ENV", "PASSWORD_ENV", "command_line", "environment", "main"]
 
@@ -89,7 +91,7 @@ def _secrets_from_env() -> tuple[str | None, tuple[str, str] | None]:
 
 def _tls_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """--tls CERT_DIR (certificates made there unless present), --tls-auth-clients, and, for a
-    server, --tls-cert/--tls-key as TestServerConfig's keywords."""
+    server, --tls-cert/--tls-key as ServerConfig's keywords."""
     cert: str | None = getattr(args, "tls_cert", None)
     key: str | None = getattr(args, "tls_key", None)
     if args.tls is None:
@@ -108,10 +110,11 @@ def _tls_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def _serve(args: argparse.Namespace) -> int:
     binary = server_binary(args.server)
     password, acl_user = _secrets_from_env()
-    config = TestServerConfig(
-        Path(args.dir).absolute(), args.port, password=password, acl_user=acl_user, unix_socket=args.unix_socket,
+    users = [acl_user_line(*acl_user)] if acl_user is not None else []
+    config = ServerConfig(
+        Path(args.dir).absolute(), args.port, password=password, unix_socket=args.unix_socket,
         io_threads=args.io_threads, cluster_node_timeout_ms=1000 if args.cluster_node else None,
-        extra=tuple(args.conf), **_tls_from_args(args),
+        extra=(*users, *args.conf), **_tls_from_args(args),
     )
     path = config.write()
     allocator = keep_freed_memory_env(binary) if args.keep_freed_memory else {}
@@ -130,8 +133,8 @@ def _cluster_start(args: argparse.Namespace) -> int:
     password, _ = _secrets_from_env()
     tls = _tls_from_args(args)
     directory = Path(args.dir).absolute()
-    node = TestServerConfig(directory, 0, password=password, io_threads=args.io_threads,
-                            cluster_node_timeout_ms=1000, **tls)
+    node = ServerConfig(directory, 0, password=password, io_threads=args.io_threads, cluster_node_timeout_ms=1000,
+                        **tls)
     options: dict[str, Any] = dict(node=node, binary=binary, cli=cli_binary(binary, tls=bool(tls)), owner=args.owner,
                                    keep_freed_memory=args.keep_freed_memory)
     if args.base_port is None:

@@ -1,7 +1,7 @@
 """Per-batch GET latency, 32 x 256 KiB, on one server, connections_per_worker 1 vs 4 (ABAB)."""
 import statistics, sys, time
 from lmcache_resp import PagedRespStore
-from lmcache_resp.bench.servers.server import RedisServer
+from lmcache_resp_servers.server import RedisServer
 kind = sys.argv[1]
 with RedisServer(server=kind, keep_freed_memory=True) as s:
     for cpw in (1, 4, 1, 4, 1, 4):

@@ -9,14 +9,13 @@ meanwhile, as it is in a side-by-side run. Prints each round's GB/s and memtier'
 import sys
 
 from lmcache_resp import PagedRespStore, RespSettings
-from lmcache_resp.bench.embedded import EmbeddedRedis
 from lmcache_resp.bench.memtier_peer import MemtierPeer
-from lmcache_resp.bench.target import KeyLedger, Target
+from lmcache_resp.bench.target import KeyLedger, Target, recommended_io_threads
+from lmcache_resp_servers import RedisServer
 
 KEYS, CHUNK = 520, 4 << 20
 binary, with_pool = sys.argv[1], sys.argv[2:] == ["pool"]
-server = EmbeddedRedis(executable="redis", keep_freed_memory=True)
-server.start()
+server = RedisServer(io_threads=recommended_io_threads(), server="redis", keep_freed_memory=True)
 try:
     target = Target(RespSettings.resolve(host=server.host, port=server.port, username="", password="", timeout=60),
                     embedded=True)

@@ -2,8 +2,9 @@
 import statistics, tempfile, time, uuid
 from pathlib import Path
 from lmcache_resp import PagedRespStore
-from lmcache_resp.bench.embedded import EmbeddedRedis
-srv = EmbeddedRedis(keep_freed_memory=True); srv.start()
+from lmcache_resp.bench.target import recommended_io_threads
+from lmcache_resp_servers import RedisServer
+srv = RedisServer(io_threads=recommended_io_threads(), server="redis", keep_freed_memory=True)
 try:
     total = 256 << 20
     res = {}

@@ -20,10 +20,10 @@ import os
 import subprocess
 from pathlib import Path
 
-from lmcache_resp.bench.servers.binaries import server_malloc
-from lmcache_resp.bench.servers.config import ServerConfig
-from lmcache_resp.bench.servers.errors import EXIT_MISSING, EXIT_USAGE, LaunchError
-from lmcache_resp.bench.servers.wire import command
+from lmcache_resp_servers.binaries import server_malloc
+from lmcache_resp_servers.config import ServerConfig
+from lmcache_resp_servers.errors import EXIT_MISSING, EXIT_USAGE, LaunchError
+from lmcache_resp_servers.wire import command
 
 __all__ = [
     "KEEP_FREED_MALLOC_CONF",

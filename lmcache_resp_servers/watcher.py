@@ -3,7 +3,7 @@ OWNER``) that ends the cluster's servers once their owner is gone, so a benchmar
 that dies without cleaning up leaves no cluster behind. DIR/pids holds "PORT PID" per server and
 DIR/server names their binary, so that a pid reused by another process is never signalled.
 
-Only the standard library, and nothing else of lmcache_resp: this file is run by path, in a
+Only the standard library, and nothing else of this package: this file is run by path, in a
 process that need not load the package (cluster.py imports it for the same functions).
 """
 

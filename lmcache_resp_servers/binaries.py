@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 
-from lmcache_resp.bench.servers.errors import EXIT_MISSING, LaunchError, TlsUnsupported
+from lmcache_resp_servers.errors import EXIT_MISSING, LaunchError, TlsUnsupported
 
 __all__ = ["SERVER_ENV", "cli_binary", "server_binary", "server_malloc", "server_version"]
 

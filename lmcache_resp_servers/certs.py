@@ -1,8 +1,8 @@
 """Certificates for a TLS-only throwaway server, made with the ``openssl`` CLI: a CA and the
 server's certificate (ECDSA P-256, PEM, keys PKCS#8 and mode 0600; SAN localhost, 127.0.0.1,
-::1; also a client certificate, as cluster nodes present it to each other). CertMaker is the
-tool; the tests' certificates (lmcache_resp_testing.certs: expired, wrong host, client ones) are
-made with it too.
+::1; its key usage allows a client's too, as cluster nodes present it to each other). CertMaker is the
+tool; the tests' certificates (lmcache_resp_testing.certs in the repository: expired, wrong
+host, client ones) are made with it too, and are ServerCerts with more files.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmcache_resp.bench.servers.errors import EXIT_MISSING, LaunchError
+from lmcache_resp_servers.errors import EXIT_MISSING, LaunchError
 
-__all__ = ["CertMaker", "ServerCerts", "make_once", "make_server_certs"]
+__all__ = ["CertMaker", "ServerCerts", "certs_for", "make_once", "make_server_certs"]
 
 MISSING_OPENSSL = "openssl not found: install Debian's package 'openssl' (apt-get install -y openssl)"
 SAN_LOCAL = "DNS:localhost, IP:127.0.0.1, IP:::1"
@@ -61,22 +61,38 @@ authorityKeyIdentifier = keyid
 @dataclass(frozen=True)
 class ServerCerts:
     """A TLS server's certificates (ECDSA P-256, PEM; keys PKCS#8, mode 0600): ``ca`` signs
-    ``server_cert`` (SAN localhost, 127.0.0.1, ::1), which the server presents."""
+    ``server_cert`` (SAN localhost, 127.0.0.1, ::1), which the server presents, and the
+    ``client_cert`` a client presents where the server asks for one (None: no client
+    certificate was made, as for the benchmark's ``--tls``)."""
 
     directory: Path
     ca: Path
     server_cert: Path
     server_key: Path
+    client_cert: Path | None = None
+    client_key: Path | None = None
 
-    def client_context(self) -> ssl.SSLContext:
-        """A stdlib TLS client context trusting ``ca`` only (host names checked)."""
+    def client_context(self, *, client_cert: bool = True, verify: bool = True) -> ssl.SSLContext:
+        """A stdlib TLS client context trusting ``ca`` only (host names checked), presenting
+        ``client_cert`` where there is one unless told not to (a server not asking for one never
+        sees it). ``verify=False``: no check of the server's certificate at all."""
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.load_verify_locations(cafile=str(self.ca))
+        if verify:
+            context.load_verify_locations(cafile=str(self.ca))
+        else:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if client_cert and self.client_cert is not None and self.client_key is not None:
+            context.load_cert_chain(str(self.client_cert), str(self.client_key))
         return context
 
     def cli_args(self) -> list[str]:
-        """redis-cli's TLS options: trust the CA."""
-        return ["--tls", "--cacert", str(self.ca)]
+        """redis-cli's TLS options: trust the CA, and present the client certificate where there
+        is one (a server that does not ask for one never sees it)."""
+        args = ["--tls", "--cacert", str(self.ca)]
+        if self.client_cert is not None and self.client_key is not None:
+            args += ["--cert", str(self.client_cert), "--key", str(self.client_key)]
+        return args
 
 
 class CertMaker:
@@ -168,3 +184,9 @@ def make_server_certs(directory: Path) -> ServerCerts:
     return certs
 
 
+def certs_for(tls: bool | ServerCerts, directory: Path) -> ServerCerts | None:
+    """What a ``tls`` option means: a ServerCerts, those; True, certificates made in
+    ``directory`` (make_server_certs); False, none (plaintext)."""
+    if isinstance(tls, ServerCerts):
+        return tls
+    return make_server_certs(directory) if tls else None

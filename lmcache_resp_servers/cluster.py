@@ -4,11 +4,12 @@ in ports.CLUSTER_PORTS), joined with ``redis-cli --cluster create`` and waited f
 node reports cluster_state:ok, all 16384 slots assigned and ok, every node known to every other,
 and every replica's link to its primary up. DIR/pids holds "PORT PID" per server, primaries
 first; DIR/server and DIR/cli name the binaries. With an owner, a watcher process
-(:mod:`~lmcache_resp.bench.servers.watcher`) ends the servers once the owner is gone.
+(:mod:`~lmcache_resp_servers.watcher`) ends the servers once the owner is gone.
 
 Every node is configured alike (a ServerConfig): with TLS, a node also speaks it on its bus and
-replication links (``tls-cluster yes``, ``tls-replication yes``). The tests' RedisCluster
-(lmcache_resp_testing.servers) and their command line start clusters through this module too.
+replication links (``tls-cluster yes``, ``tls-replication yes``). The benchmark's ``--cluster``,
+the test suites and their command line (``python -m lmcache_resp_testing cluster start``) start
+clusters through this module.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import signal
 import ssl
 import subprocess
 import time
@@ -23,12 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmcache_resp.bench.servers import processes, watcher, wire
-from lmcache_resp.bench.servers.binaries import cli_binary
-from lmcache_resp.bench.servers.config import ServerConfig
-from lmcache_resp.bench.servers.errors import EXIT_FAILED, EXIT_PORT_TAKEN, EXIT_USAGE, LaunchError
-from lmcache_resp.bench.servers.memory import check_keeps_freed_memory, keep_freed_memory_env
-from lmcache_resp.bench.servers.ports import BUS_OFFSET, HOST, RESERVED_PORT, free_cluster_base
+from lmcache_resp_servers import processes, watcher, wire
+from lmcache_resp_servers.binaries import cli_binary
+from lmcache_resp_servers.certs import ServerCerts, certs_for
+from lmcache_resp_servers.config import ServerConfig
+from lmcache_resp_servers.errors import EXIT_FAILED, EXIT_PORT_TAKEN, EXIT_USAGE, LaunchError
+from lmcache_resp_servers.memory import check_keeps_freed_memory, keep_freed_memory_env
+from lmcache_resp_servers.ports import BUS_OFFSET, HOST, RESERVED_PORT, free_cluster_base
+from lmcache_resp_servers.server import server_url, tls_kwargs
 
 __all__ = [
     "SLOTS",
@@ -238,27 +242,41 @@ class RedisCluster(processes.Throwaway):
     """A throwaway local Redis Cluster on 127.0.0.1, started on construction: ``primaries``
     primaries with ``replicas`` replicas each, no persistence, a short node timeout (1 s by
     default). Its servers die with :meth:`stop`, or, through a watcher process, when this process
-    dies. ``keep_freed_memory`` as for RedisServer. (A subclass sets what its ``_node_config``
-    reads before calling this constructor, which starts the cluster.)"""
+    dies. ``password`` (requirepass and masterauth on every node), ``keep_freed_memory`` and
+    ``io_threads`` as for RedisServer. TLS: ``tls=True`` (certificates made in DIR/certs) or
+    ``tls=certs`` (a ServerCerts): every node TLS only, on its bus and replication links too,
+    ``.certs`` those, ``.seed_url`` a ``rediss://`` one; ``tls_auth_clients`` as for
+    RedisServer."""
+
+    certs: ServerCerts | None
 
     def __init__(
         self,
         directory: Path | str | None = None,
         primaries: int = 3,
         replicas: int = 0,
+        password: str | None = None,
         *,
         server: str | None = None,
         cli: str | None = None,
         io_threads: int | None = None,
         node_timeout_ms: int = 1000,
+        tls: bool | ServerCerts = False,
+        tls_auth_clients: str = "no",
         keep_freed_memory: bool = False,
     ) -> None:
         super().__init__(server, directory, "lmcache-resp-cluster-")
+        self.password = password
         self.keep_freed_memory = keep_freed_memory
         self.io_threads = io_threads
         self.node_timeout_ms = node_timeout_ms
+        self.tls_auth_clients = tls_auth_clients
         try:
-            node = self._node_config()
+            self.certs = certs_for(tls, self.directory / "certs")
+            # Every node's configuration but its directory and port (start_cluster's ``node``).
+            node = ServerConfig(self.directory, 0, password=password, io_threads=io_threads,
+                                cluster_node_timeout_ms=node_timeout_ms, tls=self.certs,
+                                tls_auth_clients=tls_auth_clients)
             self.cli_binary = cli or cli_binary(self.binary, tls=node.tls is not None)
             started = start_cluster_on_free_ports(
                 self.directory, primaries, replicas, node=node, binary=self.binary, cli=self.cli_binary,
@@ -270,18 +288,70 @@ class RedisCluster(processes.Throwaway):
         self._started = started
         self.nodes = started.nodes
 
-    def _node_config(self) -> ServerConfig:
-        """Every node's configuration (start_cluster's ``node``)."""
-        return ServerConfig(self.directory, 0, io_threads=self.io_threads,
-                            cluster_node_timeout_ms=self.node_timeout_ms)
-
     @property
     def endpoints(self) -> list[str]:
         return [node.address for node in self.nodes]
+
+    @property
+    def seed_url(self) -> str:
+        """A URL for the first node, from which clients discover the rest: ``rediss://`` for a
+        TLS cluster (the CA etc.: :meth:`tls_kwargs`)."""
+        seed = self.nodes[0]
+        return server_url("redis", seed.address, self.password, self.certs is not None)
+
+    def tls_kwargs(self, client_cert: bool | None = None) -> dict[str, Any]:
+        """As RedisServer.tls_kwargs: redis-py's names for reaching this TLS cluster ({} if plaintext)."""
+        return tls_kwargs(self.certs, self.tls_auth_clients, client_cert)
+
+    def client_context(self, client_cert: bool = True) -> ssl.SSLContext | None:
+        """A stdlib TLS context for the nodes (None: plaintext), as :func:`wire.command` takes it."""
+        return None if self.certs is None else self.certs.client_context(client_cert=client_cert)
+
+    def command(self, node: ClusterNode, *args: str) -> object:
+        """One command to one node over a raw socket (TLS for a TLS cluster); its reply (error
+        replies raise)."""
+        return wire.command(node.port, *args, password=self.password, host=node.host, tls=self.client_context())
+
+    def primaries(self) -> list[ClusterNode]:
+        """Live nodes that call themselves primaries now (ROLE), in node order."""
+        return self._live_with_role("master")
+
+    def replicas(self) -> list[ClusterNode]:
+        """Live nodes that call themselves replicas now (ROLE), in node order."""
+        return self._live_with_role("slave")
+
+    def _live_with_role(self, role: str) -> list[ClusterNode]:
+        context = self.client_context()
+        return [
+            node for node in self.nodes
+            if not watcher.exited(node.pid) and wire.role(node.port, self.password, context) == role
+        ]
+
+    def kill(self, node: ClusterNode) -> None:
+        """SIGKILL one node, as in a crash; returns once it is gone (its process reaped)."""
+        os.kill(node.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while not watcher.exited(node.pid):
+            if time.monotonic() > deadline:
+                raise LaunchError(f"node {node.port} (pid {node.pid}) did not die")
+            time.sleep(0.01)
+        self._started.processes[self.nodes.index(node)].wait()
+
+    def cli(self, *args: str) -> str:
+        """redis-cli -c (follows redirects like a cluster client) against the first node; its
+        stdout. The password travels in the environment, never on the command line."""
+        seed = self.nodes[0]
+        env = processes.env_without_secrets()
+        if self.password:
+            env.update(dict.fromkeys(processes.CLI_AUTH_ENV, self.password))
+        tls = self.certs.cli_args() if self.certs is not None else []
+        result = subprocess.run(
+            [self.cli_binary, "-c", *tls, "-h", seed.host, "-p", str(seed.port), *args],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, check=True,
+        )
+        return result.stdout
 
     def stop(self) -> None:
         """Kills every server, waits until they are gone, and removes the temp dir it made."""
         self._started.kill()
         super().stop()
-
-

@@ -1,9 +1,11 @@
 """A throwaway server's process: its environment (no secrets, its memory regime), starting it
-on its config file, waiting until it answers as that very process, killing it, and Throwaway,
-what a server, a cluster and a Sentinel group share (the binary, a temp dir, ``with``)."""
+on its config file, waiting until it answers as that very process, killing it, whether its
+binary has TLS, and Throwaway, what a server, a cluster and a Sentinel group share (the binary,
+a temp dir, ``with``)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -15,11 +17,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-from lmcache_resp.bench.servers.binaries import server_binary, server_malloc, server_version
-from lmcache_resp.bench.servers.config import ServerConfig
-from lmcache_resp.bench.servers.errors import EXIT_PORT_TAKEN, LaunchError, TlsUnsupported
-from lmcache_resp.bench.servers.memory import MALLOC_CONF_VARS
-from lmcache_resp.bench.servers.wire import ReplyError, info
+from lmcache_resp_servers.binaries import server_binary, server_malloc, server_version
+from lmcache_resp_servers.config import ServerConfig
+from lmcache_resp_servers.errors import EXIT_PORT_TAKEN, LaunchError, TlsUnsupported
+from lmcache_resp_servers.memory import MALLOC_CONF_VARS
+from lmcache_resp_servers.ports import free_port
+from lmcache_resp_servers.wire import ReplyError, info
 
 __all__ = [
     "ADDRESS_IN_USE",
@@ -31,6 +34,7 @@ __all__ = [
     "kill",
     "log_tail",
     "server_env",
+    "server_supports_tls",
     "spawn",
     "wait_answering",
 ]
@@ -88,6 +92,26 @@ def spawn(
             [binary, str(path)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
             start_new_session=own_session, env=server_env(allocator or {}),
         )
+
+
+@functools.lru_cache(maxsize=None)
+def server_supports_tls(binary: str) -> bool:
+    """Whether ``binary`` was built with TLS, in some milliseconds: asked for a TLS port without
+    certificates, a server with TLS exits for their lack, one without for its own (saying
+    NO_TLS_IN_LOG), before either listens."""
+    with tempfile.TemporaryDirectory(prefix="lmcache-resp-tls-probe-") as scratch:
+        try:
+            probe = subprocess.run(
+                [binary, "--port", "0", "--tls-port", str(free_port()), "--tls-cert-file", os.path.join(scratch, "none"),
+                 "--tls-key-file", os.path.join(scratch, "none"), "--save", "", "--appendonly", "no", "--dir", scratch,
+                 "--logfile", ""],
+                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10, env=env_without_secrets(),
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            # It went on running: whatever it is, it did not stop for want of TLS.
+            return True
+    return not any(words in probe.stdout + probe.stderr for words in NO_TLS_IN_LOG)
 
 
 def wait_answering(process: subprocess.Popen[bytes], config: ServerConfig, deadline: float) -> None:

@@ -8,7 +8,7 @@ import ssl
 from collections.abc import Sequence
 from typing import Any
 
-from lmcache_resp.bench.servers.ports import HOST
+from lmcache_resp_servers.ports import HOST
 
 __all__ = ["ReplyError", "command", "connect", "encode", "info", "read_reply", "role"]
 
@@ -87,9 +87,6 @@ def info(
     reply = command(port, *args, password=password, timeout=timeout, tls=tls)
     text = reply.decode(errors="replace") if isinstance(reply, bytes) else ""
     return dict(line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("#"))
-
-
-# How long the bench waits for replicas to catch up before reading from them.
 
 
 def role(port: int, password: str | None, tls: ssl.SSLContext | None = None) -> str:

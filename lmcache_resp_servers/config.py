@@ -1,18 +1,23 @@
 """What goes into a throwaway server's config file (DIR/redis.conf): no persistence, a log in
 DIR, and the options a server is started with (password, Unix socket, I/O threads, cluster mode,
-TLS only). The tests' TestServerConfig (lmcache_resp_testing.servers) extends it through the
-methods that say so (ACL users, client certificates, another certificate presented)."""
+TLS only: which certificate it presents, whether it asks clients for theirs, extra lines). Every
+option is a field: a caller that needs more (the tests' ACL users, say) passes config lines in
+``extra``."""
 
 from __future__ import annotations
 
 import os
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from lmcache_resp.bench.servers.certs import ServerCerts
+from lmcache_resp_servers.certs import ServerCerts
+from lmcache_resp_servers.errors import EXIT_USAGE, LaunchError
 
-__all__ = ["ServerConfig", "quoted"]
+__all__ = ["TLS_AUTH_CLIENTS", "ServerConfig", "quoted"]
+
+# tls-auth-clients: the server asks for no client certificate, requires one, or checks one if sent.
+TLS_AUTH_CLIENTS = ("no", "yes", "optional")
 
 
 def quoted(value: str) -> str:
@@ -23,20 +28,37 @@ def quoted(value: str) -> str:
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """What goes into one server's config file."""
+    """What goes into one server's config file. Its repr holds no secret: ``password`` and the
+    ``extra`` lines (a masterauth, an ACL user) are left out of it."""
 
     directory: Path
     port: int
     # requirepass (and masterauth for a cluster node); the launcher's own checks AUTH with it.
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
     unix_socket: bool = False
     io_threads: int | None = None
     # Cluster mode, with this node timeout: short, so failover takes seconds.
     cluster_node_timeout_ms: int | None = None
-    extra: tuple[str, ...] = ()
-    # TLS only, on ``port``: the server presents ``served_cert()`` (``tls.server_cert``) and
-    # trusts ``tls.ca``. A cluster node also speaks TLS on its bus and to its primary.
+    extra: tuple[str, ...] = field(default=(), repr=False)
+    # TLS only, on ``port``: the server presents ``served_cert()`` and trusts ``tls.ca``. A
+    # cluster node also speaks TLS on its bus and to its primary.
     tls: ServerCerts | None = None
+    # tls-auth-clients (TLS_AUTH_CLIENTS). With "yes" the launcher's own checks present
+    # ``tls.client_cert``, which must exist.
+    tls_auth_clients: str = "no"
+    # Another (certificate, key) to present than ``tls.server_cert`` (an expired one, say): the
+    # launcher's own checks then do not verify it.
+    tls_server_cert: tuple[Path, Path] | None = None
+
+    def __post_init__(self) -> None:
+        if self.tls_auth_clients not in TLS_AUTH_CLIENTS:
+            raise LaunchError(f"tls_auth_clients must be one of {TLS_AUTH_CLIENTS}, not {self.tls_auth_clients!r}",
+                              EXIT_USAGE)
+        if self.tls is None and (self.tls_server_cert is not None or self.tls_auth_clients != "no"):
+            raise LaunchError("tls_server_cert and tls_auth_clients need tls", EXIT_USAGE)
+        if self.tls is not None and self.tls_auth_clients == "yes" and self.tls.client_cert is None:
+            raise LaunchError(f"tls_auth_clients='yes' needs certificates with a client certificate, which those in "
+                              f"{self.tls.directory} lack (ServerCerts.client_cert)", EXIT_USAGE)
 
     @property
     def tls_cluster(self) -> bool:
@@ -46,19 +68,19 @@ class ServerConfig:
     def served_cert(self) -> tuple[Path, Path]:
         """The certificate and key the server presents."""
         assert self.tls is not None
-        return self.tls.server_cert, self.tls.server_key
+        return self.tls_server_cert or (self.tls.server_cert, self.tls.server_key)
 
-    def auth_clients(self) -> str:
-        """tls-auth-clients: no client certificate is asked for."""
-        return "no"
+    @property
+    def presents_own_cert(self) -> bool:
+        """Whether the server presents ``tls.server_cert``, which a client can verify."""
+        return self.tls is not None and self.served_cert() == (self.tls.server_cert, self.tls.server_key)
 
     def client_context(self) -> ssl.SSLContext | None:
-        """The TLS context of the launcher's own checks (None: plaintext)."""
-        return None if self.tls is None else self.tls.client_context()
-
-    def user_lines(self) -> list[str]:
-        """ACL users beside the default one: none."""
-        return []
+        """The TLS context of the launcher's own checks (None: plaintext): it presents the
+        client certificate where there is one, and verifies the server's only when that is
+        ``tls.server_cert``, since a caller may have it serve an expired or wrong-host one on
+        purpose (the checks know the server by its process id)."""
+        return None if self.tls is None else self.tls.client_context(verify=self.presents_own_cert)
 
     @property
     def path(self) -> Path:
@@ -84,7 +106,6 @@ class ServerConfig:
         ]
         if self.password is not None:
             lines.append(f"requirepass {quoted(self.password)}")
-        lines += self.user_lines()
         if self.unix_path is not None:
             lines += [f"unixsocket {quoted(str(self.unix_path))}", "unixsocketperm 700"]
         if self.io_threads is not None and self.io_threads > 1:
@@ -110,7 +131,7 @@ class ServerConfig:
                 f"tls-cert-file {quoted(str(cert))}",
                 f"tls-key-file {quoted(str(key))}",
                 f"tls-ca-cert-file {quoted(str(self.tls.ca))}",
-                f"tls-auth-clients {self.auth_clients()}",
+                f"tls-auth-clients {self.tls_auth_clients}",
             ]
             if self.tls_cluster:
                 # Outgoing bus and replication links present the server certificate (its EKU
@@ -126,5 +147,3 @@ class ServerConfig:
         with os.fdopen(fd, "w") as conf:
             conf.write("\n".join(self.lines()) + "\n")
         return self.path
-
-

@@ -1,32 +1,24 @@
 """A throwaway Sentinel group (SentinelGroup): a primary, its replicas and the Sentinels that
 watch it, with short failover timings; what ``python -m lmcache_resp.bench --sentinel-failover``
-fails over. The tests' SentinelGroup (lmcache_resp_testing.servers) adds passwords and TLS
-through the methods that say so."""
+fails over, and what the test suites' Sentinel tests run against (with passwords and TLS)."""
 
 from __future__ import annotations
 
 import os
-import ssl
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from lmcache_resp.bench.servers import processes
-from lmcache_resp.bench.servers.config import quoted
-from lmcache_resp.bench.servers.errors import EXIT_MISSING, LaunchError
-from lmcache_resp.bench.servers.ports import HOST, free_port
-from lmcache_resp.bench.servers.server import RedisServer
-from lmcache_resp.bench.servers.wire import ReplyError, command
+from lmcache_resp_servers import processes
+from lmcache_resp_servers.certs import ServerCerts, certs_for
+from lmcache_resp_servers.config import quoted
+from lmcache_resp_servers.errors import LaunchError, SentinelUnsupported
+from lmcache_resp_servers.ports import HOST, free_port
+from lmcache_resp_servers.server import RedisServer, server_url
+from lmcache_resp_servers.wire import ReplyError, command
 
 __all__ = ["SentinelGroup", "SentinelUnsupported"]
-
-
-class SentinelUnsupported(LaunchError):
-    """The server binary cannot run as a Sentinel (``--sentinel``)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, EXIT_MISSING)
 
 
 class SentinelGroup(processes.Throwaway):
@@ -35,14 +27,16 @@ class SentinelGroup(processes.Throwaway):
     (``primary``, ``replica-N``, ``sentinel-N``), started on construction and waited for until
     every replica's link is up and every Sentinel knows the others and the replicas. Short
     ``down_after_ms`` and ``failover_timeout_ms`` make a failover take about a second. A binary
-    that cannot run as a Sentinel raises SentinelUnsupported. ``.url`` is the
-    ``redis+sentinel://`` URL; ``.primary_port()`` what the Sentinels say now."""
+    that cannot run as a Sentinel raises SentinelUnsupported.
 
-    # What a subclass (the tests') sets in _before_start: the data servers' password, the
-    # Sentinels' own, and the TLS context of every check. The benchmark's group has none.
-    password: str | None = None
-    sentinel_password: str | None = None
-    tls_context: ssl.SSLContext | None = None
+    ``password`` is the data servers' (requirepass, masterauth, the Sentinels' auth-pass);
+    ``sentinel_password`` the Sentinels' own (requirepass and sentinel-pass). ``tls=True`` (or a
+    ServerCerts): every server and Sentinel speaks TLS only, on certificates made in DIR/certs
+    (``.certs``), replication and the Sentinels' own links included. ``.url`` is the
+    ``redis+sentinel://`` URL (``rediss+sentinel://`` with TLS); ``.primary_port()`` what the
+    Sentinels say now."""
+
+    certs: ServerCerts | None
 
     def __init__(
         self,
@@ -52,16 +46,24 @@ class SentinelGroup(processes.Throwaway):
         sentinels: int = 3,
         service: str = "mymaster",
         server: str | None = None,
+        password: str | None = None,
+        sentinel_password: str | None = None,
         down_after_ms: int = 1000,
         failover_timeout_ms: int = 3000,
+        tls: bool | ServerCerts = False,
     ) -> None:
         super().__init__(server, directory, "lmcache-resp-sentinel-")
         self.service = service
+        self.password = password
+        self.sentinel_password = sentinel_password
+        self.certs = None
         self.servers: list[RedisServer] = []
         self.sentinel_processes: list[subprocess.Popen[bytes]] = []
         self.sentinel_ports: list[int] = []
         try:
-            self._before_start()
+            self.certs = certs_for(tls, self.directory / "certs")
+            # The TLS context of every check of the group's own.
+            self.tls_context = None if self.certs is None else self.certs.client_context()
             self.servers.append(self._data_server(self.directory / "primary", self._replication_lines()))
             primary = self.servers[0].port
             for i in range(replicas):
@@ -75,24 +77,36 @@ class SentinelGroup(processes.Throwaway):
             self.stop()
             raise
 
-    def _before_start(self) -> None:
-        """What a subclass prepares once the directory exists (certificates, say): nothing."""
-
     def _data_server(self, directory: Path, conf: list[str]) -> RedisServer:
         """The primary or a replica, with ``conf`` (replicaof...) in its config file."""
-        return RedisServer(directory, server=self.binary, conf=conf)
+        return RedisServer(directory, server=self.binary, password=self.password, conf=conf, tls=self.certs or False)
 
     def _replication_lines(self) -> list[str]:
-        """Config lines every data server gets for replicating (a subclass's masterauth): none."""
-        return []
+        """What every data server's config gets for replicating: masterauth, TLS replication."""
+        lines = [f"masterauth {quoted(self.password)}"] if self.password is not None else []
+        return lines + (["tls-replication yes"] if self.certs is not None else [])
 
     def _listen_lines(self, port: int) -> list[str]:
-        """A Sentinel's listener: plaintext on ``port``."""
-        return [f"port {port}"]
+        """A Sentinel's listener: plaintext on ``port``, or TLS only."""
+        if self.certs is None:
+            return [f"port {port}"]
+        return [
+            "port 0",
+            f"tls-port {port}",
+            f"tls-cert-file {quoted(str(self.certs.server_cert))}",
+            f"tls-key-file {quoted(str(self.certs.server_key))}",
+            f"tls-ca-cert-file {quoted(str(self.certs.ca))}",
+            "tls-auth-clients no",
+            "tls-replication yes",
+        ]
 
     def _sentinel_auth_lines(self) -> list[str]:
-        """A Sentinel's passwords (a subclass's auth-pass, requirepass): none."""
-        return []
+        """A Sentinel's passwords: the data servers' (auth-pass) and its own."""
+        lines = [f"sentinel auth-pass {self.service} {quoted(self.password)}"] if self.password is not None else []
+        if self.sentinel_password is not None:
+            lines += [f"requirepass {quoted(self.sentinel_password)}",
+                      f"sentinel sentinel-pass {quoted(self.sentinel_password)}"]
+        return lines
 
     def _start_sentinel(self, directory: Path, primary: int, down_after_ms: int, failover_timeout_ms: int) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -176,9 +190,10 @@ class SentinelGroup(processes.Throwaway):
 
     @property
     def url(self) -> str:
-        """``redis+sentinel://127.0.0.1:P1,...,/service``."""
+        """``redis+sentinel://[:password@]127.0.0.1:P1,...,/service`` (``rediss+sentinel://``
+        with TLS)."""
         nodes = ",".join(f"{HOST}:{port}" for port in self.sentinel_ports)
-        return f"redis+sentinel://{nodes}/{self.service}"
+        return server_url("redis+sentinel", f"{nodes}/{self.service}", self.password, self.certs is not None)
 
     def primary_port(self, sentinel: int = 0) -> int:
         """The primary's port, as Sentinel number ``sentinel`` says now."""

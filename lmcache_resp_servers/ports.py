@@ -8,7 +8,7 @@ import random
 import socket
 import time
 
-from lmcache_resp.bench.servers.errors import LaunchError
+from lmcache_resp_servers.errors import LaunchError
 
 __all__ = ["BUS_OFFSET", "CLUSTER_PORTS", "HOST", "RESERVED_PORT", "free_cluster_base", "free_port", "port_free"]
 
