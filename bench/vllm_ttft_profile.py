@@ -31,7 +31,7 @@ from pathlib import Path
 
 from lmcache_resp.bench.lmcache_l2 import adapter_spec
 from lmcache_resp.bench.options import Options
-from lmcache_resp.bench.servers.server import RedisServer
+from lmcache_resp_servers.server import RedisServer
 from lmcache_resp.bench.target import Target
 from lmcache_resp import RespSettings
 from lmcache_resp.bench.vllm_model import CHUNK_TOKENS, write_model

@@ -103,8 +103,9 @@ echo "==> building and installing lmcache-resp into $VENV"
 
 echo "==> pytest vllm-tests (a real vLLM $VLLM_VERSION engine on CPU, LMCache $LMCACHE_VERSION's MP server, throwaway redis-servers)"
 PYTHONPATH="$REPO/testing" "$VENV/bin/python" -P -c "
-import torch, vllm, lmcache_resp, lmcache_resp_testing.servers, vllm_rebind_fix
+import torch, vllm, lmcache_resp, lmcache_resp_servers, lmcache_resp_testing.servers, vllm_rebind_fix
 assert '$REPO/lmcache_resp' not in lmcache_resp.__file__, lmcache_resp.__file__
+assert '$REPO/lmcache_resp_servers' not in lmcache_resp_servers.__file__, lmcache_resp_servers.__file__
 print('torch', torch.__version__, '| vllm', vllm.__version__, '| lmcache $LMCACHE_VERSION | lmcache_resp', lmcache_resp.__version__)"
 export HF_HUB_OFFLINE=1 LMCACHE_TRACK_USAGE=false LMCACHE_DISABLE_BANNER=1 VLLM_NO_USAGE_STATS=1
 # The pytest entry point, not `python -m pytest`: the repository root must not shadow the

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmcache_resp.bench.servers.ports import HOST, free_port
-from lmcache_resp.bench.servers.wire import command
+from lmcache_resp_servers.ports import HOST, free_port
+from lmcache_resp_servers.wire import command
 
 __all__ = [
     "Engine",
