@@ -17,7 +17,8 @@ __all__ = ["AdapterParams", "Buffer", "SettingsKwargs", "ValkeyAdapterKwargs"]
 
 class SettingsKwargs(TypedDict, total=False):
     """Every setting by keyword (see :class:`~lmcache_resp.settings.RespSettings`); None
-    means "not set"."""
+    means "not set". One key per row of the settings' table (rust/src/settings/table.rs), typed
+    as the row's ``accepts``: py-tests/test_stubs.py checks it."""
 
     host: str | None
     port: int | str | None
@@ -52,7 +53,7 @@ class SettingsKwargs(TypedDict, total=False):
     sentinel_nodes: str | None
     sentinel_service_name: str | None
     sentinel_username: str | None
-    sentinel_password: str | None
+    sentinel_password: str | Secret | None
     sentinel_tls: bool | None
 
 

@@ -25,10 +25,12 @@ live) with the ways in that need Python:
   are the Sentinels' own (never read from a URL). ``sentinel_tls`` (default: as the data
   server) speaks TLS to the Sentinels with the same ``ssl_*`` settings. The store finds the
   primary through the Sentinels and follows failovers (docs/reliability.md, "Sentinel").
-- :meth:`RespSettings.from_lmcache`: LMCache's ``--l2-adapter`` JSON, as a dict or a string:
-  the ``native_plugin`` document, the ``"type": "resp"`` or ``"type": "valkey"`` flat form, or
-  bare adapter params. As in LMCache, an empty ``host``/``username``/``password`` (or ``port``
-  0) means "not set", so the environment applies.
+- :meth:`RespSettings.from_lmcache`: LMCache's ``--l2-adapter`` JSON (0.5.6 and 0.5.7), as a
+  dict or a string: the ``native_plugin`` document, the ``"type": "resp"`` or ``"type":
+  "valkey"`` flat form, or bare adapter params. As in LMCache, an empty
+  ``host``/``username``/``password`` (or ``port`` 0) means "not set", so the environment
+  applies. LMCache's conventions are decided in the core (``rust/src/settings/lmcache.rs``);
+  this module parses the JSON and hands it over.
 - :meth:`RespSettings.from_sglang`: SGLang's ``--hicache-storage-backend-extra-config`` JSON
   (as a dict or a string), our settings beside SGLang's own keys, read like LMCache's adapter
   params (empty means "not set", unknown keys are errors).
@@ -72,28 +74,17 @@ __all__ = [
 Secret = _native.Secret
 EvictionSettings = _native.EvictionSettings
 
-ENV_USERNAME = "LMCACHE_RESP_USERNAME"
-ENV_PASSWORD = "LMCACHE_RESP_PASSWORD"
+# The variables, as the settings' table names them (rust/src/settings/table.rs).
+_ENV_VARS = dict(_native.Settings.env_vars)
+ENV_USERNAME = _ENV_VARS["username"]
+ENV_PASSWORD = _ENV_VARS["password"]
 # Read only where TLS is on (rediss:// or ssl=True): deployment-wide, harmless for plaintext.
-ENV_SSL_CA_CERTS = "LMCACHE_RESP_SSL_CA_CERTS"
-ENV_SSL_CERTFILE = "LMCACHE_RESP_SSL_CERTFILE"
-ENV_SSL_KEYFILE = "LMCACHE_RESP_SSL_KEYFILE"
+ENV_SSL_CA_CERTS = _ENV_VARS["ssl_ca_certs"]
+ENV_SSL_CERTFILE = _ENV_VARS["ssl_certfile"]
+ENV_SSL_KEYFILE = _ENV_VARS["ssl_keyfile"]
 
 logger = logging.getLogger("lmcache_resp")
 
-# What LMCache wraps around the adapter params; never settings of ours.
-_ENVELOPE_KEYS = frozenset({"type", "module_path", "class_name", "adapter_params"})
-# LMCache's own keys at the top level of an L2 adapter document: its capacity accounting and
-# eviction controller (which deletes through the connector), and its routing flags.
-_LMCACHE_KEYS = frozenset({"max_capacity_gb", "eviction", "affinity_tag", "shared", "persist_enabled", "serde"})
-_CAPACITY_KEYS = ("max_capacity_gb", "eviction")
-_LMCACHE_TYPES = ("native_plugin", "resp", "valkey")
-# The flat forms: the adapter's settings beside "type" (LMCache's C++ resp and Python valkey).
-_FLAT_TYPES = ("resp", "valkey")
-# The MP adapter, as a native_plugin document names it: lmcache_resp.lmcache.mp, or the path
-# documented before the adapters moved there ("lmcache_resp", whose RespConnector is the same class).
-_PLUGIN_MODULES = ("lmcache_resp.lmcache.mp", "lmcache_resp")
-_PLUGIN_CLASS = "RespConnector"
 # SGLang's own keys in --hicache-storage-backend-extra-config, every one SGLang 0.5.23 reads
 # whatever the backend: its dynamic loader's (backend_name, module_path, class_name) and cache
 # controller's (interface_v1; the prefetch tuning and hicache_storage_pass_prefix_keys, taken
@@ -130,10 +121,7 @@ class RespSettings(_native.Settings):
         ``password`` means "none" (the environment is not consulted); LMCache's convention,
         where empty means "not set", is :meth:`from_lmcache`'s.
         """
-        settings = cls(url, env=os.environ if env is None else env, **explicit)
-        for warning in settings.warnings:
-            logger.warning("%s", warning)
-        return settings
+        return cls._logged(cls(url, env=_environment(env), **explicit))
 
     @classmethod
     def from_url(cls, url: str, *, env: Mapping[str, str] | None = None, **explicit: Any) -> RespSettings:
@@ -145,11 +133,14 @@ class RespSettings(_native.Settings):
         """LMCache's L2 adapter configuration (MP mode), as a dict or a JSON string: the whole
         ``{"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp", "class_name":
         "RespConnector", "adapter_params": {...}}`` document (or ``"module_path":
-        "lmcache_resp"``, the path documented before), the ``{"type": "resp", ...}``
-        flat form, or just the adapter params. LMCache's own top-level keys
-        (``max_capacity_gb``, ``eviction``, ``affinity_tag``, ...) are LMCache's: they configure
-        its accounting and eviction controller, not the connector."""
-        return cls.from_adapter_params(_adapter_params(config), env=env)
+        "lmcache_resp"``, the path documented before), the ``{"type": "resp", ...}`` or
+        ``{"type": "valkey", ...}`` flat form, or just the adapter params. LMCache's own top-level
+        keys (``max_capacity_gb``, ``eviction``, ``shared``, ``persist_enabled``, ``serde``) are
+        LMCache's: they configure its accounting and eviction controller, not the connector.
+        LMCache 0.5.6's ``affinity_tag`` is accepted too, with a warning: 0.5.7 refuses it.
+        LMCache's conventions are the core's (``rust/src/settings/lmcache.rs``)."""
+        document = _parse_json(config, "L2 adapter") if isinstance(config, str) else config
+        return cls._logged(cls(_native.Settings.from_lmcache_document(document, env=_environment(env))))
 
     @classmethod
     def from_sglang(cls, config: Mapping[str, Any] | str, *, env: Mapping[str, str] | None = None) -> RespSettings:
@@ -189,71 +180,20 @@ class RespSettings(_native.Settings):
         keys at the top level of the adapter JSON), so ``max_capacity_gb``/``eviction`` here
         would make a second evictor and are refused. The non-MP plugin passes False: there the
         connector owns them."""
-        given = {str(k): v for k, v in params.items()}
-        misplaced = [k for k in _CAPACITY_KEYS if given.get(k) not in (None, 0, 0.0, "")]
-        if lmcache_evicts and misplaced:
-            raise InvalidInputError(
-                f"{' and '.join(misplaced)} inside adapter_params: in MP mode LMCache owns capacity and eviction. "
-                "Put max_capacity_gb and eviction at the top level of the --l2-adapter JSON, next to adapter_params: "
-                "LMCache then accounts for usage and evicts, deleting through this connector "
-                "(in non-MP mode, set them on the remote storage plugin instead)"
-            )
-        if "resp_num_threads" in given:
-            if given.get("num_workers") is not None:
-                raise InvalidInputError("give num_workers or resp_num_threads, not both")
-            given["num_workers"] = given.pop("resp_num_threads")
-        blank = {k for k, v in given.items() if v == "" or (k == "port" and v == 0 and not isinstance(v, bool))}
-        url = given.pop("url", None) or None
-        return cls.resolve(url, env=env, **{k: v for k, v in given.items() if k not in blank})
+        native = _native.Settings.from_lmcache_params(params, env=_environment(env), lmcache_evicts=lmcache_evicts)
+        return cls._logged(cls(native))
+
+    @classmethod
+    def _logged(cls, settings: RespSettings) -> RespSettings:
+        """``settings``, its warnings logged."""
+        for warning in settings.warnings:
+            logger.warning("%s", warning)
+        return settings
 
 
-def _adapter_params(config: Mapping[str, Any] | str) -> Mapping[str, Any]:
-    """The adapter params inside any of LMCache's three shapes."""
-    document = _parse_json(config, "L2 adapter") if isinstance(config, str) else config
-    if not isinstance(document, Mapping):
-        raise InvalidInputError(f"LMCache L2 adapter config must be a JSON object, not {type(document).__name__}")
-    kind = document.get("type")
-    if kind is None:
-        return document
-    if kind not in _LMCACHE_TYPES:
-        raise InvalidInputError(f"L2 adapter type must be one of {', '.join(map(repr, _LMCACHE_TYPES))}, got {kind!r}")
-    if kind in _FLAT_TYPES:
-        params = {k: v for k, v in document.items() if k != "type" and k not in _LMCACHE_KEYS}
-        _check_single_evictor(document, params)
-        return params
-    _check_plugin_target(document)
-    beside = sorted(str(k) for k in document if k not in _ENVELOPE_KEYS | _LMCACHE_KEYS)
-    if beside:
-        # Names only, never values: one could be a password.
-        raise InvalidInputError(
-            "unknown key(s) beside adapter_params (RespConnector sees only adapter_params: put settings there; "
-            f"LMCache's own are {', '.join(sorted(_LMCACHE_KEYS))}): " + ", ".join(repr(k) for k in beside)
-        )
-    params = document.get("adapter_params", {})
-    if not isinstance(params, Mapping):
-        raise InvalidInputError(f"adapter_params must be a JSON object, not {type(params).__name__}")
-    _check_single_evictor(document, params)
-    return params
-
-
-def _check_single_evictor(document: Mapping[str, Any], params: Mapping[str, Any]) -> None:
-    """LMCache's own ``max_capacity_gb`` > 0 beside a ``ttl_seconds``: two owners of eviction
-    (the settings refuse the pair inside one connector; here LMCache is the second owner)."""
-    capacity = document.get("max_capacity_gb")
-    if params.get("ttl_seconds") is not None and isinstance(capacity, (int, float)) and capacity > 0:
-        raise InvalidInputError(
-            "ttl_seconds cannot be combined with max_capacity_gb > 0: that makes two owners of eviction (the server "
-            "expires keys LMCache's capacity accounting still counts, and LMCache evicts keys the server's policy "
-            "should choose). Use ttl_seconds with a volatile-* maxmemory-policy, or max_capacity_gb without ttl_seconds"
-        )
-
-
-def _check_plugin_target(document: Mapping[str, Any]) -> None:
-    module, cls = document.get("module_path"), document.get("class_name")
-    if module not in (None, *_PLUGIN_MODULES) or cls not in (None, _PLUGIN_CLASS):
-        raise InvalidInputError(
-            f"this native_plugin config selects {module}.{cls}, not {_PLUGIN_MODULES[0]}.{_PLUGIN_CLASS}"
-        )
+def _environment(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    """``env``, or the process's environment where none is given."""
+    return os.environ if env is None else env
 
 
 def _parse_json(text: str, what: str) -> Any:

@@ -83,9 +83,11 @@ def test_resolve_keeps_empty_credentials_as_none_but_empty_host_as_unset() -> No
 
 
 PARAMS = {"host": "10.0.0.5", "port": 6380, "num_workers": 16, "username": "", "password": ""}
-# LMCache's own keys, at the top level of its adapter JSON: its accounting and eviction.
+# LMCache's own keys, at the top level of its adapter JSON (0.5.6 and 0.5.7): its accounting and
+# eviction, its routing and persistence flags.
 LMCACHE_KEYS = {"max_capacity_gb": 10, "eviction": {"eviction_policy": "LRU", "trigger_watermark": 0.75,
-                                                    "eviction_ratio": 0.25}, "affinity_tag": "a"}
+                                                    "eviction_ratio": 0.25},
+                "shared": False, "persist_enabled": True, "serde": {"type": "naive"}}
 PLUGIN_DOCUMENT = {"type": "native_plugin", "module_path": "lmcache_resp", "class_name": "RespConnector",
                    "adapter_params": PARAMS, **LMCACHE_KEYS}
 
@@ -109,6 +111,34 @@ def test_lmcache_config_in_its_three_shapes(config: Any) -> None:
     assert (s.username, s.password) == ("env-user", Secret("env-pw"))
     # Capacity and eviction at the top level are LMCache's (MP mode): the connector tracks none.
     assert s.capacity_bytes == 0 and s.eviction == EvictionSettings()
+
+
+@pytest.mark.parametrize("shape", ["plugin", "resp"])
+def test_lmcache_0_5_6_affinity_tag_is_accepted_with_a_warning_that_0_5_7_refuses_it(
+    shape: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """LMCache 0.5.6 reads a top-level affinity_tag; 0.5.7 refuses it ("affinity_tag was removed;
+    L1 affinity is resolved from memory tags", l2_adapters/config.py). A 0.5.6 document still
+    reads, saying so; the keys named as LMCache's leave it out."""
+    caplog.set_level(logging.WARNING, logger="lmcache_resp")
+    config = {**PLUGIN_DOCUMENT, "affinity_tag": "a"} if shape == "plugin" else {"type": "resp", **PARAMS,
+                                                                                  "affinity_tag": "a"}
+    s = RespSettings.from_lmcache(config, env=ENV)
+    assert (s.host, s.port, s.capacity_bytes) == ("10.0.0.5", 6380, 0)
+    assert len(s.warnings) == 1 and "LMCache 0.5.7 refuses it" in s.warnings[0], s.warnings
+    assert "affinity_tag is LMCache 0.5.6's" in caplog.text
+    with pytest.raises(InvalidInputError) as info:
+        RespSettings.from_lmcache({**PLUGIN_DOCUMENT, "num_workers": 1}, env=EMPTY)
+    assert "LMCache's own are eviction, max_capacity_gb, persist_enabled, serde, shared)" in str(info.value)
+
+
+def test_a_settings_is_copied_as_it_is() -> None:
+    """What the LMCache readers build in the core becomes a RespSettings by copy."""
+    original = RespSettings.resolve("redis://u:pw@h:1?num_workers=3", env=EMPTY)
+    copy = RespSettings(original)
+    assert type(copy) is RespSettings and copy.to_dict() == original.to_dict() and copy.password == Secret("pw")
+    with pytest.raises(InvalidInputError, match="copied as it is"):
+        RespSettings(original, num_workers=4)
 
 
 def test_in_mp_mode_capacity_inside_adapter_params_is_an_error_saying_where_it_goes() -> None:

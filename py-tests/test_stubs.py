@@ -152,15 +152,75 @@ def test_package_parses_with_the_oldest_supported_grammar() -> None:
         ast.parse(path.read_text(), filename=str(path), feature_version=OLDEST_PYTHON)
 
 
-def test_keyword_settings_are_the_native_fields() -> None:
-    """The settings' keyword names are listed once, in the core (settings/names.rs); the typed
-    keyword list the package offers (SettingsKwargs) must name exactly those."""
-    from typing import get_type_hints
+def settings_kwargs_problems(typing_source: str) -> list[str]:
+    """How ``SettingsKwargs`` in ``typing_source`` (the text of _typing.py) differs from the
+    settings' table (rust/src/settings/table.rs, as ``_native.Settings.table``): each setting a
+    key typed as its row's ``accepts`` plus ``| None``, and no other key."""
+    tree = ast.parse(typing_source)
+    kwargs = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "SettingsKwargs")
+    declared = {
+        item.target.id: ast.unparse(item.annotation)
+        for item in kwargs.body if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+    }
+    problems = []
+    for name, accepts, *_ in _native.Settings.table:
+        if name not in declared:
+            problems.append(f"{name}: missing from SettingsKwargs in lmcache_resp/_typing.py (as {accepts} | None)")
+        elif declared[name] != f"{accepts} | None":
+            problems.append(f"{name}: SettingsKwargs says {declared[name]}, the table accepts {accepts} | None")
+    problems += [f"{name}: in SettingsKwargs, not a setting" for name in declared.keys() - set(_native.Settings.fields)]
+    return problems
 
-    from lmcache_resp import _native
-    from lmcache_resp._typing import SettingsKwargs
 
-    assert set(get_type_hints(SettingsKwargs)) == set(_native.Settings.fields)
+def stub_getter_problems(stub_source: str) -> list[str]:
+    """Each setting a property of ``Settings`` in ``stub_source`` (the text of _native.pyi)."""
+    tree = ast.parse(stub_source)
+    settings = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Settings")
+    properties = {
+        item.name for item in settings.body
+        if isinstance(item, ast.FunctionDef) and any(ast.unparse(d) == "property" for d in item.decorator_list)
+    }
+    return [f"{name}: no property of Settings in lmcache_resp/_native.pyi" for name in _native.Settings.fields
+            if name not in properties]
+
+
+TYPING = REPO / "lmcache_resp" / "_typing.py"
+
+
+def test_keyword_settings_are_the_tables() -> None:
+    """Each setting is declared once, as a row of the core's table (settings/table.rs); the typed
+    keyword list the package offers (SettingsKwargs) must name each, typed as its row says."""
+    assert settings_kwargs_problems(TYPING.read_text()) == []
+
+
+def test_every_setting_has_a_getter_in_the_stub_and_at_runtime() -> None:
+    """The getters are made from the table when the module loads; the stub declares each (and
+    stubtest, above, checks that it says what the module has)."""
+    assert stub_getter_problems(STUB.read_text()) == []
+    settings = _native.Settings()
+    for name in _native.Settings.fields:
+        assert isinstance(getattr(_native.Settings, name), property), name
+        getattr(settings, name)
+    assert list(settings.to_dict()) == ["endpoints", *_native.Settings.fields]
+
+
+@pytest.mark.parametrize("document", ["typing", "stub"])
+def test_the_checks_name_a_setting_missing_from_the_typing_or_the_stub(document: str) -> None:
+    """A row that lacks its line fails, named: io_backend's line taken out of each file."""
+    if document == "typing":
+        text = TYPING.read_text()
+        line = "    io_backend: str | None\n"
+        assert line in text
+        assert settings_kwargs_problems(text.replace(line, "")) == [
+            "io_backend: missing from SettingsKwargs in lmcache_resp/_typing.py (as str | None)"]
+        assert settings_kwargs_problems(text.replace(line, "    io_backend: int | None\n")) == [
+            "io_backend: SettingsKwargs says int | None, the table accepts str | None"]
+    else:
+        text = STUB.read_text()
+        lines = "    @property\n    def io_backend(self) -> Literal[\"auto\", \"uring\", \"poll\"]: ...\n"
+        assert lines in text
+        assert stub_getter_problems(text.replace(lines, "")) == [
+            "io_backend: no property of Settings in lmcache_resp/_native.pyi"]
 
 
 def test_valkey_adapter_names_are_the_native_ones() -> None:

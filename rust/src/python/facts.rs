@@ -1,7 +1,6 @@
 //! What a front can tell about its engine ([`EngineFacts`]), as Python dicts: where the I/O
 //! threads run and what capacity tracking has seen.
 
-use super::settings::policy_name;
 use crate::capacity::CapacityStats;
 use crate::engine::IoLoopChoice;
 use crate::front::EngineFacts;
@@ -50,7 +49,7 @@ pub fn capacity_dict<'py>(
     out.set_item("evictions", stats.evictions)?;
     out.set_item("evicted_bytes", stats.evicted_bytes)?;
     out.set_item("eviction_runs", stats.eviction_runs)?;
-    out.set_item("policy", policy_name(config.policy))?;
+    out.set_item("policy", config.policy.name())?;
     out.set_item("trigger_watermark", config.trigger_watermark)?;
     out.set_item("eviction_ratio", config.eviction_ratio)?;
     Ok(Some(out))

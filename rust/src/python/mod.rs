@@ -52,6 +52,7 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<results::PyBatchResult>()?;
     m.add_class::<bridge::Bridge>()?;
     m.add_class::<settings::PySettings>()?;
+    settings::add_setting_getters(m)?;
     m.add_class::<settings::PyEviction>()?;
     m.add_class::<settings::PySecret>()?;
     m.add("MAX_KEY_LEN", crate::op::MAX_KEY_LEN)?;

@@ -1,15 +1,13 @@
 //! `_native.Settings`, `_native.EvictionSettings` and `_native.Secret`: the one typed object
 //! that crosses from Python to Rust. Python gathers the sources (keyword arguments, a URL, the
-//! environment, LMCache's JSON); every check and every default is the core's
-//! ([`crate::settings`]).
+//! environment, LMCache's JSON, parsed); every check, every default and every convention of
+//! LMCache's is the core's ([`crate::settings`]), and every setting's getter is its table's.
 
 use super::errors::{invalid_input, to_py_err};
-use crate::net::{Endpoint, TlsOptions};
 use crate::secret::Secret;
-use crate::settings::{ENV_VARS, EVICTION_FIELDS, Eviction, FIELDS, Settings, Sources, VALKEY_FIELDS, Value};
-use crate::settings::{EvictionPolicy, GetPieces};
+use crate::settings::{Eviction, InUrl, SETTINGS, Setting, Settings, Shown, Sources, Value};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyMapping, PyString};
+use pyo3::types::{PyBool, PyCFunction, PyDict, PyFloat, PyInt, PyMapping, PyString};
 
 /// A password: shows as `***`, cannot be pickled; `reveal()` is the only way to the value.
 #[pyclass(module = "lmcache_resp._native", name = "Secret", frozen)]
@@ -81,7 +79,7 @@ impl PyEviction {
 
     #[getter]
     fn eviction_policy(&self) -> &'static str {
-        policy_name(self.0.policy)
+        self.0.policy.name()
     }
 
     #[getter]
@@ -116,18 +114,14 @@ impl PyEviction {
     }
 }
 
-pub fn policy_name(policy: EvictionPolicy) -> &'static str {
-    match policy {
-        EvictionPolicy::Lru => "LRU",
-        EvictionPolicy::Noop => "noop",
-    }
-}
-
 /// Every setting, resolved and checked: `Settings(url=None, *, env=None, **explicit)`.
 /// Explicit values win over the URL, the URL over `env` (a mapping such as `os.environ`; only
-/// `LMCACHE_RESP_HOST/PORT/USERNAME/PASSWORD` and, where TLS is on,
-/// `LMCACHE_RESP_SSL_CA_CERTS/CERTFILE/KEYFILE` are read), and those over the defaults. `None`
-/// means "not set". Safe to print: the password shows as `***`, TLS as its file paths.
+/// the variables of `Settings.env_vars` are read), and those over the defaults. `None` means
+/// "not set". `Settings(settings)` copies one. Safe to print: the password shows as `***`, TLS
+/// as its file paths.
+///
+/// A getter per setting is added to the class when the module loads ([`add_setting_getters`]),
+/// from the settings' table: each shows its row's value.
 #[pyclass(module = "lmcache_resp._native", name = "Settings", frozen, subclass)]
 pub struct PySettings(pub Settings);
 
@@ -140,6 +134,12 @@ impl PySettings {
         env: Option<&Bound<'_, PyAny>>,
         explicit: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
+        if let Some(settings) = url.and_then(|url| url.cast::<PySettings>().ok()) {
+            if env.is_some() || explicit.is_some_and(|e| !e.is_empty()) {
+                return Err(invalid_input("a Settings is copied as it is: give no env and no other setting with it"));
+            }
+            return Ok(PySettings(settings.get().0.clone()));
+        }
         let url = match url {
             None => None,
             Some(url) => Some(
@@ -151,77 +151,74 @@ impl PySettings {
                 .to_owned(),
             ),
         };
-        let mut given = Vec::new();
-        if let Some(explicit) = explicit {
-            for (name, value) in explicit.iter() {
-                let name = name.extract::<String>()?;
-                if let Some(value) = to_value(&name, &value)? {
-                    given.push((name, value));
-                }
-            }
-        }
-        let mut environment = Vec::new();
-        if let Some(env) = env {
-            let env = env.cast::<PyMapping>().map_err(|_| invalid_input("env must be a mapping such as os.environ"))?;
-            for (_, var) in ENV_VARS {
-                if let Ok(value) = env.get_item(var) {
-                    if let Ok(text) = value.extract::<String>() {
-                        environment.push((var.to_string(), text));
-                    }
-                }
-            }
-        }
+        let given = match explicit {
+            Some(explicit) => pairs(explicit.as_any())?,
+            None => Vec::new(),
+        };
+        let environment = environment(env)?;
         let sources = Sources { explicit: &given, url: url.as_deref(), env: &environment };
         Settings::resolve(&sources).map(PySettings).map_err(|e| to_py_err(&e))
+    }
+
+    /// LMCache's L2 adapter document (a mapping), read with LMCache's conventions
+    /// ([`Settings::from_lmcache`]).
+    #[staticmethod]
+    #[pyo3(signature = (document, *, env=None))]
+    fn from_lmcache_document(document: &Bound<'_, PyAny>, env: Option<&Bound<'_, PyAny>>) -> PyResult<PySettings> {
+        let document = to_value("document", document)?.unwrap_or(Value::Map(Vec::new()));
+        Settings::from_lmcache(&document, &environment(env)?).map(PySettings).map_err(|e| to_py_err(&e))
+    }
+
+    /// What LMCache hands `RespConnector(**adapter_params)`, read with its conventions
+    /// ([`Settings::from_adapter_params`]).
+    #[staticmethod]
+    #[pyo3(signature = (params, *, env=None, lmcache_evicts=true))]
+    fn from_lmcache_params(
+        params: &Bound<'_, PyAny>,
+        env: Option<&Bound<'_, PyAny>>,
+        lmcache_evicts: bool,
+    ) -> PyResult<PySettings> {
+        Settings::from_adapter_params(&pairs(params)?, &environment(env)?, lmcache_evicts)
+            .map(PySettings)
+            .map_err(|e| to_py_err(&e))
     }
 
     /// The names `Settings(**explicit)` accepts.
     #[classattr]
     fn fields() -> Vec<&'static str> {
-        FIELDS.to_vec()
+        crate::settings::fields()
     }
 
-    /// LMCache's `valkey`-adapter names accepted beside [`FIELDS`], each with the field it means.
+    /// LMCache's `valkey`-adapter names accepted beside `fields`, each with the field it means.
     #[classattr]
     fn valkey_fields() -> Vec<(&'static str, &'static str)> {
-        VALKEY_FIELDS.to_vec()
+        crate::settings::lmcache_aliases()
     }
 
     /// The names an `eviction` block accepts.
     #[classattr]
     fn eviction_fields() -> Vec<&'static str> {
-        EVICTION_FIELDS.to_vec()
+        crate::settings::eviction_fields()
     }
 
     /// The environment variables read, by field.
     #[classattr]
     fn env_vars() -> Vec<(&'static str, &'static str)> {
-        ENV_VARS.to_vec()
+        crate::settings::env_vars()
     }
 
-    /// Host of the first server (None for a Unix socket).
-    #[getter]
-    fn host(&self) -> Option<&str> {
-        match self.0.endpoint() {
-            Endpoint::Tcp { host, .. } => Some(host),
-            Endpoint::Unix { .. } => None,
-        }
-    }
-
-    #[getter]
-    fn port(&self) -> u16 {
-        match self.0.endpoint() {
-            Endpoint::Tcp { port, .. } => *port,
-            Endpoint::Unix { .. } => crate::settings::defaults::PORT,
-        }
-    }
-
-    #[getter]
-    fn unix_path(&self) -> Option<String> {
-        match self.0.endpoint() {
-            Endpoint::Unix { path } => Some(path.display().to_string()),
-            Endpoint::Tcp { .. } => None,
-        }
+    /// Every setting's row, for the checks of the documents that list them
+    /// (py-tests/test_settings_table.py): `(name, accepts, url, env, lmcache)`, where `url` is
+    /// `"?name="` for a query key, the URL's form for a setting the URL itself carries, or None.
+    #[classattr]
+    #[allow(clippy::type_complexity)]
+    fn table() -> Vec<(&'static str, &'static str, Option<String>, Option<&'static str>, Option<&'static str>)> {
+        let url = |row: &Setting| match row.url {
+            InUrl::Query => Some(format!("?{}=", row.name)),
+            InUrl::Parsed(form) => Some(form.to_owned()),
+            InUrl::Never => None,
+        };
+        SETTINGS.iter().map(|row| (row.name, row.accepts, url(row), row.env, row.lmcache)).collect()
     }
 
     /// `host:port` or `unix:/path` of the first server.
@@ -236,166 +233,10 @@ impl PySettings {
         self.0.endpoints.iter().map(ToString::to_string).collect()
     }
 
-    #[getter]
-    fn cluster(&self) -> bool {
-        self.0.cluster
-    }
-
-    #[getter]
-    fn username(&self) -> Option<&str> {
-        self.0.username.as_deref()
-    }
-
-    #[getter]
-    fn password(&self) -> Option<PySecret> {
-        self.0.password.clone().map(PySecret)
-    }
-
-    #[getter]
-    fn db(&self) -> u32 {
-        self.0.db
-    }
-
-    #[getter]
-    fn timeout(&self) -> f64 {
-        self.0.timeout.as_secs_f64()
-    }
-
-    #[getter]
-    fn connect_timeout(&self) -> f64 {
-        self.0.connect_timeout.as_secs_f64()
-    }
-
-    #[getter]
-    fn num_workers(&self) -> usize {
-        self.0.num_workers
-    }
-
-    #[getter]
-    fn connections_per_worker(&self) -> usize {
-        self.0.connections_per_worker
-    }
-
-    #[getter]
-    fn max_inflight_bytes(&self) -> usize {
-        self.0.pipeline.max_inflight_bytes
-    }
-
-    #[getter]
-    fn max_inflight_requests(&self) -> usize {
-        self.0.pipeline.max_inflight_requests
-    }
-
-    #[getter]
-    fn cpu_affinity(&self) -> String {
-        self.0.cpu_affinity.to_string()
-    }
-
-    #[getter]
-    fn max_capacity_gb(&self) -> f64 {
-        self.0.max_capacity_gb
-    }
-
-    /// `max_capacity_gb` in bytes (decimal GB); 0 = no capacity tracking.
+    /// `max_capacity_gb` in bytes (GiB); 0 = no capacity tracking.
     #[getter]
     fn capacity_bytes(&self) -> u64 {
         self.0.capacity_bytes()
-    }
-
-    #[getter]
-    fn eviction(&self) -> PyEviction {
-        PyEviction(self.0.eviction)
-    }
-
-    #[getter]
-    fn prefault(&self) -> bool {
-        self.0.prefault
-    }
-
-    /// How GETs of large values are read: `"auto"` (per server, from what it is), or a piece
-    /// size in bytes (0: one GET per value). (Named explicitly: PyO3 would drop a getter's
-    /// `get_` prefix.)
-    #[getter(get_piece_bytes)]
-    fn get_piece_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        Ok(match self.0.get_piece_bytes {
-            GetPieces::Auto => PyString::new(py, "auto").into_any(),
-            GetPieces::Bytes(bytes) => bytes.into_pyobject(py)?.into_any(),
-        })
-    }
-
-    /// The namespace: keys go on the wire as `<key_prefix>@<key>`; None: no prefix.
-    #[getter]
-    fn key_prefix(&self) -> Option<&str> {
-        self.0.key_prefix.as_deref()
-    }
-
-    /// Every SET expires its key after this many seconds; None: never.
-    #[getter]
-    fn ttl_seconds(&self) -> Option<u64> {
-        self.0.ttl.map(|ttl| ttl.as_secs())
-    }
-
-    /// Redis Cluster: where GET and EXISTS go, `"primary"` or `"prefer_replica"` (spread over
-    /// the primary and its replicas).
-    #[getter]
-    fn read_from(&self) -> &'static str {
-        self.0.read_from.name()
-    }
-
-    /// Which loop the I/O workers run: `"auto"` (io_uring where allowed, else poll), `"uring"`
-    /// or `"poll"`.
-    #[getter]
-    fn io_backend(&self) -> &'static str {
-        self.0.io_backend.name()
-    }
-
-    /// TLS is on (`rediss://` or `ssl=True`).
-    #[getter]
-    fn ssl(&self) -> bool {
-        self.0.tls.is_some()
-    }
-
-    /// The CA bundle trusted; None: the system trust store (or `ssl_ca_path`), or no TLS.
-    #[getter]
-    fn ssl_ca_certs(&self) -> Option<String> {
-        self.tls_path(|o| &o.ca_certs)
-    }
-
-    /// The directory of CA certificates trusted; None if not set or no TLS.
-    #[getter]
-    fn ssl_ca_path(&self) -> Option<String> {
-        self.tls_path(|o| &o.ca_path)
-    }
-
-    /// This client's certificate (mutual TLS); None if not set or no TLS.
-    #[getter]
-    fn ssl_certfile(&self) -> Option<String> {
-        self.tls_path(|o| &o.certfile)
-    }
-
-    /// The path of the client certificate's key (never its contents); None if not set.
-    #[getter]
-    fn ssl_keyfile(&self) -> Option<String> {
-        self.tls_path(|o| &o.keyfile)
-    }
-
-    /// The server's certificate must name the host (or `ssl_server_name`); False without
-    /// TLS or with `ssl_cert_reqs="none"`.
-    #[getter]
-    fn ssl_check_hostname(&self) -> bool {
-        self.0.tls.as_ref().is_some_and(|t| t.options().check_hostname)
-    }
-
-    /// `"required"` (the server's certificate is verified) or `"none"`; None without TLS.
-    #[getter]
-    fn ssl_cert_reqs(&self) -> Option<&'static str> {
-        self.0.tls.as_ref().map(|t| if t.verification_off() { "none" } else { "required" })
-    }
-
-    /// The name sent as SNI and verified instead of the host; None if not set or no TLS.
-    #[getter]
-    fn ssl_server_name(&self) -> Option<String> {
-        self.0.tls.as_ref().and_then(|t| t.options().server_name.clone())
     }
 
     /// Settings accepted but without effect (the caller logs them).
@@ -404,48 +245,13 @@ impl PySettings {
         self.0.warnings.clone()
     }
 
-    /// Every setting, for logs and reports: the password as `***`.
+    /// Every server named, then every setting, for logs and reports: passwords as `***`.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = &self.0;
         let out = PyDict::new(py);
-        out.set_item("host", self.host())?;
-        out.set_item("port", self.port())?;
-        out.set_item("unix_path", self.unix_path())?;
         out.set_item("endpoints", self.endpoints())?;
-        out.set_item("cluster", s.cluster)?;
-        out.set_item("username", self.username())?;
-        out.set_item("password", s.password.as_ref().map(|_| "***"))?;
-        out.set_item("db", s.db)?;
-        out.set_item("timeout", self.timeout())?;
-        out.set_item("connect_timeout", self.connect_timeout())?;
-        out.set_item("num_workers", s.num_workers)?;
-        out.set_item("connections_per_worker", s.connections_per_worker)?;
-        out.set_item("max_inflight_bytes", s.pipeline.max_inflight_bytes)?;
-        out.set_item("max_inflight_requests", s.pipeline.max_inflight_requests)?;
-        out.set_item("cpu_affinity", self.cpu_affinity())?;
-        out.set_item("max_capacity_gb", s.max_capacity_gb)?;
-        out.set_item("eviction", self.eviction().to_dict(py)?)?;
-        out.set_item("prefault", s.prefault)?;
-        out.set_item("get_piece_bytes", self.get_piece_bytes(py)?)?;
-        out.set_item("key_prefix", self.key_prefix())?;
-        out.set_item("ttl_seconds", self.ttl_seconds())?;
-        out.set_item("read_from", self.read_from())?;
-        out.set_item("io_backend", self.io_backend())?;
-        out.set_item("ssl", self.ssl())?;
-        out.set_item("ssl_ca_certs", self.ssl_ca_certs())?;
-        out.set_item("ssl_ca_path", self.ssl_ca_path())?;
-        out.set_item("ssl_certfile", self.ssl_certfile())?;
-        out.set_item("ssl_keyfile", self.ssl_keyfile())?;
-        out.set_item("ssl_check_hostname", self.ssl_check_hostname())?;
-        out.set_item("ssl_cert_reqs", self.ssl_cert_reqs())?;
-        out.set_item("ssl_server_name", self.ssl_server_name())?;
-        let sentinel = s.sentinel.as_ref();
-        let nodes = sentinel.map(|t| t.nodes.iter().map(ToString::to_string).collect::<Vec<_>>().join(","));
-        out.set_item("sentinel_nodes", nodes)?;
-        out.set_item("sentinel_service_name", sentinel.map(|t| t.service.clone()))?;
-        out.set_item("sentinel_username", sentinel.and_then(|t| t.username.clone()))?;
-        out.set_item("sentinel_password", sentinel.and_then(|t| t.password.as_ref()).map(|_| "***"))?;
-        out.set_item("sentinel_tls", sentinel.map(|t| t.tls.is_some()))?;
+        for row in SETTINGS {
+            out.set_item(row.name, to_python(py, (row.show)(&self.0), Shape::Dict)?)?;
+        }
         Ok(out)
     }
 
@@ -455,10 +261,75 @@ impl PySettings {
     }
 }
 
-impl PySettings {
-    fn tls_path(&self, field: impl Fn(&TlsOptions) -> &Option<std::path::PathBuf>) -> Option<String> {
-        self.0.tls.as_ref().and_then(|t| field(t.options()).as_ref().map(|p| p.display().to_string()))
+/// Adds a read-only property per setting to `Settings`, from its row: the getters are the
+/// table's, so a new setting needs none written here.
+pub fn add_setting_getters(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = module.py();
+    let class = py.get_type::<PySettings>();
+    let property = py.import("builtins")?.getattr("property")?;
+    for row in SETTINGS {
+        let getter = PyCFunction::new_closure(py, None, None, move |args, _kwargs| -> PyResult<Py<PyAny>> {
+            let settings = args.get_item(0)?;
+            let settings = settings.cast::<PySettings>()?;
+            Ok(to_python(args.py(), (row.show)(&settings.get().0), Shape::Getter)?.unbind())
+        })?;
+        class.setattr(row.name, property.call1((getter, py.None(), py.None(), row.doc))?)?;
     }
+    Ok(())
+}
+
+/// Where a shown value goes: a getter gives a password as a `Secret` and the eviction block as
+/// `EvictionSettings`; `to_dict` gives `"***"` and a dict.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Getter,
+    Dict,
+}
+
+fn to_python(py: Python<'_>, shown: Shown, shape: Shape) -> PyResult<Bound<'_, PyAny>> {
+    Ok(match shown {
+        Shown::None => py.None().into_bound(py),
+        Shown::Flag(flag) => PyBool::new(py, flag).to_owned().into_any(),
+        Shown::Count(n) => n.into_pyobject(py)?.into_any(),
+        Shown::Number(x) => PyFloat::new(py, x).into_any(),
+        Shown::Text(text) => PyString::new(py, &text).into_any(),
+        Shown::Secret(_) if shape == Shape::Dict => PyString::new(py, "***").into_any(),
+        Shown::Secret(secret) => Bound::new(py, PySecret(secret))?.into_any(),
+        Shown::Eviction(eviction) if shape == Shape::Dict => PyEviction(eviction).to_dict(py)?.into_any(),
+        Shown::Eviction(eviction) => Bound::new(py, PyEviction(eviction))?.into_any(),
+    })
+}
+
+/// The explicit settings of a mapping: `(name, value)` in its order, `None` values left out.
+fn pairs(mapping: &Bound<'_, PyAny>) -> PyResult<Vec<(String, Value)>> {
+    let mapping = mapping
+        .cast::<PyMapping>()
+        .map_err(|_| invalid_input(format!("settings must be a mapping, not {}", type_name(mapping))))?;
+    let mut given = Vec::new();
+    for item in mapping.items()?.iter() {
+        let (name, value) = item.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;
+        let name = name.str()?.to_str()?.to_owned();
+        if let Some(value) = to_value(&name, &value)? {
+            given.push((name, value));
+        }
+    }
+    Ok(given)
+}
+
+/// The variables the settings read, from `env` (a mapping such as `os.environ`; None: none).
+fn environment(env: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, String)>> {
+    let mut environment = Vec::new();
+    if let Some(env) = env {
+        let env = env.cast::<PyMapping>().map_err(|_| invalid_input("env must be a mapping such as os.environ"))?;
+        for (_, var) in crate::settings::env_vars() {
+            if let Ok(value) = env.get_item(var) {
+                if let Ok(text) = value.extract::<String>() {
+                    environment.push((var.to_string(), text));
+                }
+            }
+        }
+    }
+    Ok(environment)
 }
 
 /// The text of `text`, the value of setting `name`; a `str` UTF-8 cannot encode (a lone
@@ -496,7 +367,7 @@ pub fn to_value(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Option<Value>> {
     } else if let Ok(eviction) = obj.cast::<PyEviction>() {
         let e = eviction.get().0;
         Value::Map(vec![
-            ("eviction_policy".into(), Value::Text(policy_name(e.policy).into())),
+            ("eviction_policy".into(), Value::Text(e.policy.name().into())),
             ("trigger_watermark".into(), Value::Float(e.trigger_watermark)),
             ("eviction_ratio".into(), Value::Float(e.eviction_ratio)),
         ])

@@ -12,6 +12,16 @@ pub enum EvictionPolicy {
     Noop,
 }
 
+impl EvictionPolicy {
+    /// The policy's name as written back (`"LRU"`, `"noop"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            EvictionPolicy::Lru => "LRU",
+            EvictionPolicy::Noop => "noop",
+        }
+    }
+}
+
 impl std::str::FromStr for EvictionPolicy {
     type Err = Error;
 

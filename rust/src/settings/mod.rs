@@ -1,5 +1,6 @@
 //! Every setting of a client, store or connector: one type, its defaults, and the one place
-//! values are checked.
+//! values are checked. Each setting is declared once, as a row of [`SETTINGS`] (`table.rs`):
+//! its names, where a URL and the environment carry it, and how it is read and shown.
 //!
 //! Settings come from four sources, resolved field by field: explicit values (keyword
 //! arguments, LMCache's adapter params), then the URL (its authority, path and query), then
@@ -10,12 +11,14 @@
 
 mod capacity;
 mod io_backend;
+mod lmcache;
 mod names;
 mod namespace;
 mod pieces;
 mod read_from;
 mod sentinel;
 mod sentinel_resolve;
+mod table;
 pub(crate) mod tls;
 pub(crate) mod url;
 mod valkey;
@@ -23,12 +26,15 @@ mod value;
 
 pub use capacity::{CapacityConfig, EvictionPolicy};
 pub use io_backend::IoBackend;
-pub use names::{ENV_VARS, EVICTION_FIELDS, FIELDS, QUERY_FIELDS, TLS_FIELDS};
+pub use lmcache::AFFINITY_TAG_WARNING;
 pub use namespace::{KEY_SEPARATOR, expiry_ms, wire_prefix};
 pub use pieces::GetPieces;
 pub use read_from::ReadFrom;
-pub use sentinel::{DEFAULT_SENTINEL_PORT, SENTINEL_FIELDS, SentinelSettings};
-pub use valkey::VALKEY_FIELDS;
+pub use sentinel::{DEFAULT_SENTINEL_PORT, SentinelSettings};
+pub use table::{
+    EVICTION_SETTINGS, Group, InUrl, Read, SETTINGS, Setting, Shown, env_vars, eviction_fields, fields,
+    lmcache_aliases, query_keys,
+};
 pub use value::Value;
 // What the settings' API names from the wire below.
 pub use crate::conn::PipelineLimits;
@@ -103,6 +109,15 @@ fn get_pieces(given: &Given<'_>) -> Result<GetPieces> {
         return Err(refuse());
     }
     Ok(GetPieces::Bytes(bytes as usize))
+}
+
+/// `max_capacity_gb`: a number >= 0.
+fn capacity_gb(given: &Given<'_>) -> Result<f64> {
+    let gb = given.number(">= 0")?;
+    if gb < 0.0 {
+        return Err(Error::invalid(format!("{} must be a number >= 0, got {}", given.name, given.value)));
+    }
+    Ok(gb)
 }
 
 /// `max_capacity_gb` counts GiB (2^30 bytes), as LMCache's own adapters do
@@ -300,7 +315,7 @@ impl Settings {
 }
 
 /// Where settings come from. `explicit` holds what the caller set (absent = not set); `env`
-/// holds environment variables (only those in [`ENV_VARS`] are read).
+/// holds environment variables (only those of [`env_vars`] are read).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sources<'a> {
     /// Settings the caller gave by name (the last of a name wins).
@@ -394,20 +409,22 @@ impl<'a> Resolver<'a> {
         if sources.explicit.iter().any(|(k, _)| k == names::KEY_PASSPHRASE_FIELD) {
             return Err(names::key_passphrase_refused());
         }
+        let fields = fields();
         let unknown: Vec<&str> =
-            sources.explicit.iter().map(|(k, _)| k.as_str()).filter(|k| !FIELDS.contains(k)).collect();
+            sources.explicit.iter().map(|(k, _)| k.as_str()).filter(|k| !fields.contains(k)).collect();
         if !unknown.is_empty() {
-            let mut accepted = FIELDS.to_vec();
-            accepted.extend(VALKEY_FIELDS.iter().map(|(alias, _)| *alias));
+            let mut accepted = fields;
+            accepted.extend(lmcache_aliases().iter().map(|(alias, _)| *alias));
             return Err(names::unknown(&unknown, &accepted, "setting(s)"));
         }
         let explicit_eviction = match sources.explicit.iter().rev().find(|(k, _)| k == "eviction") {
             Some((_, value)) => {
                 let block = Given { name: "eviction", value }.map("{\"eviction_policy\": \"LRU\"}")?;
+                let accepted = eviction_fields();
                 let unknown: Vec<&str> =
-                    block.iter().map(|(k, _)| k.as_str()).filter(|k| !EVICTION_FIELDS.contains(k)).collect();
+                    block.iter().map(|(k, _)| k.as_str()).filter(|k| !accepted.contains(k)).collect();
                 if !unknown.is_empty() {
-                    return Err(names::unknown(&unknown, EVICTION_FIELDS, "eviction setting(s)"));
+                    return Err(names::unknown(&unknown, &accepted, "eviction setting(s)"));
                 }
                 block
             }
@@ -420,21 +437,21 @@ impl<'a> Resolver<'a> {
         if url.query.iter().any(|(k, _)| k == "sentinel_password") {
             return Err(sentinel::password_in_url_refused());
         }
+        let query_keys = query_keys();
         let unknown: Vec<&str> =
-            url.query.iter().map(|(k, _)| k.as_str()).filter(|k| !QUERY_FIELDS.contains(k)).collect();
+            url.query.iter().map(|(k, _)| k.as_str()).filter(|k| !query_keys.contains(k)).collect();
         if !unknown.is_empty() {
             let shown = url::redact(sources.url.unwrap_or_default());
-            let mut accepted = QUERY_FIELDS.to_vec();
-            // Taken out of the query by `url::parse`.
-            accepted.extend(["db", "username", "password"]);
+            let mut accepted = query_keys;
+            accepted.extend(table::PARSED_QUERY_KEYS);
             return Err(names::unknown(&unknown, &accepted, &format!("parameter(s) in URL {shown:?}")));
         }
         let query = url.query.iter().map(|(k, v)| (k.clone(), Value::Text(v.clone()))).collect();
-        let env_values = ENV_VARS
-            .iter()
+        let env_values = env_vars()
+            .into_iter()
             .filter_map(|(field, var)| {
                 let value = sources.env.iter().rev().find(|(k, _)| k == var).map(|(_, v)| v)?;
-                (!value.is_empty()).then(|| (*field, *var, Value::Text(value.clone())))
+                (!value.is_empty()).then(|| (field, var, Value::Text(value.clone())))
             })
             .collect();
         Ok(Resolver { explicit: sources.explicit, explicit_eviction, url, query, env_values })
@@ -448,7 +465,7 @@ impl<'a> Resolver<'a> {
         self.query.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v)
     }
 
-    /// Explicit, then query: what a tuning field is given as, named for the message.
+    /// Explicit, then query: what a setting read alone is given as, named for the message.
     fn tuning<'s>(&'s self, name: &'s str) -> Option<Given<'s>> {
         self.explicit(name).or_else(|| self.query_value(name)).map(|value| Given { name, value })
     }
@@ -474,33 +491,17 @@ impl<'a> Resolver<'a> {
             Some(value) => Given { name: "db", value }.integer(0, (1 << 31) - 1)? as u32,
             None => self.url.db.unwrap_or(0),
         };
-        if let Some(given) = self.tuning("timeout") {
-            settings.timeout = given.seconds()?;
-        }
-        settings.connect_timeout = match self.tuning("connect_timeout") {
-            Some(given) => given.seconds()?,
-            None => defaults::MAX_CONNECT_TIMEOUT.min(settings.timeout),
-        };
-        if let Some(given) = self.tuning("num_workers") {
-            settings.num_workers = given.integer(1, defaults::MAX_NUM_WORKERS)? as usize;
-        }
-        if let Some(given) = self.tuning("connections_per_worker") {
-            settings.connections_per_worker = given.integer(1, defaults::MAX_CONNECTIONS_PER_WORKER)? as usize;
-        }
-        if let Some(given) = self.tuning("max_inflight_bytes") {
-            settings.pipeline.max_inflight_bytes = given.integer(1, defaults::MAX_INFLIGHT_BYTES)? as usize;
-        }
-        if let Some(given) = self.tuning("max_inflight_requests") {
-            settings.pipeline.max_inflight_requests = given.integer(1, defaults::MAX_INFLIGHT_REQUESTS)? as usize;
-        }
-        if let Some(given) = self.tuning("cpu_affinity") {
-            settings.cpu_affinity = cpu_affinity(&given)?;
-        }
-        if let Some(given) = self.tuning("max_capacity_gb") {
-            settings.max_capacity_gb = given.number(">= 0")?;
-            if settings.max_capacity_gb < 0.0 {
-                return Err(Error::invalid(format!("max_capacity_gb must be a number >= 0, got {}", given.value)));
+        // Every setting read alone, as its row says: explicit, then the URL's query, then its
+        // variable.
+        for row in SETTINGS.iter().filter(|row| row.read.is_alone()) {
+            let given = self.tuning(row.name).or_else(|| row.env.and_then(|_| self.env_value(row.name)));
+            if let Some(given) = given {
+                row.read.apply(&given, &mut settings)?;
             }
+        }
+        if self.tuning("connect_timeout").is_none() {
+            // Never longer than `timeout`, for every user of the settings alike.
+            settings.connect_timeout = defaults::MAX_CONNECT_TIMEOUT.min(settings.timeout);
         }
         let eviction_field = |name: &str| {
             self.explicit_eviction
@@ -510,35 +511,14 @@ impl<'a> Resolver<'a> {
                 .map(|(_, v)| v)
                 .or_else(|| self.query_value(name))
         };
-        let [policy, watermark, ratio] = [0, 1, 2].map(|i| eviction_field(EVICTION_FIELDS[i]));
+        let [policy, watermark, ratio] = ["eviction_policy", "trigger_watermark", "eviction_ratio"].map(eviction_field);
         settings.eviction = Eviction::from_values(policy, watermark, ratio)?;
         if (policy.is_some() || watermark.is_some() || ratio.is_some()) && settings.capacity_bytes() == 0 {
             settings
                 .warnings
                 .push("eviction settings have no effect without max_capacity_gb > 0 (capacity tracking is off)".into());
         }
-        if let Some(given) = self.tuning("prefault") {
-            settings.prefault = given.flag()?;
-        }
-        if let Some(given) = self.tuning("get_piece_bytes") {
-            settings.get_piece_bytes = get_pieces(&given)?;
-        }
-        if let Some(given) = self.tuning("cluster") {
-            settings.cluster = given.flag()?;
-        }
-        if let Some(given) = self.tuning("key_prefix") {
-            settings.key_prefix = namespace::key_prefix(&given)?;
-        }
-        if let Some(given) = self.tuning("ttl_seconds") {
-            settings.ttl = Some(namespace::ttl(&given)?);
-        }
         namespace::check_single_evictor(settings.ttl, settings.capacity_bytes())?;
-        if let Some(given) = self.tuning("read_from") {
-            settings.read_from = read_from::read_from(&given)?;
-        }
-        if let Some(given) = self.tuning("io_backend").or_else(|| self.env_value("io_backend")) {
-            settings.io_backend = io_backend::io_backend(&given)?;
-        }
         // Last: it reads files, once everything else is known to be valid.
         self.tls(&mut settings)?;
         self.sentinel(&mut settings)?;
@@ -629,3 +609,6 @@ fn affinity_error(given: &Given<'_>, why: &str) -> Error {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod table_tests;

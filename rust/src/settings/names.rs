@@ -1,111 +1,7 @@
-//! Which setting names exist where, and the "did you mean" for the ones that do not.
+//! The "did you mean" for setting names that do not exist (which do: `table.rs`), and the
+//! refusal of one redis-py name we recognise but do not take.
 
 use crate::error::Error;
-
-/// Every setting a caller may give by name.
-pub const FIELDS: &[&str] = &[
-    "host",
-    "port",
-    "unix_path",
-    "username",
-    "password",
-    "db",
-    "timeout",
-    "connect_timeout",
-    "num_workers",
-    "connections_per_worker",
-    "max_inflight_bytes",
-    "max_inflight_requests",
-    "cpu_affinity",
-    "max_capacity_gb",
-    "eviction",
-    "prefault",
-    "cluster",
-    "get_piece_bytes",
-    "key_prefix",
-    "ttl_seconds",
-    "read_from",
-    "io_backend",
-    "ssl",
-    "ssl_ca_certs",
-    "ssl_ca_path",
-    "ssl_certfile",
-    "ssl_keyfile",
-    "ssl_check_hostname",
-    "ssl_cert_reqs",
-    "ssl_server_name",
-    "sentinel_nodes",
-    "sentinel_service_name",
-    "sentinel_username",
-    "sentinel_password",
-    "sentinel_tls",
-];
-
-/// The TLS fields besides `ssl` itself (redis-py's names): each needs TLS on.
-pub const TLS_FIELDS: &[&str] = &[
-    "ssl_ca_certs",
-    "ssl_ca_path",
-    "ssl_certfile",
-    "ssl_keyfile",
-    "ssl_check_hostname",
-    "ssl_cert_reqs",
-    "ssl_server_name",
-];
-
-/// The fields of the `eviction` block.
-pub const EVICTION_FIELDS: &[&str] = &["eviction_policy", "trigger_watermark", "eviction_ratio"];
-
-/// What a URL's query may set: everything its authority and path cannot carry (`db` is handled
-/// with the path). Eviction fields go flat: `?trigger_watermark=0.9`.
-pub const QUERY_FIELDS: &[&str] = &[
-    "timeout",
-    "connect_timeout",
-    "num_workers",
-    "connections_per_worker",
-    "max_inflight_bytes",
-    "max_inflight_requests",
-    "cpu_affinity",
-    "max_capacity_gb",
-    "prefault",
-    "cluster",
-    "get_piece_bytes",
-    "key_prefix",
-    "ttl_seconds",
-    "read_from",
-    "io_backend",
-    "eviction_policy",
-    "trigger_watermark",
-    "eviction_ratio",
-    "ssl",
-    "ssl_ca_certs",
-    "ssl_ca_path",
-    "ssl_certfile",
-    "ssl_keyfile",
-    "ssl_check_hostname",
-    "ssl_cert_reqs",
-    "ssl_server_name",
-    "sentinel_nodes",
-    "sentinel_service_name",
-    "sentinel_username",
-    "sentinel_tls",
-];
-
-/// The environment variables read, and the field each fills. Only where a setting is as
-/// deployment-specific as a secret; the rest comes from arguments, URLs or LMCache's config.
-/// The TLS files apply only where TLS is on (`rediss://`, `ssl=True`): set for a whole
-/// deployment, they are not an error for a plaintext server.
-pub const ENV_VARS: &[(&str, &str)] = &[
-    ("host", "LMCACHE_RESP_HOST"),
-    ("port", "LMCACHE_RESP_PORT"),
-    ("username", "LMCACHE_RESP_USERNAME"),
-    ("password", "LMCACHE_RESP_PASSWORD"),
-    ("ssl_ca_certs", "LMCACHE_RESP_SSL_CA_CERTS"),
-    ("ssl_certfile", "LMCACHE_RESP_SSL_CERTFILE"),
-    ("ssl_keyfile", "LMCACHE_RESP_SSL_KEYFILE"),
-    // Which I/O loop: a deployment's (a container that forbids io_uring) and the test suites'
-    // (each pass of scripts/test.sh runs one loop).
-    ("io_backend", "LMCACHE_RESP_IO_BACKEND"),
-];
 
 /// An error naming each unknown key (never its value: it could be a password), with the
 /// closest accepted name where one is close.
@@ -117,7 +13,7 @@ pub fn unknown(keys: &[&str], accepted: &[&str], where_: &str) -> Error {
         .chain(
             accepted
                 .contains(&"eviction")
-                .then(|| EVICTION_FIELDS.iter().map(|name| (*name, format!("eviction.{name}"))))
+                .then(|| super::eviction_fields().into_iter().map(|name| (name, format!("eviction.{name}"))))
                 .into_iter()
                 .flatten(),
         )
@@ -195,18 +91,20 @@ mod tests {
 
     #[test]
     fn typos_get_the_closest_name() {
-        let err = unknown(&["num_worker", "hots"], FIELDS, "setting(s)");
+        let fields = super::super::fields();
+        let fields = &fields[..];
+        let err = unknown(&["num_worker", "hots"], fields, "setting(s)");
         assert!(
             err.message().starts_with(
                 "unknown setting(s): 'hots' (did you mean 'host'?), 'num_worker' (did you mean 'num_workers'?); accepted: "
             ),
             "{err}"
         );
-        let err = unknown(&["trigger_watermak"], FIELDS, "setting(s)");
+        let err = unknown(&["trigger_watermak"], fields, "setting(s)");
         assert!(err.message().contains("'trigger_watermak' (did you mean 'eviction.trigger_watermark'?)"), "{err}");
-        let err = unknown(&["ssl_ca_cert", "ssl_verify"], FIELDS, "setting(s)");
+        let err = unknown(&["ssl_ca_cert", "ssl_verify"], fields, "setting(s)");
         assert!(err.message().contains("'ssl_ca_cert' (did you mean 'ssl_ca_certs'?)"), "{err}");
-        let err = unknown(&["zzz"], FIELDS, "setting(s)");
+        let err = unknown(&["zzz"], fields, "setting(s)");
         assert!(err.message().starts_with("unknown setting(s): 'zzz'; accepted: cluster, connect_timeout"), "{err}");
     }
 }

@@ -20,11 +20,6 @@ use std::sync::Arc;
 /// The port of a Sentinel named without one.
 pub const DEFAULT_SENTINEL_PORT: u16 = 26379;
 
-/// The setting names of this file (in `names::FIELDS`; all but the password in
-/// `names::QUERY_FIELDS`).
-pub const SENTINEL_FIELDS: &[&str] =
-    &["sentinel_nodes", "sentinel_service_name", "sentinel_username", "sentinel_password", "sentinel_tls"];
-
 /// Where the primary is found: Sentinels and the service they watch.
 #[derive(Clone)]
 pub struct SentinelSettings {

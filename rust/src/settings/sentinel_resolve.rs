@@ -1,6 +1,7 @@
 //! Resolving the Sentinel settings (see `sentinel` for what they mean).
 
-use super::sentinel::{DEFAULT_SENTINEL_PORT, SENTINEL_FIELDS, SentinelSettings, parse_nodes};
+use super::sentinel::{DEFAULT_SENTINEL_PORT, SentinelSettings, parse_nodes};
+use super::table::{Group, group};
 use super::value::{Given, Value};
 use super::{Resolver, Settings};
 use crate::error::{Error, Result};
@@ -25,8 +26,7 @@ impl Resolver<'_> {
             None => self.url.sentinel_service.clone(),
         };
         if nodes_given.is_none() && self.url.sentinel_service.is_none() {
-            let given: Vec<&str> =
-                SENTINEL_FIELDS.iter().copied().filter(|name| self.sentinel_field(name).is_some()).collect();
+            let given: Vec<&str> = group(Group::Sentinel).filter(|name| self.sentinel_field(name).is_some()).collect();
             if given.is_empty() {
                 return Ok(());
             }

@@ -10,7 +10,7 @@
 //! is off is an error naming it. The `LMCACHE_RESP_SSL_*` variables are set for a whole
 //! deployment: where TLS is off they are ignored.
 
-use super::names::TLS_FIELDS;
+use super::table::{Group, group};
 use super::value::{Given, Value};
 use super::{Resolver, Settings};
 use crate::error::{Error, Result};
@@ -69,7 +69,8 @@ impl Resolver<'_> {
     /// `settings.tls`: None for plaintext, else the checked configuration.
     pub(super) fn tls(&self, settings: &mut Settings) -> Result<()> {
         if !self.tls_on()? {
-            let given: Vec<&str> = TLS_FIELDS.iter().copied().filter(|name| self.tls_field(name).is_some()).collect();
+            let given: Vec<&str> =
+                group(Group::Tls).filter(|name| *name != "ssl" && self.tls_field(name).is_some()).collect();
             if !given.is_empty() {
                 let (names, verb) = match given.as_slice() {
                     [one] => (one.to_string(), "is"),

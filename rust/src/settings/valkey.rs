@@ -1,21 +1,12 @@
 //! The field names of LMCache's `valkey` adapter (`valkey_l2_adapter.py`), accepted beside ours
 //! so that a config moves between the two adapters with only its `type`/`module_path`/
-//! `class_name` changed. Each becomes one of ours before resolution; given together with ours
-//! and disagreeing, it is refused. (`username`, `password`, `num_workers`, `key_prefix` and
-//! `ttl_seconds` are the same names in both.)
+//! `class_name` changed. Each is declared in its setting's row (`table.rs`, `lmcache`), and
+//! becomes that setting here, before resolution; given together with ours and disagreeing, it is
+//! refused. (`username`, `password`, `num_workers`, `key_prefix` and `ttl_seconds` are the same
+//! names in both.) LMCache's other conventions are `lmcache.rs`'s.
 
 use super::value::{Given, Value};
 use crate::error::{Error, Result};
-
-/// LMCache's `valkey` adapter's names, each with the setting of ours it means.
-pub const VALKEY_FIELDS: &[(&str, &str)] = &[
-    ("startup_nodes", "host"),
-    ("cluster_mode", "cluster"),
-    ("tls_enable", "ssl"),
-    ("database_id", "db"),
-    ("request_timeout", "timeout"),
-    ("connection_timeout", "connect_timeout"),
-];
 
 /// The explicit settings with LMCache's names turned into ours, the URL the servers of
 /// `startup_nodes` make (where no URL was given), and what to warn about.
@@ -29,7 +20,8 @@ pub(super) struct Translated {
 /// caller's URL, which `startup_nodes` must agree with.
 pub(super) fn translate(explicit: &[(String, Value)], url: Option<&str>) -> Result<Translated> {
     let last = |name: &str| explicit.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v);
-    let is_alias = |name: &str| VALKEY_FIELDS.iter().any(|(alias, _)| *alias == name);
+    let aliases = super::lmcache_aliases();
+    let is_alias = |name: &str| aliases.iter().any(|(alias, _)| *alias == name);
     let mut out = Translated {
         explicit: explicit.iter().filter(|(k, _)| !is_alias(k)).cloned().collect(),
         url: None,
