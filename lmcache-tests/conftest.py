@@ -1,4 +1,4 @@
-"""Fixtures for the tests against a real LMCache 0.5.6 (run by scripts/test-lmcache.sh only).
+"""Fixtures for the tests against a real LMCache, 0.5.6 or 0.5.7rc2 (run by scripts/test-lmcache.sh only).
 
 Every test talks to a real, throwaway redis-server on a free port (never 6379), started by the
 launcher (lmcache_resp_servers) like the rest of the project's tests.

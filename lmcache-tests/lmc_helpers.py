@@ -1,4 +1,4 @@
-"""Helpers for the tests against a real LMCache 0.5.6 (run by scripts/test-lmcache.sh only).
+"""Helpers for the tests against a real LMCache, 0.5.6 or 0.5.7rc2 (run by scripts/test-lmcache.sh only).
 
 Every test talks to a real, throwaway redis-server on a free port (never 6379), started by
 the test-support package every suite uses (testing/lmcache_resp_testing, on the path through

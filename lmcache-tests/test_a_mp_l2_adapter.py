@@ -1,4 +1,4 @@
-"""(a) MP mode: examples/lmcache/mp-l2-adapter.json through LMCache 0.5.6's own code.
+"""(a) MP mode: examples/lmcache/mp-l2-adapter.json through LMCache's own code (0.5.6 or 0.5.7rc2).
 
 The JSON goes through LMCache's --l2-adapter parser (``parse_args_to_l2_adapters_config``) and
 ``create_l2_adapter``, which imports lmcache_resp, builds ``RespConnector(**adapter_params)``
@@ -10,7 +10,9 @@ tracking stays off (one owner). The last test starts the real ``lmcache server``
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
+import logging
 import os
 import select
 import subprocess
@@ -255,6 +257,25 @@ def test_our_settings_parser_accepts_the_example(redis_server: RedisServer) -> N
     settings = RespSettings.from_lmcache(text)
     assert (settings.host, settings.port, settings.num_workers, settings.timeout) == ("127.0.0.1", redis_server.port, 8, 2)
     assert settings.max_capacity_gb == 0  # capacity is LMCache's in MP mode
+
+
+def test_affinity_tag_is_lmcache_0_5_6s_and_our_reader_takes_either_versions_document(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """LMCache 0.5.6 takes a top-level affinity_tag; 0.5.7 refuses the document holding it. The
+    example has none, so both read it (above); ours reads both versions' documents, the 0.5.6
+    one with a warning that 0.5.7 refuses it (docs/lmcache.md, "LMCache 0.5.6 and 0.5.7")."""
+    _, document = load_mp_example(redis_server.port)
+    tagged = json.dumps({**document, "affinity_tag": "_default"})
+    if importlib.metadata.version("lmcache").startswith("0.5.6"):
+        assert parse(tagged).affinity_tag == "_default"
+    else:
+        with pytest.raises(ValueError, match="affinity_tag was removed"):
+            parse(tagged)
+    caplog.set_level(logging.WARNING, logger="lmcache_resp")
+    settings = RespSettings.from_lmcache(tagged)
+    assert (settings.host, settings.port) == ("127.0.0.1", redis_server.port)
+    assert "LMCache 0.5.7 refuses it" in caplog.text
 
 
 def test_max_capacity_gb_has_lmcaches_unit() -> None:

@@ -1,4 +1,4 @@
-"""Facts about LMCache 0.5.6's own non-MP client, ``ConnectorClientBase``
+"""Facts about LMCache's own non-MP client, ``ConnectorClientBase`` (the same in 0.5.6 and 0.5.7rc2)
 (lmcache/v1/storage_backend/native_clients/connector_client_base.py), checked with our
 RespConnector underneath. They explain why the plugin drives RespConnector through
 RespConnectorClient, and not through LMCache's class.

@@ -1,4 +1,4 @@
-"""(b) Non-MP mode: examples/lmcache/non-mp.yaml through LMCache 0.5.6's own code.
+"""(b) Non-MP mode: examples/lmcache/non-mp.yaml through LMCache's own code (0.5.6 or 0.5.7rc2).
 
 LMCache reads the YAML (``LMCacheEngineConfig.from_file``), builds its storage backends
 (``CreateStorageBackends``: one RemoteBackend per ``remote_storage_plugins`` entry), and its

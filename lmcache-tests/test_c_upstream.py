@@ -1,6 +1,7 @@
-"""(c) LMCache 0.5.6's own tests, with lmcache-resp substituted (see upstream_substitute.py).
+"""(c) LMCache's own tests (0.5.6's, or 0.5.7rc2's), with lmcache-resp substituted (see
+upstream_substitute.py).
 
-scripts/test-lmcache.sh unpacks LMCache's 0.5.6 sdist and points ``LMCACHE_UPSTREAM_TESTS`` at
+scripts/test-lmcache.sh unpacks the installed LMCache's sdist and points ``LMCACHE_UPSTREAM_TESTS`` at
 a directory holding its ``tests/`` tree and ``pytest.ini`` (without the ``lmcache`` sources, so
 the installed wheel is what runs). Each file runs in its own pytest process against this
 session's throwaway redis-server.
@@ -21,7 +22,8 @@ from lmc_helpers import RedisServer
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 
-# file -> the substitution that must have happened in it, and its test count in LMCache 0.5.6
+# file -> the substitution that must have happened in it, and its test count (the same in
+# LMCache 0.5.6 and 0.5.7rc2)
 UPSTREAM = {
     "tests/v1/distributed/test_resp_l2_adapter_integration.py": ("RespConnector (for LMCacheRedisClient)", 7),
     "tests/v1/distributed/test_native_connector_l2_adapter.py": ("RespConnector (for MockNativeConnector)", 92),

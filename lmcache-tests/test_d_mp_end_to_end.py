@@ -1,6 +1,7 @@
 """(d) MP mode end to end: a real `lmcache server` with our native_plugin L2 adapter (directly,
 and through a bridge), driven by LMCache's own LMCacheMPSchedulerAdapter and
-LMCacheMPWorkerAdapter on CPU tensors, the way vLLM drives them.
+LMCacheMPWorkerAdapter on CPU tensors, the way vLLM drives them (LMCache 0.5.6 takes vLLM's token
+IDs as a list, 0.5.7 packed: ``as_vllm_sends``).
 
 Each test starts `python -m lmcache.cli.main server ... --supported-transfer-mode engine_driven`
 (a CPU-only host has no lmcache_driven transfer: without it KV registration is never answered)
@@ -50,6 +51,26 @@ from lmcache.integration.vllm.vllm_multi_process_adapter import (
 )
 from lmcache_resp_testing.certs import make_test_certs
 from lmcache_resp_testing.servers import pause, redis_py
+
+try:
+    # LMCache 0.5.7: vLLM's side hands token IDs over packed (big-endian uint32), as its
+    # lmcache_mp_metadata.py packs them; 0.5.6 takes the list.
+    from lmcache.v1.multiprocess.token_codec import pack_token_ids
+except ImportError:
+    pack_token_ids = None
+
+
+def as_vllm_sends(tokens: list[int]) -> Any:
+    """The token IDs as this LMCache's adapters take them from vLLM."""
+    return tokens if pack_token_ids is None else pack_token_ids(tokens)
+
+
+def load_store_op(tokens: list[int], blocks: list[int]) -> LoadStoreOp:
+    """One load or store of ``tokens`` in ``blocks`` (one engine KV cache group)."""
+    if pack_token_ids is None:
+        return LoadStoreOp(token_ids=tokens, block_ids=[blocks], start=0, end=len(tokens))
+    return LoadStoreOp(token_bytes=pack_token_ids(tokens), block_ids=[blocks], start=0, end=len(tokens))
+
 
 MODEL = "lmcache-resp/e2e-model"
 CHUNK_TOKENS = 16  # --chunk-size, and vLLM's block size here: one block per chunk
@@ -175,8 +196,7 @@ class Engine:
 
     def store(self, tokens: list[int], blocks: list[int], timeout: float = 60) -> None:
         request = self.request_id()
-        self.worker.submit_store_request(request, LoadStoreOp(token_ids=tokens, block_ids=[blocks], start=0,
-                                                              end=len(tokens)), None)
+        self.worker.submit_store_request(request, load_store_op(tokens, blocks), None)
         deadline = time.monotonic() + timeout
         while True:
             stores, _ = self.worker.get_finished({request})
@@ -188,7 +208,7 @@ class Engine:
     def lookup(self, tokens: list[int], timeout: float = 60) -> tuple[str, int]:
         """(request id, tokens hit), as vLLM's scheduler asks before admitting a request."""
         request = self.request_id()
-        self.scheduler.maybe_submit_lookup_request(request, tokens)
+        self.scheduler.maybe_submit_lookup_request(request, as_vllm_sends(tokens))
         deadline = time.monotonic() + timeout
         while (hit := self.scheduler.check_lookup_result(request)) is None:
             assert time.monotonic() < deadline, "the lookup did not finish"
@@ -197,8 +217,7 @@ class Engine:
 
     def retrieve(self, request: str, tokens: list[int], blocks: list[int], timeout: float = 60) -> set[int]:
         """Loads tokens into blocks; returns the blocks reported for recompute."""
-        self.worker.submit_retrieve_request(request, LoadStoreOp(token_ids=tokens, block_ids=[blocks], start=0,
-                                                                 end=len(tokens)), None)
+        self.worker.submit_retrieve_request(request, load_store_op(tokens, blocks), None)
         deadline = time.monotonic() + timeout
         while True:
             _, retrieves = self.worker.get_finished(set())
@@ -320,7 +339,7 @@ def test_redis_killed_mid_retrieve_then_restarted(redis_server: RedisServer, tmp
 
             pause(redis_server)
             request = engine.request_id()
-            engine.scheduler.maybe_submit_lookup_request(request, tokens)
+            engine.scheduler.maybe_submit_lookup_request(request, as_vllm_sends(tokens))
             time.sleep(0.5)  # the lookup's EXISTS/GETs are now on the wire, unanswered
             killed = time.monotonic()
             redis_server.kill()  # SIGKILL of a stopped process: connections reset

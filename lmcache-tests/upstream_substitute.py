@@ -1,7 +1,7 @@
-"""A pytest plugin that runs LMCache 0.5.6's own tests with lmcache-resp substituted.
+"""A pytest plugin that runs LMCache's own tests (0.5.6's, or 0.5.7rc2's) with lmcache-resp substituted.
 
 Loaded with ``-p upstream_substitute`` (this directory on PYTHONPATH) into a pytest run over the
-``tests/`` tree of LMCache's 0.5.6 sdist. ``LMCACHE_RESP_TEST_PORT`` names a throwaway
+``tests/`` tree of the installed LMCache's sdist. ``LMCACHE_RESP_TEST_PORT`` names a throwaway
 redis-server. What is substituted:
 
 - ``tests/v1/distributed/test_resp_l2_adapter_integration.py`` (MP, real Redis): LMCache's C++

@@ -224,6 +224,7 @@ def test_each_bad_field_is_an_error_naming_the_field_and_range(fields: dict[str,
           "adapter_params": {}, "num_workers": 10}, r"unknown key\(s\) beside adapter_params .*'num_workers'"),
         ({"type": "native_plugin", "adapter_params": []}, r"adapter_params must be a JSON object"),
         ("[1, 2]", r"must be a JSON object, not list"),
+        ("null", r"must be a JSON object, not NoneType"),
         ('{"host": "h", "password": "hunter2"', r"invalid L2 adapter JSON: .* at line 1 column"),
     ],
 )

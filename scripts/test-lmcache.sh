@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Tests lmcache-resp inside a real LMCache 0.5.6 (torch on CPU, a throwaway redis-server).
-# Large (about 6.5 GB of wheels, mostly torch's CUDA libraries), so it is kept out of
-# scripts/test.sh and CI. Safe to run again: a second run reuses the environment.
+# Tests lmcache-resp inside real LMCache releases, 0.5.6 and 0.5.7rc2 (torch on CPU, throwaway
+# redis-servers), one venv each. Large (about 6.5 GB of wheels per venv, mostly torch's CUDA
+# libraries; pip's cache serves the second), so it is kept out of scripts/test.sh and CI. Safe
+# to run again: a second run reuses the environments.
 #
-#   scripts/test-lmcache.sh [pytest args...]      e.g. -k non_mp, -x
+#   scripts/test-lmcache.sh [--lmcache VERSION]... [pytest args...]   e.g. --lmcache 0.5.7rc2 -k non_mp
 #
-# What it does:
-#   1. a venv (default target/lmcache-0.5.6/venv; LMCACHE_VENV=... to move it) with
-#      torch 2.15.0, lmcache 0.5.6 and valkey-glide-sync (for LMCache's `valkey` adapter) from
-#      PyPI, then this project, built and installed (pip .)
-#   2. LMCache's own tests, from its 0.5.6 sdist (target/lmcache-0.5.6/upstream)
+# Without --lmcache it runs every version of LMCACHE_VERSIONS (default "0.5.6 0.5.7rc2") in turn
+# and fails if any fails. What differs between the versions, for us: docs/lmcache.md, "LMCache
+# 0.5.6 and 0.5.7".
+#
+# What it does, per version:
+#   1. a venv (target/lmcache-VERSION/venv; LMCACHE_VENV=... moves it where one version runs)
+#      with torch 2.15.0, that lmcache and valkey-glide-sync (for LMCache's `valkey` adapter)
+#      from PyPI, then this project, built and installed (pip .)
+#   2. LMCache's own tests, from that version's sdist (target/lmcache-VERSION/upstream)
 #   3. pytest lmcache-tests/ (their servers from the test-support package, testing/ on the path): (a) MP, the native_plugin L2 adapter through create_l2_adapter and
 #      `lmcache server`; (b) non-MP, the remote storage plugin through LMCache's config loader,
 #      CreateStorageBackends/CreateConnector; (c) LMCache's L2-adapter and RESP tests with
@@ -25,10 +30,35 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 
-LMCACHE_VERSION=0.5.6
-TORCH_VERSION=${TORCH_VERSION:-2.15.0}
+VERSIONS=()
+while [ $# -gt 0 ] && [ "$1" = --lmcache ]; do
+    [ $# -ge 2 ] || { echo "--lmcache needs a version (0.5.6, 0.5.7rc2)" >&2; exit 2; }
+    VERSIONS+=("$2")
+    shift 2
+done
+[ ${#VERSIONS[@]} -gt 0 ] || read -r -a VERSIONS <<< "${LMCACHE_VERSIONS:-0.5.6 0.5.7rc2}"
+if [ ${#VERSIONS[@]} -gt 1 ]; then
+    if [ -n "${LMCACHE_VENV:-}" ]; then
+        echo "LMCACHE_VENV names one venv: give one --lmcache VERSION with it" >&2
+        exit 2
+    fi
+    # Each version in a run of its own, so that any failing step stops that version only.
+    FAILED=()
+    for version in "${VERSIONS[@]}"; do
+        echo "==> LMCache $version"
+        "$0" --lmcache "$version" "$@" || FAILED+=("$version")
+    done
+    if [ ${#FAILED[@]} -gt 0 ]; then
+        echo "==> lmcache-tests failed against LMCache ${FAILED[*]}" >&2
+        exit 1
+    fi
+    echo "==> lmcache-tests passed against LMCache ${VERSIONS[*]}"
+    exit 0
+fi
+LMCACHE_VERSION=${VERSIONS[0]}
 WORK=$REPO/target/lmcache-$LMCACHE_VERSION
 VENV=${LMCACHE_VENV:-$WORK/venv}
+TORCH_VERSION=${TORCH_VERSION:-2.15.0}
 PYTHON=${PYTHON:-python3}
 
 # Debian packages (redis-server), Rust and the dev venv: the project's own setup.
@@ -40,7 +70,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 "$PYTHON" - <<'PY'
 import sys
 if not (3, 11) <= sys.version_info[:2] <= (3, 13):
-    sys.exit(f"needs Python 3.11-3.13 (lmcache {'0.5.6'} wheels, abi3 >= 3.11 here), got {sys.version.split()[0]}")
+    sys.exit(f"needs Python 3.11-3.13 (lmcache 0.5.6/0.5.7 wheels, abi3 >= 3.11 here), got {sys.version.split()[0]}")
 PY
 
 mkdir -p "$WORK"
@@ -58,7 +88,7 @@ if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.vers
     else
         "${PIP[@]}" install -q "torch==$TORCH_VERSION"
     fi
-    # numpy: lmcache 0.5.6 requires numpy<=2.2.6
+    # numpy: lmcache 0.5.6 and 0.5.7rc2 require numpy<=2.2.6
     "${PIP[@]}" install -q "lmcache==$LMCACHE_VERSION" "numpy==2.2.6"
 fi
 # valkey-glide-sync: LMCache's own `valkey` L2 adapter (valkey_l2_adapter.py) needs it, and the
@@ -92,8 +122,8 @@ assert '$REPO/lmcache_resp' not in lmcache_resp.__file__, lmcache_resp.__file__
 assert '$REPO/lmcache_resp_servers' not in lmcache_resp_servers.__file__, lmcache_resp_servers.__file__
 print('torch', torch.__version__, '| lmcache', '$LMCACHE_VERSION', '| lmcache_resp', lmcache_resp.__version__,
       '| test support', lmcache_resp_testing.__file__)"
-export LMCACHE_UPSTREAM_TESTS=$UPSTREAM LMCACHE_TRACK_USAGE=false LMCACHE_DISABLE_BANNER=1
 # The pytest entry point, not `python -m pytest`: the repository root must not shadow the
 # installed lmcache_resp (its source tree has no built extension).
+export LMCACHE_UPSTREAM_TESTS=$UPSTREAM LMCACHE_TRACK_USAGE=false LMCACHE_DISABLE_BANNER=1
 exec "$VENV/bin/pytest" -q -p no:cacheprovider -o timeout=900 -o log_cli=false \
     -W ignore::FutureWarning -W ignore::DeprecationWarning lmcache-tests "$@"

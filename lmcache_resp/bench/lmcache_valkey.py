@@ -20,19 +20,24 @@ from lmcache_resp.bench.options import ALL_OPS
 from lmcache_resp.bench.target import Target
 from lmcache_resp.bench.workload import Workload
 
-__all__ = ["LMCacheValkeyPeer", "POOL_MODULE"]
+__all__ = ["LMCacheValkeyPeer", "POOL_MODULES"]
 
 DRIVER = Path(__file__).resolve().with_name("lmcache_valkey_driver.py")
-POOL_MODULE = "lmcache.v1.storage_backend.valkey"
+# Where LMCache keeps ValkeyWorkerPool: 0.5.7 moved it beside the adapter (the same class).
+POOL_MODULES = ("lmcache.v1.distributed.l2_adapters.valkey", "lmcache.v1.storage_backend.valkey")
 SETUP_HINT = ("pass --lmcache-python PATH, a Python with LMCache and valkey-glide-sync installed "
               "(pip install lmcache valkey-glide-sync)")
 
 
-def _in_process_available() -> bool:
+def _importable(module: str) -> bool:
     try:
-        return importlib.util.find_spec(POOL_MODULE) is not None and importlib.util.find_spec("glide_sync") is not None
+        return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
+
+
+def _in_process_available() -> bool:
+    return any(map(_importable, POOL_MODULES)) and _importable("glide_sync")
 
 
 def _host_port(endpoint: str) -> tuple[str, int]:
@@ -51,7 +56,7 @@ class LMCacheValkeyPeer(DriverRounds):
         if s.ssl:
             raise BenchError("--compare lmcache-valkey: LMCache's valkey adapter turns TLS on but cannot be given a CA "
                              "to trust, so it cannot verify the run's test certificates")
-        python = peer_python(python, _in_process_available, f"--compare lmcache-valkey: LMCache's {POOL_MODULE} or "
+        python = peer_python(python, _in_process_available, f"--compare lmcache-valkey: LMCache's {' or '.join(POOL_MODULES)} or "
                              f"glide_sync is not importable by {sys.executable}; {SETUP_HINT}")
         self.workload = workload
         self.timeout = s.timeout

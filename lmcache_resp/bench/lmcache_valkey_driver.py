@@ -1,7 +1,8 @@
 """Drives LMCache's glide-based Valkey client for the benchmark (``--compare lmcache-valkey``),
 in an interpreter that has LMCache and valkey-glide-sync.
 
-It uses LMCache's own ``lmcache.v1.storage_backend.valkey.ValkeyWorkerPool`` exactly as LMCache's
+It uses LMCache's own ``ValkeyWorkerPool`` (in ``lmcache.v1.distributed.l2_adapters.valkey`` since
+0.5.7, ``lmcache.v1.storage_backend.valkey`` in 0.5.6) exactly as LMCache's
 ``valkey`` L2 adapter (``ValkeyL2Adapter``) does: a batch is one future per key
 (``submit_set`` of the buffer, ``submit_get_into`` the buffer, ``submit_exists``,
 ``submit_delete``), each future's done-callback counts the batch down under a lock, and the last
@@ -41,7 +42,18 @@ _driver: dict[str, Any] = runpy.run_path(str(Path(__file__).resolve().with_name(
 
 __all__ = ["ValkeySession"]
 
-POOL_MODULE = "lmcache.v1.storage_backend.valkey"
+# Where LMCache keeps ValkeyWorkerPool, newest first (lmcache_valkey.POOL_MODULES).
+POOL_MODULES = ("lmcache.v1.distributed.l2_adapters.valkey", "lmcache.v1.storage_backend.valkey")
+
+
+def _worker_pool_class() -> Any:
+    for module in POOL_MODULES:
+        try:
+            return importlib.import_module(module).ValkeyWorkerPool
+        except ModuleNotFoundError as exc:
+            if not module.startswith(str(exc.name)):
+                raise
+    raise ModuleNotFoundError(f"no ValkeyWorkerPool in LMCache: looked in {', '.join(POOL_MODULES)}")
 
 
 def _cpu_seconds() -> float:
@@ -83,7 +95,7 @@ class ValkeySession(_Session):  # type: ignore[misc]
 
     def _init(self, request: dict[str, Any]) -> dict[str, Any]:
         # By name: LMCache is in that interpreter, not in lmcache_resp's.
-        ValkeyWorkerPool = importlib.import_module(POOL_MODULE).ValkeyWorkerPool
+        ValkeyWorkerPool = _worker_pool_class()
         self.keys = [str(k) for k in request["keys"]]
         self.chunk = int(request["chunk_bytes"])
         self.seed = int(request["seed"])

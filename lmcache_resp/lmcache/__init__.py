@@ -1,4 +1,4 @@
-"""The LMCache adapters, one module per LMCache mode (LMCache 0.5.6; docs/lmcache.md):
+"""The LMCache adapters, one module per LMCache mode (LMCache 0.5.6 and 0.5.7; docs/lmcache.md):
 
 - :mod:`lmcache_resp.lmcache.mp`, MP mode (LMCache runs as its own server):
   :class:`~lmcache_resp.lmcache.mp.RespConnector`, the native connector its ``native_plugin``

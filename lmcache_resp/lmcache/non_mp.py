@@ -2,7 +2,7 @@
 storage plugin LMCache loads, and ``RespConnectorClient``, the asyncio client it drives a
 :class:`~lmcache_resp.lmcache.mp.RespConnector` through.
 
-The plugin. LMCache (0.5.6) loads third-party remote backends in single-process mode through
+The plugin. LMCache (0.5.6, 0.5.7) loads third-party remote backends in single-process mode through
 ``remote_storage_plugins`` and two ``extra_config`` keys per plugin::
 
     remote_storage_plugins: ["resp"]

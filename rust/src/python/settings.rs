@@ -165,7 +165,9 @@ impl PySettings {
     #[staticmethod]
     #[pyo3(signature = (document, *, env=None))]
     fn from_lmcache_document(document: &Bound<'_, PyAny>, env: Option<&Bound<'_, PyAny>>) -> PyResult<PySettings> {
-        let document = to_value("document", document)?.unwrap_or(Value::Map(Vec::new()));
+        // None is no document (JSON's null), not "not set": refused as its type.
+        let none = || Value::Other { type_name: "NoneType".into(), repr: "None".into() };
+        let document = to_value("document", document)?.unwrap_or_else(none);
         Settings::from_lmcache(&document, &environment(env)?).map(PySettings).map_err(|e| to_py_err(&e))
     }
 
@@ -208,7 +210,7 @@ impl PySettings {
     }
 
     /// Every setting's row, for the checks of the documents that list them
-    /// (py-tests/test_settings_table.py): `(name, accepts, url, env, lmcache)`, where `url` is
+    /// (py-tests/test_stubs.py): `(name, accepts, url, env, lmcache)`, where `url` is
     /// `"?name="` for a query key, the URL's form for a setting the URL itself carries, or None.
     #[classattr]
     #[allow(clippy::type_complexity)]

@@ -9,8 +9,8 @@
 //! settings read one by one (`Resolver::resolve`), and the Python getters and `to_dict`
 //! (`python/settings.rs`). Its default is its field's in [`Settings::new`] (from
 //! [`defaults`](super::defaults)). docs/lmcache.md, `lmcache_resp/_typing.py` and
-//! `lmcache_resp/_native.pyi` are checked against the rows (`tests.rs` here,
-//! py-tests/test_settings_table.py): a setting one of them lacks fails, named.
+//! `lmcache_resp/_native.pyi` are checked against the rows (`table_tests.rs` here,
+//! py-tests/test_stubs.py): a setting one of them lacks fails, named.
 //!
 //! Adding a setting: its row, its field in [`Settings`] with its default in [`Settings::new`],
 //! and, for a setting resolved with others ([`Read::With`]), the resolver's code for it. The
