@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tests lmcache-resp inside real LMCache releases, 0.5.6 and 0.5.7rc2 (torch on CPU, throwaway
 # redis-servers), one venv each. Large (about 6.5 GB of wheels per venv, mostly torch's CUDA
-# libraries; pip's cache serves the second), so it is kept out of scripts/test.sh and CI. Safe
-# to run again: a second run reuses the environments.
+# libraries), so it is kept out of scripts/test.sh and CI. Safe to run again: a second run
+# reuses the environments.
 #
 #   scripts/test-lmcache.sh [--lmcache VERSION]... [pytest args...]   e.g. --lmcache 0.5.7rc2 -k non_mp
 #
