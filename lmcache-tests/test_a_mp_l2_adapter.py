@@ -118,29 +118,6 @@ def load(adapter: Any, keys: list[ObjectKey], objs: list[TensorMemoryObj]) -> li
     return [bitmap.test(i) for i in range(len(keys))]
 
 
-def test_the_module_path_documented_before_loads_the_same_connector(redis_server: RedisServer) -> None:
-    """``"module_path": "lmcache_resp"``, as configs named the adapter before it moved to
-    lmcache_resp.lmcache.mp: LMCache's parser and factory build the same RespConnector, and
-    chunks round-trip through it."""
-    text, document = load_mp_example(redis_server.port)
-    assert document["module_path"] == "lmcache_resp.lmcache.mp"
-    document["module_path"] = "lmcache_resp"
-    config = parse(json.dumps(document))
-    assert (config.module_path, config.class_name) == ("lmcache_resp", "RespConnector")
-    adapter = create_l2_adapter(config)
-    try:
-        assert type(adapter._client) is RespConnector  # noqa: SLF001 - what LMCache wrapped
-        keys = [object_key(i, "alias") for i in range(3)]
-        data = [pattern(4096, 70 + i) for i in range(3)]
-        store(adapter, keys, [memory_obj(d) for d in data])
-        assert lookup(adapter, keys) == [True] * 3
-        outs = [memory_obj(4096) for _ in keys]
-        assert load(adapter, keys, outs) == [True] * 3
-        assert [bytes(o.byte_array) for o in outs] == data
-    finally:
-        adapter.close()
-
-
 @pytest.fixture
 def mp_adapter(redis_server: RedisServer) -> Any:
     text, _ = load_mp_example(redis_server.port)

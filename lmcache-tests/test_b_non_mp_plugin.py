@@ -110,29 +110,6 @@ def test_the_example_builds_exactly_one_remote_backend_over_our_connector(engine
     assert connector.full_chunk_size_bytes == CHUNK_BYTES
 
 
-def test_the_module_path_documented_before_loads_the_same_plugin(
-    redis_server: RedisServer, lmcache_loop: Any, tmp_path: Path
-) -> None:
-    """``remote_storage_plugin.resp.module_path: lmcache_resp.lmcache_plugin``, as configs named
-    the plugin before it moved to lmcache_resp.lmcache.non_mp: LMCache's loader builds the same
-    class, which reads its keys, and chunks round-trip through it."""
-    config = LMCacheEngineConfig.from_file(str(load_non_mp_example(redis_server.port, tmp_path)))
-    key = "remote_storage_plugin.resp.module_path"
-    assert config.extra_config[key] == "lmcache_resp.lmcache.non_mp"
-    config.extra_config[key] = "lmcache_resp.lmcache_plugin"
-    engine = Engine(config, lmcache_loop)
-    try:
-        connector = engine.remote.connection.getWrappedConnector()
-        assert type(connector) is RespRemoteConnector
-        assert connector.settings.port == redis_server.port
-        chunk = engine.chunk(40)
-        engine.remote.submit_put_task(cache_key(40), chunk)
-        engine.wait_puts([chunk])
-        assert bytes(engine.own(engine.remote.get_blocking(cache_key(40))).byte_array) == bytes(chunk.byte_array)
-    finally:
-        engine.close()
-
-
 def test_chunks_round_trip_byte_for_byte(engine: Engine, redis_server: RedisServer) -> None:
     keys = [cache_key(i) for i in range(6)]
     chunks = [engine.chunk(i) for i in range(6)]
@@ -316,7 +293,7 @@ def test_unfull_chunks_are_refused(redis_server: RedisServer, lmcache_loop: Any,
 
 def test_importing_the_package_does_not_import_lmcache(tmp_path: Path) -> None:
     code = (
-        "import sys, lmcache_resp, lmcache_resp.lmcache, lmcache_resp.lmcache.non_mp, lmcache_resp.lmcache_plugin;"
+        "import sys, lmcache_resp, lmcache_resp.lmcache, lmcache_resp.lmcache.non_mp;"
         "assert not [m for m in sys.modules if m == 'lmcache' or m.startswith('lmcache.')], 'imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)  # the installed package

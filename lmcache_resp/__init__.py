@@ -15,9 +15,7 @@ memory and Redis/Valkey.
 Command lines: ``python -m lmcache_resp.bridge`` (one engine for the host's processes),
 ``python -m lmcache_resp.topology`` (the placement plan) and ``python -m lmcache_resp.bench``
 (the benchmark; the throwaway servers its options start are the wheel's second package,
-:mod:`lmcache_resp_servers`, which imports nothing of this one). The
-module paths of the LMCache adapters documented before they moved (``lmcache_resp`` for MP,
-:mod:`lmcache_resp.lmcache_plugin` for non-MP) still load them. The test suites' fixtures are
+:mod:`lmcache_resp_servers`, which imports nothing of this one). The test suites' fixtures are
 not part of the package: they live in the repository's ``testing/lmcache_resp_testing``.
 """
 

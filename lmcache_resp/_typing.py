@@ -36,6 +36,7 @@ class SettingsKwargs(TypedDict, total=False):
     max_capacity_gb: float | None
     eviction: Mapping[str, Any] | EvictionSettings | None
     prefault: bool | None
+    require_server_at_start: bool | None
     cluster: bool | None
     get_piece_bytes: int | str | None
     key_prefix: str | None

@@ -132,8 +132,7 @@ class RespSettings(_native.Settings):
     def from_lmcache(cls, config: Mapping[str, Any] | str, *, env: Mapping[str, str] | None = None) -> RespSettings:
         """LMCache's L2 adapter configuration (MP mode), as a dict or a JSON string: the whole
         ``{"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp", "class_name":
-        "RespConnector", "adapter_params": {...}}`` document (or ``"module_path":
-        "lmcache_resp"``, the path documented before), the ``{"type": "resp", ...}`` or
+        "RespConnector", "adapter_params": {...}}`` document, the ``{"type": "resp", ...}`` or
         ``{"type": "valkey", ...}`` flat form, or just the adapter params. LMCache's own top-level
         keys (``max_capacity_gb``, ``eviction``, ``shared``, ``persist_enabled``, ``serde``) are
         LMCache's: they configure its accounting and eviction controller, not the connector.

@@ -168,8 +168,10 @@ def test_close_completes_everything_and_later_submits_raise(redis_server: RedisS
 
 def test_constructor_fails_clearly(secure_server: RedisServer, clean_env) -> None:
     port = free_port()
+    # An engine's adapter starts without its server unless told to require it
+    # (test_fail_fast.py::test_the_setting_defaults_to_required_for_a_store_and_not_for_an_engines_adapter).
     with pytest.raises(RespConnectionError, match=f"127.0.0.1:{port}"):
-        RespConnector(host="127.0.0.1", port=port)
+        RespConnector(host="127.0.0.1", port=port, require_server_at_start=True)
     with pytest.raises(AuthenticationError) as info:
         RespConnector(host="127.0.0.1", port=secure_server.port, password="wrong-secret-9")
     assert "wrong-secret-9" not in str(info.value)

@@ -9,6 +9,7 @@ restart on the same port after which calls stay fast until one succeeds, byte fo
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,7 +17,15 @@ from pathlib import Path
 import pytest
 
 from conftest import LMCacheLikeDriver, BridgeProcess, RedisServer, lmcache_pool, pattern
-from lmcache_resp import BatchError, PagedRespStore, RedisClient, RespConnectionError, RespConnector
+from lmcache_resp import (
+    AuthenticationError,
+    BatchError,
+    PagedRespStore,
+    RedisClient,
+    RespConnectionError,
+    RespConnector,
+    RespSettings,
+)
 from lmcache_resp_testing.servers import redis_py
 
 PAGE = 64 * 1024
@@ -297,3 +306,73 @@ def test_stats_and_prometheus_show_a_down_endpoint_until_it_is_back(redis_server
         assert time.monotonic() < deadline, "the probe never marked it up"
         time.sleep(0.02)
     assert up_gauge() == 1
+
+
+# -- starting without the server (require_server_at_start=false) ----------------------------
+
+
+def test_a_store_that_may_start_without_its_server_starts_fails_fast_and_serves_once_it_is_up(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An engine must not refuse to serve because its cache tier is down: with
+    # require_server_at_start=false the store starts (one WARNING saying so), its batches fail
+    # at once naming the server, and once the server is up (on the same port) they succeed.
+    redis_server.kill()
+    caplog.set_level(logging.WARNING, logger="lmcache_resp")
+    took, store = elapsed(lambda: PagedRespStore(
+        redis_server.url, page_size=PAGE, num_pages=300, num_workers=2, timeout=TIMEOUT, require_server_at_start=False
+    ))
+    assert isinstance(store, PagedRespStore), store
+    assert took < TIMEOUT, f"starting without the server took {took:.3f} s"
+    try:
+        time.sleep(0.3)  # the core's log queue drains into logging
+        said = [r.getMessage() for r in caplog.records if "starting without the server" in r.getMessage()]
+        assert len(said) == 1 and f"127.0.0.1:{redis_server.port}" in said[0], said
+        assert "require_server_at_start=false" in said[0], said
+        front = store_front(store)
+        for call in (front.exists, front.put):
+            took, result = elapsed(call)
+            assert_all_down(result, redis_server, len(front.keys))
+            assert took < FAST, f"a batch while the server was down took {took * 1000:.1f} ms"
+        redis_server.restart()
+        deadline = time.monotonic() + RECOVERY
+        while isinstance(elapsed(front.put)[1], BaseException):
+            assert time.monotonic() < deadline, "the store never reached the server once it was up"
+            time.sleep(0.05)
+        front.verify()
+    finally:
+        store.close()
+
+
+def test_the_setting_defaults_to_required_for_a_store_and_not_for_an_engines_adapter(redis_server: RedisServer) -> None:
+    redis_server.kill()
+    with pytest.raises(RespConnectionError, match=f"127.0.0.1:{redis_server.port}"):
+        PagedRespStore(redis_server.url, page_size=PAGE, num_pages=4, num_workers=1, timeout=TIMEOUT)
+    # LMCache's, SGLang's and vLLM's adapters read their settings as adapter params: there it is
+    # false unless the params, the URL or LMCACHE_RESP_REQUIRE_SERVER_AT_START say otherwise.
+    params = {"host": "127.0.0.1", "port": redis_server.port, "num_workers": 1, "timeout": TIMEOUT}
+    assert RespSettings.from_adapter_params(params, env={}).require_server_at_start is False
+    assert RespSettings.from_sglang({"interface_v1": 1, **params}, env={}).require_server_at_start is False
+    assert RespSettings.from_vllm({"type": "RespSecondaryTierManager", **params}, env={}).require_server_at_start is False
+    assert RespSettings.from_adapter_params({**params, "require_server_at_start": True}, env={}).require_server_at_start
+    env = {"LMCACHE_RESP_REQUIRE_SERVER_AT_START": "true"}
+    assert RespSettings.from_adapter_params(params, env=env).require_server_at_start
+    url = f"redis://127.0.0.1:{redis_server.port}?require_server_at_start=true"
+    assert RespSettings.from_adapter_params({"url": url}, env={}).require_server_at_start
+    assert RespSettings.resolve(redis_server.url, env={}).require_server_at_start
+    # LMCache's MP server builds the connector from its adapter params: it starts.
+    connector = RespConnector(**params)
+    try:
+        ran = connector.submit_batch_exists(KEYS[:4])
+        assert isinstance(ran, int)
+    finally:
+        connector.close()
+
+
+def test_a_wrong_password_fails_the_start_even_where_the_server_may_be_down(tmp_path: Path) -> None:
+    # Starting without the server covers a server that cannot be reached, not one that refuses
+    # this client: no wait would mend a wrong password.
+    with RedisServer(tmp_path, password="right-pw") as server:
+        with pytest.raises(AuthenticationError):
+            PagedRespStore(f"redis://:wrong-pw@127.0.0.1:{server.port}", page_size=PAGE, num_pages=4,
+                           num_workers=1, timeout=TIMEOUT, require_server_at_start=False)

@@ -258,16 +258,12 @@ class Demux:
         assert not self.thread.is_alive()
 
 
-# The MP config as documented now, and as documented before the adapters moved to lmcache_resp.lmcache.
-@pytest.mark.parametrize("module_path", ["lmcache_resp.lmcache.mp", "lmcache_resp"])
-def test_mp_native_plugin_with_env_credentials(
-    module_path: str, secure_server: RedisServer, clean_env: pytest.MonkeyPatch
-) -> None:
+def test_mp_native_plugin_with_env_credentials(secure_server: RedisServer, clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("LMCACHE_RESP_USERNAME", "alice")
     clean_env.setenv("LMCACHE_RESP_PASSWORD", "s3cret-alice-pw")
-    document = L2_ADAPTER.replace("PORT", str(secure_server.port)).replace("lmcache_resp.lmcache.mp", module_path)
+    document = L2_ADAPTER.replace("PORT", str(secure_server.port))
     connector = load_native_plugin(document)
-    assert type(connector) is RespConnector, "one class, whichever path names it"
+    assert type(connector) is RespConnector
     assert RespSettings.from_lmcache(document, env={}).port == secure_server.port
     assert connector.settings.username == "alice"
     demux = Demux(connector)
@@ -356,7 +352,7 @@ def test_the_non_mp_plugin_module_imports_without_lmcache() -> None:
     import subprocess
     import sys
 
-    for module in ("lmcache_resp.lmcache.non_mp", "lmcache_resp.lmcache_plugin", "lmcache_resp.lmcache"):
+    for module in ("lmcache_resp.lmcache.non_mp", "lmcache_resp.lmcache"):
         code = (
             f"import sys, {module} as p\n"
             "assert 'lmcache' not in sys.modules, 'imported LMCache'\n"
@@ -394,13 +390,11 @@ print(non_mp.settings_from_lmcache_config(config).port)
 """
 
 
-@pytest.mark.parametrize("module_path", ["lmcache_resp.lmcache.non_mp", "lmcache_resp.lmcache_plugin"])
-def test_the_non_mp_plugin_loads_by_its_path_and_by_the_path_documented_before(
-    module_path: str, tmp_path: Path
-) -> None:
-    """``remote_storage_plugin.<name>.module_path: lmcache_resp.lmcache_plugin`` (the path
-    documented before the adapters moved to lmcache_resp.lmcache.non_mp) loads the same class,
-    and a config naming it is this plugin's: its settings keys are read."""
+@pytest.mark.parametrize("module_path", ["lmcache_resp.lmcache.non_mp"])
+def test_the_non_mp_plugin_loads_by_its_path(module_path: str, tmp_path: Path) -> None:
+    """``remote_storage_plugin.<name>.module_path: lmcache_resp.lmcache.non_mp`` loads the class,
+    and a config naming it is this plugin's: its settings keys are read. (The alias kept for the
+    path documented before the adapters moved, ``lmcache_resp.lmcache_plugin``, is gone: #45.)"""
     import subprocess
     import sys
 

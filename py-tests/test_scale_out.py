@@ -79,7 +79,7 @@ def test_the_store_on_a_cluster(redis_cluster: RedisCluster, how: str) -> None:
 
 def test_the_lmcache_connector_on_a_cluster_from_its_json(redis_cluster: RedisCluster) -> None:
     seed = redis_cluster.nodes[0]
-    document = {"type": "native_plugin", "module_path": "lmcache_resp", "class_name": "RespConnector",
+    document = {"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp", "class_name": "RespConnector",
                 "adapter_params": {"host": seed.host, "port": seed.port, "cluster": True, "num_workers": 2}}
     assert RespSettings.from_lmcache(json.dumps(document), env={}).cluster
     connector = RespConnector(**document["adapter_params"])  # as LMCache's native_plugin loader builds it

@@ -149,7 +149,7 @@ def test_explicit_over_url_over_env(files: Files) -> None:
 
 def test_lmcache_adapter_json_and_non_mp_yaml_carry_the_tls_keys(files: Files) -> None:
     document = {
-        "type": "native_plugin", "module_path": "lmcache_resp", "class_name": "RespConnector",
+        "type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp", "class_name": "RespConnector",
         "adapter_params": {"url": "rediss://cache.example:6380", "ssl_ca_certs": files.ca, "ssl_certfile": files.cert,
                            "ssl_keyfile": files.key, "ssl_server_name": "", "num_workers": 2},
         "max_capacity_gb": 40,

@@ -208,11 +208,22 @@ def test_a_dead_server_fails_jobs_and_lookups_in_milliseconds(
     assert time.monotonic() - start < 1.0, "in milliseconds, not at the 30 s timeout"
 
 
-def test_a_server_that_does_not_answer_at_start_is_an_error_naming_it(region: PrimaryRegion) -> None:
+def test_a_server_down_at_start_leaves_vllm_serving_unless_the_tier_requires_it(region: PrimaryRegion) -> None:
+    # vLLM must not refuse to start because its secondary tier is down: the tier starts, its
+    # lookups answer MISS at once (vLLM recomputes), and it reaches the server once it is up.
     port = free_port()
+    t = TIER(stand_in_spec(), region.view, "RespSecondaryTierManager", url=f"redis://127.0.0.1:{port}",
+             connect_timeout=0.5)
+    try:
+        start = time.monotonic()
+        assert look_up(t, keys(2, tag=3)) == [API.lookup_result.MISS] * 2
+        assert time.monotonic() - start < 1.0, "in milliseconds"
+    finally:
+        t.shutdown()
+    # Where the deployment says so, a server that does not answer at start is an error naming it.
     with pytest.raises(RespConnectionError, match=f"cannot connect to 127.0.0.1:{port}"):
         TIER(stand_in_spec(), region.view, "RespSecondaryTierManager", url=f"redis://127.0.0.1:{port}",
-             connect_timeout=0.5)
+             connect_timeout=0.5, require_server_at_start=True)
     region.view.release()  # nothing of ours holds the primary
     region.view = region.array.data
 

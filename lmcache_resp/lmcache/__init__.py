@@ -14,9 +14,7 @@
 Their error is :class:`~lmcache_resp.errors.ConnectorError` (a failed batch of the client).
 Under both lies the Rust core's ``lmcache_resp._native.Connector``, which is not API.
 
-The module paths documented before the adapters moved here keep working: ``"module_path":
-"lmcache_resp"`` (MP) and ``lmcache_resp.lmcache_plugin`` (non-MP). Importing this package
-never imports LMCache: ``RespRemoteConnector`` is built, and LMCache imported, when it is first
+Importing this package never imports LMCache: ``RespRemoteConnector`` is built, and LMCache imported, when it is first
 looked up.
 """
 

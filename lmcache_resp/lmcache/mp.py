@@ -4,8 +4,7 @@
     --l2-adapter '{"type": "native_plugin", "module_path": "lmcache_resp.lmcache.mp",
                    "class_name": "RespConnector", "adapter_params": {"host": "127.0.0.1", ...}}'
 
-(``"module_path": "lmcache_resp"``, the path documented before, names the same class). The
-non-MP plugin drives it too, through :class:`~lmcache_resp.lmcache.non_mp.RespConnectorClient`.
+The non-MP plugin drives it too, through :class:`~lmcache_resp.lmcache.non_mp.RespConnectorClient`.
 
 LMCache builds it with keyword arguments only (``RespConnector(**adapter_params)``), polls
 ``event_fd()`` and calls ``drain_completions()`` when it is readable. Submits take LMCache's

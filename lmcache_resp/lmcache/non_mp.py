@@ -12,8 +12,7 @@ The plugin. LMCache (0.5.6, 0.5.7) loads third-party remote backends in single-p
       remote_storage_plugin.resp.host: 127.0.0.1       # every RespSettings field, see below
       remote_storage_plugin.resp.port: 6379
 
-(``module_path: lmcache_resp.lmcache_plugin``, the path documented before, works as well; leave
-``remote_url`` unset: LMCache builds one RemoteBackend per plugin name and another one for
+(leave ``remote_url`` unset: LMCache builds one RemoteBackend per plugin name and another one for
 ``remote_url``). LMCache imports this module, takes ``RespRemoteConnector`` (a subclass of its
 ``RemoteConnector``), wraps it in its ``DynamicConnectorAdapter`` and builds it as
 ``RespRemoteConnector(loop=..., local_cpu_backend=..., config=...)``.
@@ -296,9 +295,6 @@ def _running_loop_or_fail() -> asyncio.AbstractEventLoop:
 
 
 PLUGIN_MODULE = "lmcache_resp.lmcache.non_mp"
-# The module path configs named before the adapters moved here (lmcache_resp/lmcache_plugin.py
-# keeps it working): a config naming it still selects this plugin.
-PLUGIN_MODULE_ALIASES = ("lmcache_resp.lmcache_plugin",)
 PLUGIN_CLASS = "RespRemoteConnector"
 
 _PREFIX = "remote_storage_plugin."
@@ -321,7 +317,7 @@ def plugin_names(config: Any) -> list[str]:
     extra: Mapping[str, Any] = getattr(config, "extra_config", None) or {}
     return [
         name for name in (getattr(config, "remote_storage_plugins", None) or [])
-        if extra.get(f"{_PREFIX}{name}.module_path") in (PLUGIN_MODULE, *PLUGIN_MODULE_ALIASES)
+        if extra.get(f"{_PREFIX}{name}.module_path") == PLUGIN_MODULE
         and extra.get(f"{_PREFIX}{name}.class_name") == PLUGIN_CLASS
     ]
 

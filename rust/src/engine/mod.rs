@@ -272,13 +272,19 @@ impl Engine {
         let addresses: Vec<Address> = resolver.resolve_now(first, settings.connect_timeout)?.to_vec();
         let mut placement =
             placement::plan(first, &addresses, &settings.cpu_affinity, settings.num_workers, PlanSource::default())?;
+        // Whether a server was found unreachable and the start goes on without it (said once).
+        let mut without_a_server = false;
         if route.cluster().is_none() {
-            // A wrong address or password fails here, naming the server.
+            // A wrong address or password fails here, naming the server; one that is down fails
+            // here only where the settings require it.
             for server in &servers {
-                BlockingClient::connect(
+                let connected = BlockingClient::connect(
                     settings.connect_options(server),
                     settings.connect_timeout.min(settings.timeout),
-                )?;
+                );
+                if let Err(err) = connected {
+                    tolerate_unreachable(settings, err, &mut without_a_server)?;
+                }
             }
         }
 
@@ -402,7 +408,7 @@ impl Engine {
             get_pieces: settings.get_piece_bytes,
             key_prefix: settings.wire_prefix(),
         };
-        engine.warm_up()?;
+        engine.warm_up(settings, &mut without_a_server)?;
         engine.log_read_shapes();
         if let Some(view) = route.cluster() {
             *engine.refresher.lock().unwrap_or_else(|p| p.into_inner()) = Some((view.clone(), view.spawn_refresher()?));
@@ -414,11 +420,11 @@ impl Engine {
     /// first [`WARM_UP_NODES`] primaries: the warm-up is bounded whatever the map's size), so
     /// that the first batch does not pay for them and a server that cannot be reached fails the
     /// start, within the timeout.
-    fn warm_up(&self) -> Result<()> {
+    fn warm_up(&self, settings: &Settings, without_a_server: &mut bool) -> Result<()> {
         let keys = vec![Item::key_only(b""); self.lanes.len() * self.conns_per_worker];
         let result = self.run(Batch::new(Op::Ping, &keys))?;
         match result.outcomes.into_iter().find(|o| !o.is_success()) {
-            Some(Outcome::Failed(err)) => Err(err),
+            Some(Outcome::Failed(err)) => tolerate_unreachable(settings, err, without_a_server),
             _ => Ok(()),
         }
     }
@@ -675,6 +681,25 @@ fn arena_error(err: ArenaError) -> Error {
         }
         other => Error::invalid(other.to_string()),
     }
+}
+
+/// A server that cannot be reached at start (refused, timed out, gone): an error where
+/// `require_server_at_start` says so; otherwise the engine starts without it, saying so once,
+/// and its keys fail fast (its health marks it down) until it answers. What no wait would mend
+/// (a wrong password, a certificate, an address that is not Redis) fails the start either way.
+fn tolerate_unreachable(settings: &Settings, err: Error, said: &mut bool) -> Result<()> {
+    if settings.require_server_at_start || !matches!(err.kind(), ErrorKind::Connection | ErrorKind::Timeout) {
+        return Err(err);
+    }
+    if std::mem::replace(said, true) {
+        return Ok(());
+    }
+    log::warn!(
+        target: "lmcache_resp::engine",
+        "starting without the server (require_server_at_start=false): {err}; its keys fail at once until it \
+         answers, which a probe checks every second or so"
+    );
+    Ok(())
 }
 
 /// The loop the workers run for the `io_backend` setting: `auto` takes io_uring where this

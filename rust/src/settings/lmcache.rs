@@ -32,9 +32,10 @@ const AFFINITY_TAG: &str = "affinity_tag";
 /// The capacity keys: LMCache's in MP mode, where inside `adapter_params` they are refused.
 const CAPACITY_KEYS: [&str; 2] = ["max_capacity_gb", "eviction"];
 
-/// The MP adapter, as a `native_plugin` document names it: `lmcache_resp.lmcache.mp`, or the
-/// path documented before the adapters moved there (`lmcache_resp`, the same class).
-const PLUGIN_MODULES: [&str; 2] = ["lmcache_resp.lmcache.mp", "lmcache_resp"];
+/// The MP adapter's module, as a `native_plugin` document names it.
+const PLUGIN_MODULE: &str = "lmcache_resp.lmcache.mp";
+/// The variable of `require_server_at_start`, which the adapters default to false.
+const REQUIRE_SERVER_ENV: &str = "LMCACHE_RESP_REQUIRE_SERVER_AT_START";
 const PLUGIN_CLASS: &str = "RespConnector";
 
 /// What `affinity_tag` in a document puts in [`Settings::warnings`].
@@ -62,6 +63,12 @@ impl Settings {
     /// `lmcache_evicts` (MP mode): LMCache owns capacity and eviction (its keys at the top level
     /// of the document), so `max_capacity_gb`/`eviction` here would make a second evictor and
     /// are refused. The non-MP plugin, SGLang and vLLM pass false: there the connector owns them.
+    ///
+    /// Every engine's adapter (LMCache's, SGLang's, vLLM's) reads its settings here, and an
+    /// engine must not refuse to serve because its cache tier is down: unless the params or
+    /// `LMCACHE_RESP_REQUIRE_SERVER_AT_START` say otherwise, `require_server_at_start` is false
+    /// (the connector starts without its server; its keys fail fast, and the engine recomputes,
+    /// until the server answers).
     pub fn from_adapter_params(
         params: &[(String, Value)],
         env: &[(String, String)],
@@ -94,6 +101,12 @@ impl Settings {
                 _ => (k.clone(), v.clone()),
             })
             .collect();
+        // The adapters' default, below every source (the params, the URL, the environment).
+        let mut env = env.to_vec();
+        if !env.iter().any(|(name, _)| name == REQUIRE_SERVER_ENV) {
+            env.push((REQUIRE_SERVER_ENV.to_owned(), "false".to_owned()));
+        }
+        let env = env.as_slice();
         Settings::resolve(&Sources { explicit: &explicit, url, env })
     }
 }
@@ -201,7 +214,7 @@ fn check_plugin_target(module: Option<&Value>, class: Option<&Value>) -> Result<
         Some(Value::Text(text)) => accepted.contains(&text.as_str()),
         Some(_) => false,
     };
-    if names(module, &PLUGIN_MODULES) && names(class, &[PLUGIN_CLASS]) {
+    if names(module, &[PLUGIN_MODULE]) && names(class, &[PLUGIN_CLASS]) {
         return Ok(());
     }
     let shown = |value: Option<&Value>| match value {
@@ -213,7 +226,7 @@ fn check_plugin_target(module: Option<&Value>, class: Option<&Value>) -> Result<
         "this native_plugin config selects {}.{}, not {}.{PLUGIN_CLASS}",
         shown(module),
         shown(class),
-        PLUGIN_MODULES[0]
+        PLUGIN_MODULE
     )))
 }
 

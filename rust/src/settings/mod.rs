@@ -68,6 +68,9 @@ pub mod defaults {
     pub const CONNECTIONS_PER_WORKER: usize = 1;
     /// Pages are faulted in when the arena is created, so the first batch does not pay for it.
     pub const PREFAULT: bool = true;
+    /// A store, connector or client whose server cannot be reached at start is an error (an
+    /// engine's adapter params turn it off: see `Settings::from_adapter_params`).
+    pub const REQUIRE_SERVER_AT_START: bool = true;
     /// [`Eviction::trigger_watermark`](super::Eviction::trigger_watermark) when not set.
     pub const TRIGGER_WATERMARK: f64 = 0.8;
     /// [`Eviction::eviction_ratio`](super::Eviction::eviction_ratio) when not set.
@@ -210,6 +213,10 @@ pub struct Settings {
     pub io_backend: IoBackend,
     /// Fault the arena's pages in at creation.
     pub prefault: bool,
+    /// Whether a server that cannot be reached at start (refused, timed out, down) fails the
+    /// start; otherwise it starts without it, its keys failing fast until it answers. A wrong
+    /// password, certificate or address fails the start either way.
+    pub require_server_at_start: bool,
     /// TLS to every server (and every cluster node); `None` is plaintext. Built (its files
     /// read and checked) when the settings are resolved.
     pub tls: Option<std::sync::Arc<crate::net::TlsConfig>>,
@@ -242,6 +249,7 @@ impl Settings {
             max_capacity_gb: 0.0,
             eviction: Eviction::default(),
             prefault: defaults::PREFAULT,
+            require_server_at_start: defaults::REQUIRE_SERVER_AT_START,
             get_piece_bytes: defaults::GET_PIECES,
             read_from: ReadFrom::Primary,
             io_backend: IoBackend::default(),

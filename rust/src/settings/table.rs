@@ -343,6 +343,17 @@ pub static SETTINGS: &[Setting] = &[
         doc: "Fault the store's arena in at creation.",
     },
     Setting {
+        name: "require_server_at_start",
+        accepts: "bool",
+        url: InUrl::Query,
+        // An engine's deployment decides whether it may start while its cache tier is down.
+        env: Some("LMCACHE_RESP_REQUIRE_SERVER_AT_START"),
+        lmcache: None,
+        read: Read::Flag(|s, on| s.require_server_at_start = on),
+        show: |s| Shown::Flag(s.require_server_at_start),
+        doc: "Whether a server that cannot be reached at start fails the start (else its keys fail fast until it answers).",
+    },
+    Setting {
         name: "get_piece_bytes",
         accepts: "int | str",
         url: InUrl::Query,
