@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lmcache_resp.bench.vllm_model import write_model
-from lmcache_resp_testing.servers import RedisServer
+from lmcache_resp_servers import RedisServer
 
 
 @pytest.fixture(scope="session")

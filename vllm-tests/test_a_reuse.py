@@ -42,7 +42,8 @@ from typing import Any
 import pytest
 
 from lmcache_resp.bench.vllm_stack import command_calls, keyspace_hits, reset_stats, wait_for_keys
-from lmcache_resp_testing.servers import RedisServer
+from lmcache_resp_servers import RedisServer
+from lmcache_resp_testing.servers import redis_py
 from vllm_helpers import CHUNK_TOKENS, adapter, chunk_bytes, phase, prompt
 
 P1 = prompt(4 * CHUNK_TOKENS + 1, seed=1)
@@ -118,7 +119,7 @@ def runs(redis: RedisServer, model: Path, tmp_path_factory: pytest.TempPathFacto
 
 def negate_every_value(redis: RedisServer) -> None:
     """Flips the sign bit of every bf16 element of every value (the KV negated), in place."""
-    client = redis.redis_py()
+    client = redis_py(redis)
     keys = client.keys("*")
     assert keys, "nothing stored to negate"
     for key in keys:

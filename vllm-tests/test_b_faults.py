@@ -1,8 +1,11 @@
 """Faults inside the engine: the Redis server under a warm start fails, and the engine must
 recompute the prefix, give the cold run's tokens, and never hang.
 
-- down when LMCache's server starts: our connector refuses to start it, naming the server, within
-  seconds (nothing is served against a missing L2);
+- down before the warm phase, from before LMCache's server starts: the stack starts (our
+  connector's adapter params default require_server_at_start to false: an engine serves while
+  its cache tier is down), the request recomputes to the cold run's tokens in about a cold
+  prefill, one WARNING says the connector started without its server; with
+  `"require_server_at_start": true` LMCache's server refuses to start, naming the server;
 - stopped before the warm request (the warm stack up, Redis killed after the engine's warm-up):
   the request recomputes (nothing cached), its tokens are the cold run's, it takes about a cold
   prefill, not a timeout; LMCache's log has our "is down" warning once, and one summary line per
@@ -25,7 +28,8 @@ from typing import Any
 import pytest
 
 from lmcache_resp.bench.vllm_stack import EngineError, LMCacheServer, wait_for_keys
-from lmcache_resp_testing.servers import RedisServer
+from lmcache_resp_servers import RedisServer
+from lmcache_resp_testing.servers import pause, redis_py
 from vllm_helpers import ADAPTER_TIMEOUT_S, CHUNK_TOKENS, adapter, phase, prompt
 
 P = prompt(4 * CHUNK_TOKENS + 1, seed=11)
@@ -42,7 +46,7 @@ def cold(redis: RedisServer, model: Path, tmp_path_factory: pytest.TempPathFacto
         result = p.run("cold", P, MAX_TOKENS)
         wait_for_keys(redis.port, CHUNKS)
     assert result["num_cached_tokens"] == 0
-    client = redis.redis_py()
+    client = redis_py(redis)
     stored = {key: client.get(key) for key in client.keys("*")}
     assert len(stored) == CHUNKS
     return {"result": result, "stored": stored}
@@ -50,7 +54,7 @@ def cold(redis: RedisServer, model: Path, tmp_path_factory: pytest.TempPathFacto
 
 def put_back(redis: RedisServer, cold: dict[str, Any]) -> dict[str, Any]:
     """Redis holds exactly what the cold run stored; returns the cold run's result."""
-    client = redis.redis_py()
+    client = redis_py(redis)
     client.flushall()
     for key, value in cold["stored"].items():
         client.set(key, value)
@@ -62,15 +66,41 @@ def our_warnings(server_output: str) -> list[str]:
     return [line for line in server_output.splitlines() if "WARNING" in line and "lmcache_resp" in line]
 
 
-def test_redis_down_when_the_lmcache_server_starts_is_a_clear_refusal(redis: RedisServer, tmp_path: Path) -> None:
-    """Our connector connects when LMCache builds it: with the server down, LMCache's server exits
-    within seconds naming it (the engine is never started against it), rather than serving with
-    an L2 that is not there."""
+def test_redis_down_before_the_warm_phase_recomputes_and_never_stops_the_engine(
+    redis: RedisServer, model: Path, tmp_path: Path, cold: dict[str, Any]
+) -> None:
+    """Redis down from before LMCache's server and the engine start (the issue's "Redis stopped
+    before the warm phase"): both start, the request recomputes to the cold run's tokens in about
+    a cold prefill, and our connector says once that it started without its server."""
+    reference = put_back(redis, cold)
+    redis.kill()
+    try:
+        with phase(adapter("ours", redis), model, tmp_path) as p:
+            p.run("warmup", prompt(CHUNK_TOKENS // 2, seed=2003), 2)
+            started = time.monotonic()
+            result = p.run("warm", P, MAX_TOKENS)
+            took = time.monotonic() - started
+            output = p.server.output()
+        assert result["num_cached_tokens"] == 0
+        assert result["tokens"] == reference["tokens"]
+        assert result["first_logprobs"] == reference["first_logprobs"]
+        assert took < reference["e2e_s"] * 3 + ADAPTER_TIMEOUT_S, (took, reference["e2e_s"])
+        started_without = [line for line in our_warnings(output) if "starting without the server" in line]
+        assert len(started_without) == 1 and f"127.0.0.1:{redis.port}" in started_without[0], our_warnings(output)
+    finally:
+        redis.restart()
+
+
+def test_redis_down_when_the_lmcache_server_starts_is_refused_where_the_adapter_requires_it(
+    redis: RedisServer, tmp_path: Path
+) -> None:
+    """With `"require_server_at_start": true` in the adapter params, LMCache's server exits within
+    seconds naming the server, rather than serving with an L2 that is not there."""
     redis.kill()
     try:
         started = time.monotonic()
         with pytest.raises(EngineError) as refusal:
-            LMCacheServer(adapter("ours", redis), tmp_path, chunk_tokens=CHUNK_TOKENS)
+            LMCacheServer(adapter("ours", redis, require_server_at_start=True), tmp_path, chunk_tokens=CHUNK_TOKENS)
         took = time.monotonic() - started
         assert f"cannot connect to 127.0.0.1:{redis.port}" in str(refusal.value)
         assert took < 120, took  # its start (imports) and the connect, no timeout waited out
@@ -116,7 +146,7 @@ def test_redis_killed_in_the_middle_of_a_warm_load(redis: RedisServer, model: Pa
     try:
         with phase(adapter("ours", redis), model, tmp_path) as p:
             p.run("warmup", prompt(CHUNK_TOKENS // 2, seed=2002), 2)
-            redis.pause()
+            pause(redis)
             p.engine.submit("warm", P, MAX_TOKENS)
             time.sleep(0.5)  # the lookup's EXISTS and the prefetch's reads are on the wire, unanswered
             killed = time.monotonic()

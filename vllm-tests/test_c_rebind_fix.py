@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lmcache_resp.bench.vllm_stack import EngineError
-from lmcache_resp_testing.servers import RedisServer
+from lmcache_resp_servers import RedisServer
 from vllm_helpers import adapter, phase, prompt
 
 

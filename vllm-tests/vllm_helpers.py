@@ -31,7 +31,7 @@ from typing import Any
 
 from lmcache_resp.bench.vllm_model import BLOCK_TOKENS, CHUNK_TOKENS, chunk_bytes
 from lmcache_resp.bench.vllm_stack import Engine, LMCacheServer, Prefetch
-from lmcache_resp_testing.servers import RedisServer
+from lmcache_resp_servers import RedisServer
 
 __all__ = [
     "ADAPTER_TIMEOUT_S",
