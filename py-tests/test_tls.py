@@ -479,7 +479,9 @@ def fronts(url: str, **kwargs: Any) -> dict[str, Callable[[], object]]:
     return {
         "RedisClient": lambda: RedisClient(url=url, **kwargs),
         "PagedRespStore": lambda: PagedRespStore(url, page_size=4096, num_pages=2, num_workers=1, **kwargs),
-        "RespConnector": lambda: RespConnector(url=url, num_workers=1, **kwargs),
+        # An engine's adapter starts without its server by default (require_server_at_start): here
+        # it must refuse one it cannot reach, as the other fronts do, for its error to be read.
+        "RespConnector": lambda: RespConnector(url=url, num_workers=1, require_server_at_start=True, **kwargs),
     }
 
 

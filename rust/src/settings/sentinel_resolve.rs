@@ -1,9 +1,10 @@
 //! Resolving the Sentinel settings (see `sentinel` for what they mean).
 
+use super::Settings;
+use super::resolver::Resolver;
 use super::sentinel::{DEFAULT_SENTINEL_PORT, SentinelSettings, parse_nodes};
 use super::table::{Group, group};
 use super::value::{Given, Value};
-use super::{Resolver, Settings};
 use crate::error::{Error, Result};
 use crate::net::Endpoint;
 

@@ -10,9 +10,10 @@
 //! is off is an error naming it. The `LMCACHE_RESP_SSL_*` variables are set for a whole
 //! deployment: where TLS is off they are ignored.
 
+use super::Settings;
+use super::resolver::Resolver;
 use super::table::{Group, group};
 use super::value::{Given, Value};
-use super::{Resolver, Settings};
 use crate::error::{Error, Result};
 use crate::net::{Endpoint, TlsConfig, TlsOptions};
 use std::path::PathBuf;
