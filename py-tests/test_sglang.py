@@ -7,6 +7,7 @@ pools and backend loader.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -17,7 +18,7 @@ import pytest
 from conftest import RedisServer
 from lmcache_resp_testing.sglang_pool import LAYOUTS, SGLangLikeConfig, SGLangLikePool
 
-from lmcache_resp import InvalidInputError
+from lmcache_resp import InvalidInputError, RespConnectionError
 from lmcache_resp.sglang._storage import RespHiCacheStorageImpl
 from lmcache_resp_testing.servers import redis_py
 
@@ -167,6 +168,40 @@ def test_a_dead_server_costs_milliseconds(redis_server: RedisServer, storages: l
         took = time.perf_counter() - start
         assert result in (0, [False] * 4), result
         assert took < 0.1, f"{took:.3f} s against a server known to be down"
+
+
+def test_a_server_down_when_sglang_starts_leaves_it_serving_until_the_server_is_up(
+    redis_server: RedisServer, storages: list[RespHiCacheStorageImpl], caplog: pytest.LogCaptureFixture
+) -> None:
+    # SGLang builds its storage backend at start: a cache tier that is down then must not stop
+    # SGLang (require_server_at_start defaults to false in an engine's adapter). The backend
+    # starts, misses at once while the server is down, and stores and loads once it is up.
+    redis_server.kill()
+    caplog.set_level(logging.WARNING, logger="lmcache_resp")
+    pool = SGLangLikePool("page_first")
+    start = time.perf_counter()
+    storage = backend(storages, redis_server, pool, extra={"timeout": 5, "connect_timeout": 0.5})
+    assert time.perf_counter() - start < 5, "the start waited out the timeout"
+    time.sleep(0.3)  # the core's log queue drains into logging
+    said = [r.getMessage() for r in caplog.records if "starting without the server" in r.getMessage()]
+    assert len(said) == 1 and f"127.0.0.1:{redis_server.port}" in said[0], said
+    keys = page_keys(2)
+    start = time.perf_counter()
+    assert storage.batch_exists(keys) == 0
+    assert storage.batch_set_v1(keys, pool.host_indices([0, 1])) == [False, False]
+    assert storage.batch_get_v1(keys, pool.host_indices([2, 3])) == [False, False]
+    assert time.perf_counter() - start < 0.3, "misses while the server is down cost milliseconds"
+    redis_server.restart()
+    deadline = time.monotonic() + 10
+    while storage.batch_set_v1(keys, pool.host_indices([0, 1])) != [True, True]:
+        assert time.monotonic() < deadline, "the backend never reached the server once it was up"
+        time.sleep(0.05)
+    assert storage.batch_get_v1(keys, pool.host_indices([2, 3])) == [True, True]
+    assert pool.segments(2) == pool.segments(0) and pool.segments(3) == pool.segments(1)
+    # Where the deployment says so, a server that cannot be reached at start is an error naming it.
+    redis_server.kill()
+    with pytest.raises(RespConnectionError, match=f"127.0.0.1:{redis_server.port}"):
+        RespHiCacheStorageImpl(config(redis_server, extra={"connect_timeout": 0.5, "require_server_at_start": True}), {})
 
 
 # -- issue #42: what the hostile review found ------------------------------------------------

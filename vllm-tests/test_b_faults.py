@@ -61,6 +61,13 @@ def put_back(redis: RedisServer, cold: dict[str, Any]) -> dict[str, Any]:
     return cold["result"]
 
 
+def assert_recomputed(result: dict[str, Any], reference: dict[str, Any]) -> None:
+    """Nothing came from the cache, and the engine computed the cold run's tokens and logprobs."""
+    assert result["num_cached_tokens"] == 0
+    assert result["tokens"] == reference["tokens"]
+    assert result["first_logprobs"] == reference["first_logprobs"]
+
+
 def our_warnings(server_output: str) -> list[str]:
     """Our connector's WARNING lines (lmcache_resp's logger) in the lmcache server's output."""
     return [line for line in server_output.splitlines() if "WARNING" in line and "lmcache_resp" in line]
@@ -81,9 +88,7 @@ def test_redis_down_before_the_warm_phase_recomputes_and_never_stops_the_engine(
             result = p.run("warm", P, MAX_TOKENS)
             took = time.monotonic() - started
             output = p.server.output()
-        assert result["num_cached_tokens"] == 0
-        assert result["tokens"] == reference["tokens"]
-        assert result["first_logprobs"] == reference["first_logprobs"]
+        assert_recomputed(result, reference)
         assert took < reference["e2e_s"] * 3 + ADAPTER_TIMEOUT_S, (took, reference["e2e_s"])
         started_without = [line for line in our_warnings(output) if "starting without the server" in line]
         assert len(started_without) == 1 and f"127.0.0.1:{redis.port}" in started_without[0], our_warnings(output)
@@ -121,9 +126,7 @@ def test_redis_stopped_before_the_warm_request(redis: RedisServer, model: Path, 
             result = p.run("warm", P, MAX_TOKENS)
             took = time.monotonic() - started
             output = p.server.output()
-        assert result["num_cached_tokens"] == 0
-        assert result["tokens"] == reference["tokens"]
-        assert result["first_logprobs"] == reference["first_logprobs"]
+        assert_recomputed(result, reference)
         # About a cold prefill (it has to compute it), not a timeout's worth on top: a dead
         # server fails fast.
         assert took < reference["e2e_s"] * 3 + ADAPTER_TIMEOUT_S, (took, reference["e2e_s"])
@@ -153,9 +156,7 @@ def test_redis_killed_in_the_middle_of_a_warm_load(redis: RedisServer, model: Pa
             redis.kill()  # SIGKILL of a stopped process: its connections reset
             result = p.engine.result("warm", timeout=120)
             after_kill = time.monotonic() - killed
-        assert result["num_cached_tokens"] == 0
-        assert result["tokens"] == reference["tokens"]
-        assert result["first_logprobs"] == reference["first_logprobs"]
+        assert_recomputed(result, reference)
         # The KV wait ends within the connector's timeout; the rest is the recompute.
         assert after_kill < ADAPTER_TIMEOUT_S + reference["e2e_s"] * 3, (after_kill, reference["e2e_s"])
     finally:
@@ -171,7 +172,5 @@ def test_redis_flushed_between_phases_is_a_miss_and_recomputed(redis: RedisServe
         p.run("warmup", prompt(CHUNK_TOKENS // 2, seed=2003), 2)
         result = p.run("warm", P, MAX_TOKENS)
         prefetches = p.prefetches()
-    assert result["num_cached_tokens"] == 0
-    assert result["tokens"] == reference["tokens"]
-    assert result["first_logprobs"] == reference["first_logprobs"]
+    assert_recomputed(result, reference)
     assert prefetches == []  # LMCache logged no hit at all
