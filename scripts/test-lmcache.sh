@@ -61,27 +61,15 @@ VENV=${LMCACHE_VENV:-$WORK/venv}
 TORCH_VERSION=${TORCH_VERSION:-2.15.0}
 PYTHON=${PYTHON:-python3}
 
-# Debian packages (redis-server), Rust and the dev venv: the project's own setup.
-if ! command -v redis-server >/dev/null 2>&1 || ! { command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ]; }; then
-    scripts/setup.sh
-fi
-export PATH="$HOME/.cargo/bin:$PATH"
+. scripts/lib/engine-venv.sh
+ensure_project_setup
 
-"$PYTHON" - <<'PY'
-import sys
-if not (3, 11) <= sys.version_info[:2] <= (3, 13):
-    sys.exit(f"needs Python 3.11-3.13 (lmcache 0.5.6/0.5.7 wheels, abi3 >= 3.11 here), got {sys.version.split()[0]}")
-PY
+require_python 11 13 "lmcache 0.5.6/0.5.7 wheels, abi3 >= 3.11 here"
 
 mkdir -p "$WORK"
-if [ ! -x "$VENV/bin/python" ]; then
-    echo "==> creating $VENV"
-    "$PYTHON" -m venv "$VENV"
-fi
-PIP=("$VENV/bin/python" -m pip)
-"${PIP[@]}" install -q --upgrade pip
+make_venv "$VENV"
 
-if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('lmcache') != '$LMCACHE_VERSION')" 2>/dev/null; then
+if ! installed "$VENV" lmcache "$LMCACHE_VERSION"; then
     echo "==> installing torch $TORCH_VERSION and lmcache $LMCACHE_VERSION (large: CUDA libraries come with torch)"
     if [ -n "${TORCH_INDEX_URL:-}" ]; then
         "${PIP[@]}" install -q "torch==$TORCH_VERSION" --index-url "$TORCH_INDEX_URL"

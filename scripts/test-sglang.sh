@@ -33,26 +33,15 @@ STORAGE_PATH_DEPS=(
     "apache-tvm-ffi==0.1.11" ninja
 )
 
-if ! command -v redis-server >/dev/null 2>&1 || ! { command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ]; }; then
-    scripts/setup.sh
-fi
-export PATH="$HOME/.cargo/bin:$PATH"
+. scripts/lib/engine-venv.sh
+ensure_project_setup
 
-"$PYTHON" - <<'PY'
-import sys
-if sys.version_info[:2] < (3, 11):
-    sys.exit(f"needs Python 3.11+ (sglang 0.5.23's wheels), got {sys.version.split()[0]}")
-PY
+require_python 11 "" "sglang 0.5.23's wheels"
 
 mkdir -p "$WORK"
-if [ ! -x "$VENV/bin/python" ]; then
-    echo "==> creating $VENV"
-    "$PYTHON" -m venv "$VENV"
-fi
-PIP=("$VENV/bin/python" -m pip)
-"${PIP[@]}" install -q --upgrade pip
+make_venv "$VENV"
 
-if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('sglang') != '$SGLANG_VERSION')" 2>/dev/null; then
+if ! installed "$VENV" sglang "$SGLANG_VERSION"; then
     echo "==> installing torch $TORCH_VERSION, sglang $SGLANG_VERSION (--no-deps) and its storage path's imports"
     if [ -n "${TORCH_INDEX_URL:-}" ]; then
         "${PIP[@]}" install -q "torch==$TORCH_VERSION" --index-url "$TORCH_INDEX_URL"

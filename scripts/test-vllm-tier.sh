@@ -42,15 +42,9 @@ torch_for() {
     esac
 }
 
-if ! command -v redis-server >/dev/null 2>&1 || ! { command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ]; }; then
-    scripts/setup.sh
-fi
-export PATH="$HOME/.cargo/bin:$PATH"
-"$PYTHON" - <<'PY'
-import sys
-if sys.version_info[:2] < (3, 11):
-    sys.exit(f"needs Python 3.11+ (vLLM 0.32-0.34's wheels), got {sys.version.split()[0]}")
-PY
+. scripts/lib/engine-venv.sh
+ensure_project_setup
+require_python 11 "" "vLLM 0.32-0.34's wheels"
 mkdir -p "$WORK"
 
 WHEEL=${LMCACHE_RESP_WHEEL:-}

